@@ -1,0 +1,40 @@
+"""relay_aot: an ahead-of-time compiler for TVM Relay programs with real control flow.
+
+``relay_aot.compile(mod)`` lowers a Relay ``IRModule`` -- tensors, ADTs, closures, ``let``,
+``if``/``match``, recursion and references -- to C++ around TVM-generated kernels, builds one
+shared library, and returns a callable :class:`CompiledModule`.
+"""
+
+import os as _os
+
+# TVM otherwise tries to download tuning logs on every kernel build (there is no network).
+_os.environ.setdefault("TOPHUB_LOCATION", "NONE")
+
+__version__ = "0.1.0"
+
+from .build import clear_cache  # noqa: E402
+from .compiler import compile  # noqa: E402,A001
+from .errors import (  # noqa: E402
+    CompileError,
+    KernelError,
+    MatchError,
+    RecursionDepthError,
+    RelayAotError,
+    UnsupportedError,
+)
+from .runtime import CompiledModule, load  # noqa: E402
+from .values import Closure  # noqa: E402
+
+__all__ = [
+    "compile",
+    "load",
+    "clear_cache",
+    "CompiledModule",
+    "Closure",
+    "RelayAotError",
+    "UnsupportedError",
+    "CompileError",
+    "MatchError",
+    "KernelError",
+    "RecursionDepthError",
+]

@@ -1,0 +1,373 @@
+"""The control IR: a small, typed, statement-based language both backends print.
+
+Relay is lowered into this IR exactly once (``lower.py``); the C++ and Python emitters only
+print it. It is deliberately close to A-normal form: every intermediate value is bound to a
+:class:`Var` by a :class:`Let`, control flow (:class:`If`, :class:`Match`) is a statement
+that assigns a result variable, and every function is closure-converted (a lifted
+:class:`Function` with explicit captures). Tensor computation appears only as
+:class:`KernelCall` nodes naming an entry of the kernel table (``kernels.py``).
+
+Types are erased as far as the runtime needs: type variables become :class:`AnyType`, while
+ADT types keep their arguments so the Python layer can convert and check values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+# ----------------------------------------------------------------------------------------
+# Types
+
+
+class Type:
+    """Base class of control-IR types."""
+
+
+@dataclass(frozen=True)
+class TensorType(Type):
+    """A tensor of static shape (``()`` for scalars) and dtype (``"float32"``, ``"bool"``, ...)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class TupleType(Type):
+    """A Relay tuple; at run time an ADT with tag 0."""
+
+    fields: tuple[Type, ...]
+
+
+@dataclass(frozen=True)
+class AdtType(Type):
+    """An instance of an algebraic data type, identified by its index in ``Program.adts``."""
+
+    adt: int
+    args: tuple[Type, ...]
+
+
+@dataclass(frozen=True)
+class FuncType(Type):
+    """A function (closure) value."""
+
+    params: tuple[Type, ...]
+    ret: Type
+
+
+@dataclass(frozen=True)
+class RefType(Type):
+    """A mutable reference cell."""
+
+    value: Type
+
+
+@dataclass(frozen=True)
+class AnyType(Type):
+    """A value whose static type is a (erased) type variable."""
+
+
+@dataclass(frozen=True)
+class TypeParam(Type):
+    """The ``index``-th type parameter of an ADT definition (only inside :class:`AdtDef`)."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class CtorDef:
+    """One constructor of an ADT: its Relay name, runtime tag and field types."""
+
+    name: str
+    tag: int
+    fields: tuple[Type, ...]
+
+
+@dataclass(frozen=True)
+class AdtDef:
+    """An algebraic data type definition (field types may mention :class:`TypeParam`)."""
+
+    name: str
+    num_params: int
+    ctors: tuple[CtorDef, ...]
+
+
+# ----------------------------------------------------------------------------------------
+# Variables and right-hand sides
+
+
+@dataclass(eq=False)
+class Var:
+    """A local variable. ``id`` is unique per program; ``hint`` is the Relay name, if any."""
+
+    id: int
+    type: Type
+    hint: str = ""
+
+
+class Rhs:
+    """Base class of the computations a :class:`Let` binds."""
+
+
+@dataclass(eq=False)
+class Constant(Rhs):
+    """Constant tensor number ``index`` of ``Program.constants``."""
+
+    index: int
+
+
+@dataclass(eq=False)
+class KernelCall(Rhs):
+    """Run kernel ``kernel`` of ``Program.kernels`` on ``args`` (tensors or tensor tuples)."""
+
+    kernel: int
+    args: list[Var]
+
+
+@dataclass(eq=False)
+class MakeTuple(Rhs):
+    """Build a tuple from ``fields``."""
+
+    fields: list[Var]
+
+
+@dataclass(eq=False)
+class Proj(Rhs):
+    """Field ``index`` of the tuple ``value``."""
+
+    value: Var
+    index: int
+
+
+@dataclass(eq=False)
+class MakeAdt(Rhs):
+    """Apply constructor ``ctor`` of ADT ``adt`` to ``fields``."""
+
+    adt: int
+    ctor: int
+    fields: list[Var]
+
+
+@dataclass(eq=False)
+class MakeClosure(Rhs):
+    """Close the lifted function ``func`` over ``captures`` (values for its ``captures``)."""
+
+    func: str
+    captures: list[Var]
+
+
+@dataclass(eq=False)
+class CallGlobal(Rhs):
+    """Call the global function ``func`` directly."""
+
+    func: str
+    args: list[Var]
+
+
+@dataclass(eq=False)
+class CallClosure(Rhs):
+    """Apply the function value ``closure`` to ``args``."""
+
+    closure: Var
+    args: list[Var]
+
+
+@dataclass(eq=False)
+class RefNew(Rhs):
+    """``ref(value)``"""
+
+    value: Var
+
+
+@dataclass(eq=False)
+class RefRead(Rhs):
+    """``!ref``"""
+
+    ref: Var
+
+
+@dataclass(eq=False)
+class RefWrite(Rhs):
+    """``ref := value``; evaluates to the unit tuple."""
+
+    ref: Var
+    value: Var
+
+
+# ----------------------------------------------------------------------------------------
+# Statements
+
+
+class Stmt:
+    """Base class of statements."""
+
+
+@dataclass(eq=False)
+class Let(Stmt):
+    """Bind ``var`` to the value of ``rhs``."""
+
+    var: Var
+    rhs: Rhs
+    note: str = ""  # the Relay construct this came from, for comments
+
+
+@dataclass(eq=False)
+class TailCall:
+    """A self tail call: rebind the function's parameters to ``args`` and start over."""
+
+    args: list[Var]
+
+
+@dataclass(eq=False)
+class Block:
+    """Statements followed by the block's value (a variable, or a self tail call)."""
+
+    stmts: list[Stmt]
+    result: Union[Var, TailCall]
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    """``result = cond ? then : else_`` where ``cond`` is a 0-d bool tensor."""
+
+    cond: Var
+    then: Block
+    else_: Block
+    result: Var
+
+
+@dataclass(frozen=True)
+class TagTest:
+    """The ADT at ``path`` (field indices from the scrutinee) has constructor tag ``tag``."""
+
+    path: tuple[int, ...]
+    tag: int
+
+
+@dataclass(eq=False)
+class Bind:
+    """Bind ``var`` to the value at ``path`` within the scrutinee."""
+
+    var: Var
+    path: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Clause:
+    """One match clause: taken when all ``tests`` hold (checked in order, outermost first)."""
+
+    tests: list[TagTest]
+    binds: list[Bind]
+    body: Block
+    note: str = ""  # the pattern, for comments
+
+
+@dataclass(eq=False)
+class Match(Stmt):
+    """Try ``clauses`` in order on ``scrutinee``; raise a match error naming ``where`` if none fits."""
+
+    scrutinee: Var
+    clauses: list[Clause]
+    result: Var
+    where: str
+
+
+# ----------------------------------------------------------------------------------------
+# Functions and programs
+
+
+@dataclass(eq=False)
+class Function:
+    """A global function, or a lifted closure body.
+
+    ``captures`` are the variables a closure's body reads from its environment (bound in order
+    from the values of :class:`MakeClosure`); ``self_var`` names the closure itself inside a
+    recursive let-bound function. ``has_tail_call`` tells emitters to compile the body as a
+    loop.
+    """
+
+    id: str
+    hint: str
+    params: list[Var]
+    ret: Type
+    body: Block
+    is_closure: bool = False
+    captures: list[Var] = field(default_factory=list)
+    self_var: Optional[Var] = None
+    has_tail_call: bool = False
+    signature: str = ""  # Relay signature text, for comments
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A compiled fused primitive function.
+
+    ``params`` are its Relay parameter types (tensors, or tuples of tensors); ``inputs`` and
+    ``outputs`` are the flattened tensor types of its parameters and results; ``result`` is the
+    Relay result type (a tensor, or a tuple of tensors).
+    """
+
+    index: int
+    symbol: str
+    params: tuple[Type, ...]
+    inputs: tuple[TensorType, ...]
+    outputs: tuple[TensorType, ...]
+    result: Type
+    ops: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter of the program's entry function, as seen by callers."""
+
+    name: str
+    type: Type
+
+
+@dataclass(eq=False)
+class Program:
+    """A whole lowered program: functions, kernels, constants and ADT definitions."""
+
+    functions: list[Function]
+    main: str
+    params: list[Param]
+    ret: Type
+    kernels: list[Kernel]
+    constants: list  # numpy arrays
+    adts: list[AdtDef]
+
+    def function(self, func_id: str) -> Function:
+        """The function with id ``func_id``."""
+        for func in self.functions:
+            if func.id == func_id:
+                return func
+        raise KeyError(func_id)
+
+
+_FORMATTERS = {
+    TensorType: lambda t, adts: "Tensor[(" + ", ".join(str(d) for d in t.shape) + f"), {t.dtype}]",
+    TupleType: lambda t, adts: "(" + ", ".join(format_type(f, adts) for f in t.fields) + ")",
+    AdtType: lambda t, adts: adts[t.adt].name + (f"[{', '.join(format_type(a, adts) for a in t.args)}]" if t.args else ""),
+    FuncType: lambda t, adts: "fn(" + ", ".join(format_type(p, adts) for p in t.params) + ") -> " + format_type(t.ret, adts),
+    RefType: lambda t, adts: f"Ref[{format_type(t.value, adts)}]",
+    AnyType: lambda t, adts: "?",
+    TypeParam: lambda t, adts: f"'{t.index}",
+}
+
+
+def format_type(ty: Type, adts: Sequence[AdtDef]) -> str:
+    """A Relay-like spelling of ``ty`` (for comments and error messages)."""
+    return _FORMATTERS[type(ty)](ty, adts)
+
+
+def uses_of(rhs: Rhs) -> Sequence[Var]:
+    """The variables a right-hand side reads."""
+    out = []
+    for f in dataclasses.fields(rhs):
+        value = getattr(rhs, f.name)
+        if isinstance(value, Var):
+            out.append(value)
+        elif isinstance(value, list):
+            out.extend(v for v in value if isinstance(v, Var))
+    return out

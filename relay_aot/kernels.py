@@ -1,0 +1,125 @@
+"""Stage 2: lower fused primitive functions to kernels and build them in one LLVM module.
+
+Each ``Primitive=1`` Relay function becomes one kernel; structurally equal functions share
+one. Kernels get deterministic symbols (``<model>_k<index>_<fused ops>``) so that the generated
+control code -- and therefore the build cache key -- does not depend on how many functions
+TVM's process-wide TE compiler has named before, and so every symbol carries the model prefix.
+
+Lowering through TVM's TE compiler (operator strategies, schedules, TIR) and the single
+``tvm.build`` of all kernels into one object file happen only when a library is actually built:
+on a cache hit they are skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Callable, Optional
+
+import tvm
+from tvm import relay
+from tvm.relay.backend import te_compiler
+
+from . import ir, names
+from .errors import CompileError, UnsupportedError
+
+TypeLowerer = Callable[[relay.Type], ir.Type]
+
+
+def flatten_tensor_types(ty: ir.Type, what: str) -> list[ir.TensorType]:
+    """The tensors of a kernel parameter or result type, depth-first (tuples are flattened)."""
+    if isinstance(ty, ir.TensorType):
+        return [ty]
+    if isinstance(ty, ir.TupleType):
+        return [t for f in ty.fields for t in flatten_tensor_types(f, what)]
+    raise UnsupportedError(f"a fused kernel's {what} has type {ty}, which is not a tensor or tuple")
+
+
+def _op_names(func: relay.Function) -> tuple[str, ...]:
+    ops: list[str] = []
+
+    def visit(node):
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
+            ops.append(node.op.name)
+
+    relay.analysis.post_order_visit(func.body, visit)
+    return tuple(ops)
+
+
+class KernelTable:
+    """The kernels of one program, deduplicated, in the order they were first used."""
+
+    def __init__(self, model: str, target: tvm.target.Target, lower_type: TypeLowerer):
+        self.model = model
+        self.target = target
+        self.lower_type = lower_type
+        self.kernels: list[ir.Kernel] = []
+        self._funcs: list[relay.Function] = []
+        self._by_hash: dict[int, list[tuple[relay.Function, ir.Kernel]]] = {}
+
+    def add(self, func: relay.Function) -> ir.Kernel:
+        """The kernel computing primitive function ``func``, lowering it on first sight."""
+        key = tvm.ir.structural_hash(func)
+        for seen, kernel in self._by_hash.get(key, []):
+            if tvm.ir.structural_equal(seen, func):
+                return kernel
+        kernel = self._lower(func)
+        self._by_hash.setdefault(key, []).append((func, kernel))
+        return kernel
+
+    def _lower(self, func: relay.Function) -> ir.Kernel:
+        ops = _op_names(func)
+        param_types = [self.lower_type(p.checked_type) for p in func.params]
+        result = self.lower_type(func.ret_type if func.ret_type is not None else func.body.checked_type)
+        inputs = [t for ty in param_types for t in flatten_tensor_types(ty, "parameter")]
+        outputs = flatten_tensor_types(result, "result")
+        index = len(self.kernels)
+        fused = "fused_" + "_".join(dict.fromkeys(op.replace(".", "_") for op in ops))
+        symbol = names.kernel_symbol(self.model, index, fused)
+        kernel = ir.Kernel(index, symbol, tuple(param_types), tuple(inputs), tuple(outputs), result, ops)
+        self.kernels.append(kernel)
+        self._funcs.append(func)
+        return kernel
+
+    def digest(self) -> str:
+        """Identifies the kernels (structure of each primitive function, symbols, target)."""
+        parts = [str(self.target)]
+        for kernel, func in zip(self.kernels, self._funcs):
+            parts.append(f"{kernel.symbol}:{tvm.ir.structural_hash(func)}")
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def lower_all(self) -> tvm.IRModule:
+        """TE-lower every kernel into one module of PrimFuncs named by kernel symbols."""
+        merged = tvm.IRModule()
+        for kernel, func in zip(self.kernels, self._funcs):
+            what = "fused kernel of " + (", ".join(dict.fromkeys(kernel.ops)) or "no operators")
+            try:
+                cached = te_compiler.get().lower(func, self.target, names.TE_MOD_NAME)
+            except tvm.error.TVMError as err:
+                raise UnsupportedError(f"TVM could not lower the {what}: {_first_line(err)}") from None
+            for gvar, prim in cached.funcs.functions.items():
+                name = kernel.symbol if gvar.same_as(cached.prim_fn_var) else f"{kernel.symbol}_{gvar.name_hint}"
+                merged[tvm.ir.GlobalVar(name)] = prim.with_attr("global_symbol", name)
+        return merged
+
+    def build(self) -> Optional[tvm.runtime.Module]:
+        """Build every kernel into one LLVM module (None when the program has no kernels)."""
+        if not self.kernels:
+            return None
+        merged = self.lower_all()
+        try:
+            return tvm.build(merged, target=self.target)
+        except tvm.error.TVMError as err:
+            raise CompileError(f"TVM failed to build the kernels: {_first_line(err)}") from None
+
+    def write_object(self, path) -> bool:
+        """Build the kernels into the object file ``path``; False when there are none."""
+        module = self.build()
+        if module is None:
+            return False
+        module.save(str(path))
+        return True
+
+
+def _first_line(err: Exception) -> str:
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    return lines[-1] if lines else type(err).__name__

@@ -1,0 +1,482 @@
+"""Stage 3: lower prepared Relay (fused, A-normal form) into the control IR.
+
+What happens here, once, for both backends:
+
+* closure conversion: every non-primitive local ``fn`` becomes a lifted :class:`ir.Function`
+  whose free variables are explicit captures; a let-bound recursive function refers to itself
+  through ``self`` instead of capturing itself;
+* kernels: calls of ``Primitive=1`` functions become :class:`ir.KernelCall` (the function is
+  lowered once, see ``kernels.py``);
+* pattern matching: each clause becomes a list of tag tests along field paths plus the
+  variable bindings, tried in clause order on a scrutinee evaluated once;
+* self tail calls (of a global, or of a recursive let-bound closure) become
+  :class:`ir.TailCall`, which the emitters compile as loops;
+* globals and constructors used as values get small wrapper closures.
+
+Evaluation order follows TVM's Relay interpreter: call arguments left to right, then the callee.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional, Union
+
+import tvm
+from tvm import relay
+
+from . import ir, names
+from .errors import RelayAotError, UnsupportedError
+from .kernels import KernelTable
+from .dispatch import method_for
+from .relay_types import TypeLowering
+
+Binding = Union[ir.Var, ir.Kernel]
+Result = Union[ir.Var, ir.TailCall]
+
+#: Python frames needed per nesting level of a Relay expression (lowering recurses on nesting).
+_RECURSION_LIMIT = 20000
+
+
+def is_primitive(func: relay.Function) -> bool:
+    """Whether ``func`` is a fused primitive function (``Primitive=1``)."""
+    return func.attrs is not None and "Primitive" in func.attrs and int(func.attrs["Primitive"]) == 1
+
+
+def _returns_var(body: relay.Expr, var: relay.Var) -> bool:
+    """Whether ``body`` just returns ``var`` (possibly through ``let %a = %var; ...`` aliases)."""
+    while isinstance(body, relay.Let) and isinstance(body.value, relay.Var) and body.value.same_as(var):
+        var, body = body.var, body.body
+    return isinstance(body, relay.Var) and body.same_as(var)
+
+
+_PATTERN_TEXT = {
+    relay.PatternWildcard: lambda p: "_",
+    relay.PatternVar: lambda p: f"%{p.var.name_hint}",
+    relay.PatternConstructor: lambda p: p.constructor.name_hint
+    + (f"({', '.join(pattern_text(s) for s in p.patterns)})" if len(p.patterns) else ""),
+    relay.PatternTuple: lambda p: f"({', '.join(pattern_text(s) for s in p.patterns)})",
+}
+
+
+def pattern_text(pat) -> str:
+    """Relay-like text of a match pattern, for comments."""
+    handler = method_for(_PATTERN_TEXT, pat)
+    return handler(pat) if handler is not None else type(pat).__name__
+
+
+class ProgramLowering:
+    """Lowers a prepared module: one instance per compilation."""
+
+    def __init__(self, mod: tvm.IRModule, model: str, target: tvm.target.Target):
+        self.mod = mod
+        self.types = TypeLowering(mod)
+        self.kernels = KernelTable(model, target, self.types.lower)
+        self.functions: list[ir.Function] = []
+        self.constants: list = []
+        self._constant_ids: dict[int, int] = {}
+        self._global_ids: dict[str, str] = {}
+        self._pending: list[relay.GlobalVar] = []
+        self._wrappers: dict[object, str] = {}
+        self._var_count = 0
+        self._func_count = 0
+
+    # -- naming --------------------------------------------------------------------------
+
+    def new_var(self, ty: ir.Type, hint: str = "") -> ir.Var:
+        """A fresh variable."""
+        var = ir.Var(self._var_count, ty, hint)
+        self._var_count += 1
+        return var
+
+    def new_func_id(self) -> str:
+        """A fresh function id."""
+        func_id = f"{names.FUNC}{self._func_count}"
+        self._func_count += 1
+        return func_id
+
+    def global_id(self, gvar: relay.GlobalVar) -> str:
+        """The function id of global ``gvar``, queueing it for lowering on first use."""
+        name = gvar.name_hint
+        if name not in self._global_ids:
+            if not isinstance(self.mod[name], relay.Function):
+                raise UnsupportedError(f"global @{name} is not a Relay function")
+            self._global_ids[name] = self.new_func_id()
+            self._pending.append(self.mod.get_global_var(name))
+        return self._global_ids[name]
+
+    def constant(self, const: relay.Constant) -> int:
+        """Index of ``const`` in the program's constant table."""
+        key = const.data.handle.value
+        if key not in self._constant_ids:
+            self._constant_ids[key] = len(self.constants)
+            self.constants.append(const.data.numpy())
+        return self._constant_ids[key]
+
+    # -- whole program -------------------------------------------------------------------
+
+    def run(self) -> ir.Program:
+        """Lower ``main`` and everything it reaches."""
+        main = self.mod.get_global_var("main")
+        main_id = self.global_id(main)
+        old_limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(old_limit, _RECURSION_LIMIT))
+        try:
+            while self._pending:
+                self._lower_global(self._pending.pop(0))
+        except RecursionError:
+            raise UnsupportedError("the Relay program is nested too deeply to lower") from None
+        finally:
+            sys.setrecursionlimit(old_limit)
+        main_func = self.mod["main"]
+        params = [ir.Param(p.name_hint, self.types.lower(p.checked_type)) for p in main_func.params]
+        self.functions.sort(key=lambda f: int(f.id[len(names.FUNC):]))
+        return ir.Program(
+            functions=self.functions,
+            main=main_id,
+            params=params,
+            ret=self.types.lower(main_func.ret_type),
+            kernels=self.kernels.kernels,
+            constants=self.constants,
+            adts=self.types.adts,
+        )
+
+    def _lower_global(self, gvar: relay.GlobalVar) -> None:
+        func = self.mod[gvar]
+        name = "@" + gvar.name_hint
+        body = FunctionLowering(self, name, self_global=gvar.name_hint)
+        params = [body.bind_param(p) for p in func.params]
+        block = body.block(func.body, tail=True)
+        self.functions.append(
+            ir.Function(
+                id=self._global_ids[gvar.name_hint],
+                hint=name,
+                params=params,
+                ret=self.types.lower(func.ret_type),
+                body=block,
+                has_tail_call=body.has_tail_call,
+                signature=self.signature(name, func),
+            )
+        )
+
+    def signature(self, name: str, func: relay.Function) -> str:
+        """Relay-like signature text of ``func``, for comments."""
+        fmt = lambda ty: ir.format_type(self.types.lower(ty), self.types.adts)  # noqa: E731
+        params = ", ".join(f"%{p.name_hint}: {fmt(p.checked_type)}" for p in func.params)
+        ret = func.ret_type if func.ret_type is not None else func.body.checked_type
+        return f"{name}({params}) -> {fmt(ret)}"
+
+    def global_wrapper(self, gvar: relay.GlobalVar) -> str:
+        """A closure function that calls global ``gvar`` (for globals used as values)."""
+        key = ("global", gvar.name_hint)
+        if key not in self._wrappers:
+            callee = self.global_id(gvar)
+            func = self.mod[gvar.name_hint]
+            params = [self.new_var(self.types.lower(p.checked_type), p.name_hint) for p in func.params]
+            ret = self.types.lower(func.ret_type)
+            result = self.new_var(ret)
+            body = ir.Block([ir.Let(result, ir.CallGlobal(callee, list(params)))], result)
+            self._wrappers[key] = self._add_wrapper(f"@{gvar.name_hint} as a value", params, ret, body)
+        return self._wrappers[key]
+
+    def constructor_wrapper(self, ctor: relay.Constructor) -> str:
+        """A closure function that applies constructor ``ctor`` (for constructors used as values)."""
+        adt, index = self.types.constructor(ctor)
+        key = ("ctor", adt, index)
+        if key not in self._wrappers:
+            params = [self.new_var(ir.AnyType()) for _ in ctor.inputs]
+            ret = ir.AdtType(adt, ())
+            result = self.new_var(ret)
+            body = ir.Block([ir.Let(result, ir.MakeAdt(adt, index, list(params)))], result)
+            self._wrappers[key] = self._add_wrapper(f"constructor {ctor.name_hint} as a value", params, ret, body)
+        return self._wrappers[key]
+
+    def _add_wrapper(self, hint: str, params: list[ir.Var], ret: ir.Type, body: ir.Block) -> str:
+        func_id = self.new_func_id()
+        self.functions.append(ir.Function(func_id, hint, params, ret, body, is_closure=True, signature=hint))
+        return func_id
+
+
+class FunctionLowering:
+    """Lowers the body of one function (global or lifted closure) into statements."""
+
+    def __init__(
+        self,
+        prog: ProgramLowering,
+        hint: str,
+        self_global: Optional[str] = None,
+        self_closure: Optional[relay.Var] = None,
+    ):
+        self.prog = prog
+        self.hint = hint
+        self.self_global = self_global
+        self.self_closure = self_closure
+        self.env: dict[relay.Var, Binding] = {}
+        self.params: list[ir.Var] = []
+        self.has_tail_call = False
+        self._handlers = {
+            relay.Var: self._var,
+            relay.GlobalVar: self._global_var,
+            relay.Constant: self._constant,
+            relay.Tuple: self._tuple,
+            relay.TupleGetItem: self._tuple_get_item,
+            relay.Let: self._let,
+            relay.If: self._if,
+            relay.Function: self._function,
+            relay.Call: self._call,
+            relay.Constructor: self._constructor,
+            relay.Match: self._match,
+            relay.RefCreate: self._ref_create,
+            relay.RefRead: self._ref_read,
+            relay.RefWrite: self._ref_write,
+        }
+        self._patterns = {
+            relay.PatternWildcard: self._pattern_wildcard,
+            relay.PatternVar: self._pattern_var,
+            relay.PatternConstructor: self._pattern_constructor,
+            relay.PatternTuple: self._pattern_tuple,
+        }
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def bind_param(self, param: relay.Var) -> ir.Var:
+        """Bind a Relay parameter to a fresh variable."""
+        var = self.prog.new_var(self.prog.types.lower(param.checked_type), param.name_hint)
+        self.env[param] = var
+        self.params.append(var)
+        return var
+
+    def lookup(self, var: relay.Var) -> Binding:
+        """The binding of Relay variable ``var``."""
+        try:
+            return self.env[var]
+        except KeyError:
+            raise RelayAotError(f"variable %{var.name_hint} is not bound in {self.hint}") from None
+
+    def result_var(self, expr: relay.Expr, dest: Optional[relay.Var]) -> ir.Var:
+        """A fresh variable for the value of ``expr``, named after ``dest`` if given."""
+        return self.prog.new_var(self.prog.types.lower(expr.checked_type), dest.name_hint if dest is not None else "")
+
+    def emit(self, stmts: list[ir.Stmt], expr, rhs: ir.Rhs, dest, note: str = "") -> ir.Var:
+        """Append ``let v = rhs`` for the value of ``expr`` and return ``v``."""
+        var = self.result_var(expr, dest)
+        stmts.append(ir.Let(var, rhs, note))
+        return var
+
+    def atoms(self, exprs, stmts: list[ir.Stmt]) -> list[ir.Var]:
+        """Lower ``exprs`` left to right to variables."""
+        return [self.value(e, stmts) for e in exprs]
+
+    def value(self, expr: relay.Expr, stmts: list[ir.Stmt], dest: Optional[relay.Var] = None) -> ir.Var:
+        """Lower ``expr`` (not in tail position) to a variable holding its value."""
+        result = self.expr(expr, stmts, False, dest)
+        assert isinstance(result, ir.Var)
+        return result
+
+    def block(self, expr: relay.Expr, tail: bool) -> ir.Block:
+        """Lower ``expr`` into a block of its own."""
+        stmts: list[ir.Stmt] = []
+        result = self.expr(expr, stmts, tail, None)
+        return ir.Block(stmts, result)
+
+    def expr(self, expr: relay.Expr, stmts: list[ir.Stmt], tail: bool, dest: Optional[relay.Var]) -> Result:
+        """Lower ``expr``, appending statements; in tail position the result may be a tail call."""
+        handler = method_for(self._handlers, expr)
+        if handler is None:
+            raise UnsupportedError(f"unsupported Relay construct {type(expr).__name__} in {self.hint}")
+        return handler(expr, stmts, tail, dest)
+
+    # -- one handler per Relay expression node ---------------------------------------------
+
+    def _var(self, expr, stmts, tail, dest):
+        binding = self.lookup(expr)
+        if isinstance(binding, ir.Kernel):
+            raise UnsupportedError(f"a fused primitive function is used as a value in {self.hint}")
+        return binding
+
+    def _global_var(self, expr, stmts, tail, dest):
+        wrapper = self.prog.global_wrapper(expr)
+        return self.emit(stmts, expr, ir.MakeClosure(wrapper, []), dest, f"@{expr.name_hint} as a value")
+
+    def _constant(self, expr, stmts, tail, dest):
+        return self.emit(stmts, expr, ir.Constant(self.prog.constant(expr)), dest, "constant")
+
+    def _tuple(self, expr, stmts, tail, dest):
+        return self.emit(stmts, expr, ir.MakeTuple(self.atoms(expr.fields, stmts)), dest, "tuple")
+
+    def _tuple_get_item(self, expr, stmts, tail, dest):
+        value = self.value(expr.tuple_value, stmts)
+        return self.emit(stmts, expr, ir.Proj(value, int(expr.index)), dest, f".{int(expr.index)}")
+
+    def _let(self, expr, stmts, tail, dest):
+        # Let chains in A-normal form are thousands deep: walk them with a loop, not recursion.
+        while isinstance(expr, relay.Let):
+            var, value = expr.var, expr.value
+            if isinstance(value, relay.Function) and is_primitive(value):
+                self.env[var] = self.prog.kernels.add(value)
+            elif isinstance(value, relay.Function):
+                recursive = any(v.same_as(var) for v in relay.analysis.free_vars(value))
+                self.env[var] = self.closure(value, stmts, var, recursive)
+            elif isinstance(value, relay.Var):
+                self.env[var] = self.lookup(value)
+            else:
+                result = self.expr(value, stmts, tail and _returns_var(expr.body, var), var)
+                if isinstance(result, ir.TailCall):
+                    return result
+                self.env[var] = result
+            expr = expr.body
+        return self.expr(expr, stmts, tail, dest)
+
+    def _if(self, expr, stmts, tail, dest):
+        cond = self.value(expr.cond, stmts)
+        result = self.result_var(expr, dest)
+        then = self.block(expr.true_branch, tail)
+        else_ = self.block(expr.false_branch, tail)
+        stmts.append(ir.If(cond, then, else_, result))
+        return result
+
+    def _function(self, expr, stmts, tail, dest):
+        if is_primitive(expr):
+            raise UnsupportedError(f"a fused primitive function is used as a value in {self.hint}")
+        return self.closure(expr, stmts, dest, recursive=False)
+
+    def _constructor(self, expr, stmts, tail, dest):
+        wrapper = self.prog.constructor_wrapper(expr)
+        return self.emit(stmts, expr, ir.MakeClosure(wrapper, []), dest, f"constructor {expr.name_hint} as a value")
+
+    def _call(self, expr, stmts, tail, dest):
+        op = expr.op
+        if isinstance(op, tvm.ir.Op):
+            raise UnsupportedError(
+                f"operator {op.name} is called outside a fused kernel in {self.hint}; "
+                "relay_aot compiles operators only through TVM's FuseOps"
+            )
+        if isinstance(op, relay.Function) and is_primitive(op):
+            return self._kernel_call(self.prog.kernels.add(op), expr, stmts, dest)
+        if isinstance(op, relay.Var) and isinstance(self.lookup(op), ir.Kernel):
+            return self._kernel_call(self.lookup(op), expr, stmts, dest)
+        if isinstance(op, relay.Constructor):
+            adt, index = self.prog.types.constructor(op)
+            fields = self.atoms(expr.args, stmts)
+            return self.emit(stmts, expr, ir.MakeAdt(adt, index, fields), dest, op.name_hint)
+        args = self.atoms(expr.args, stmts)
+        if isinstance(op, relay.GlobalVar):
+            if tail and op.name_hint == self.self_global:
+                self.has_tail_call = True
+                return ir.TailCall(args)
+            callee = self.prog.global_id(op)
+            return self.emit(stmts, expr, ir.CallGlobal(callee, args), dest, f"@{op.name_hint}(...)")
+        if tail and self.self_closure is not None and isinstance(op, relay.Var) and op.same_as(self.self_closure):
+            self.has_tail_call = True
+            return ir.TailCall(args)
+        closure = self.value(op, stmts)
+        return self.emit(stmts, expr, ir.CallClosure(closure, args), dest, "closure call")
+
+    def _kernel_call(self, kernel: ir.Kernel, expr, stmts, dest):
+        args = self.atoms(expr.args, stmts)
+        note = "kernel: " + ", ".join(dict.fromkeys(kernel.ops))
+        return self.emit(stmts, expr, ir.KernelCall(kernel.index, args), dest, note)
+
+    def _match(self, expr, stmts, tail, dest):
+        scrutinee = self.value(expr.data, stmts)
+        result = self.result_var(expr, dest)
+        clauses = []
+        for clause in expr.clauses:
+            tests: list[ir.TagTest] = []
+            binds: list[ir.Bind] = []
+            self.pattern(clause.lhs, (), tests, binds)
+            body = self.block(clause.rhs, tail)
+            clauses.append(ir.Clause(tests, binds, body, pattern_text(clause.lhs)))
+        stmts.append(ir.Match(scrutinee, clauses, result, self.hint))
+        return result
+
+    def _ref_create(self, expr, stmts, tail, dest):
+        return self.emit(stmts, expr, ir.RefNew(self.value(expr.value, stmts)), dest, "ref")
+
+    def _ref_read(self, expr, stmts, tail, dest):
+        return self.emit(stmts, expr, ir.RefRead(self.value(expr.ref, stmts)), dest, "ref read")
+
+    def _ref_write(self, expr, stmts, tail, dest):
+        ref = self.value(expr.ref, stmts)
+        value = self.value(expr.value, stmts)
+        return self.emit(stmts, expr, ir.RefWrite(ref, value), dest, "ref write")
+
+    # -- patterns: one handler per pattern node ----------------------------------------------
+
+    def pattern(self, pat, path: tuple[int, ...], tests: list[ir.TagTest], binds: list[ir.Bind]) -> None:
+        """Add the tests and bindings of ``pat`` applied to the value at ``path``."""
+        handler = method_for(self._patterns, pat)
+        if handler is None:
+            raise UnsupportedError(f"unsupported pattern {type(pat).__name__} in {self.hint}")
+        handler(pat, path, tests, binds)
+
+    def _pattern_wildcard(self, pat, path, tests, binds):
+        pass
+
+    def _pattern_var(self, pat, path, tests, binds):
+        var = self.prog.new_var(self.prog.types.lower(pat.var.checked_type), pat.var.name_hint)
+        self.env[pat.var] = var
+        binds.append(ir.Bind(var, path))
+
+    def _pattern_constructor(self, pat, path, tests, binds):
+        adt, index = self.prog.types.constructor(pat.constructor)
+        tests.append(ir.TagTest(path, self.prog.types.adts[adt].ctors[index].tag))
+        for i, sub in enumerate(pat.patterns):
+            self.pattern(sub, path + (i,), tests, binds)
+
+    def _pattern_tuple(self, pat, path, tests, binds):
+        for i, sub in enumerate(pat.patterns):
+            self.pattern(sub, path + (i,), tests, binds)
+
+    # -- closures --------------------------------------------------------------------------
+
+    def closure(self, func: relay.Function, stmts, dest: Optional[relay.Var], recursive: bool) -> ir.Var:
+        """Lift ``func`` into its own function and bind a closure value over its free variables."""
+        func_id = self.prog.new_func_id()
+        name = f"%{dest.name_hint}" if dest is not None else "fn"
+        hint = f"{name} in {self.hint}"
+        inner = FunctionLowering(self.prog, hint, self_closure=dest if recursive else None)
+        captured_outer: list[ir.Var] = []
+        captured_inner: list[ir.Var] = []
+        for free in relay.analysis.free_vars(func):
+            if recursive and free.same_as(dest):
+                continue
+            binding = self.lookup(free)
+            if isinstance(binding, ir.Kernel):
+                inner.env[free] = binding
+                continue
+            captured = self.prog.new_var(binding.type, binding.hint)
+            inner.env[free] = captured
+            captured_outer.append(binding)
+            captured_inner.append(captured)
+        func_type = self.prog.types.lower(func.checked_type)
+        self_var = None
+        if recursive:
+            self_var = self.prog.new_var(func_type, dest.name_hint)
+            inner.env[dest] = self_var
+        params = [inner.bind_param(p) for p in func.params]
+        body = inner.block(func.body, tail=True)
+        ret = self.prog.types.lower(func.ret_type if func.ret_type is not None else func.body.checked_type)
+        self.prog.functions.append(
+            ir.Function(
+                id=func_id,
+                hint=hint,
+                params=params,
+                ret=ret,
+                body=body,
+                is_closure=True,
+                captures=captured_inner,
+                self_var=self_var,
+                has_tail_call=inner.has_tail_call,
+                signature=self.prog.signature(name, func),
+            )
+        )
+        var = self.prog.new_var(func_type, dest.name_hint if dest is not None else "")
+        stmts.append(ir.Let(var, ir.MakeClosure(func_id, captured_outer), f"closure {name}"))
+        return var
+
+
+def lower_program(mod: tvm.IRModule, model: str, target: tvm.target.Target) -> tuple[ir.Program, KernelTable]:
+    """Lower a prepared module (see ``passes.prepare``) to a control-IR program."""
+    lowering = ProgramLowering(mod, model, target)
+    program = lowering.run()
+    return program, lowering.kernels

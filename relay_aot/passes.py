@@ -1,0 +1,95 @@
+"""Stage 1: Relay-to-Relay passes that prepare a module for lowering.
+
+The result has every tensor operator inside a fused ``Primitive=1`` function and is in
+A-normal form, so that ``lower.py`` sees each intermediate value bound by a ``let`` at the
+scope where it must be computed (A-normal form places expressions shared across branches at
+their lowest common scope, which a naive recursive lowering of a dataflow graph gets wrong).
+
+Only ``main`` and the globals it reaches are kept: a module holding TVM's Prelude has 240
+globals, most of them unused tensor-array helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import numpy as np
+import tvm
+from tvm import relay
+
+from .errors import RelayAotError, UnsupportedError
+
+
+def reachable_globals(mod: tvm.IRModule, root: str = "main") -> list[relay.GlobalVar]:
+    """Global functions reachable from ``root`` (including it), in discovery order."""
+    order: list[relay.GlobalVar] = []
+    seen: set[str] = set()
+    stack = [mod.get_global_var(root)]
+    while stack:
+        gvar = stack.pop()
+        if gvar.name_hint in seen:
+            continue
+        seen.add(gvar.name_hint)
+        order.append(gvar)
+        found: list[relay.GlobalVar] = []
+        relay.analysis.post_order_visit(
+            mod[gvar], lambda node: found.append(node) if isinstance(node, relay.GlobalVar) else None
+        )
+        for callee in reversed(found):
+            if callee.name_hint not in seen:
+                stack.append(callee)
+    return order
+
+
+def prune(mod: tvm.IRModule) -> tvm.IRModule:
+    """A module with ``main``, the globals it reaches, and every type definition."""
+    keep = reachable_globals(mod)
+    pruned = tvm.IRModule({gvar: mod[gvar] for gvar in keep}, type_definitions=mod.type_definitions)
+    return pruned
+
+
+def bind_params(mod: tvm.IRModule, params: Optional[Mapping[str, object]]) -> tvm.IRModule:
+    """Bind named parameters of ``main`` to constants, as ``relay.build(params=...)`` does."""
+    if not params:
+        return mod
+    main = mod["main"]
+    names = {p.name_hint for p in main.params}
+    unknown = sorted(set(params) - names)
+    if unknown:
+        raise RelayAotError(f"params name no parameter of @main: {', '.join(unknown)}")
+    arrays = {}
+    for name, value in params.items():
+        arrays[name] = value if isinstance(value, tvm.nd.NDArray) else tvm.nd.array(np.asarray(value))
+    mod = tvm.IRModule(dict(mod.functions.items()), type_definitions=mod.type_definitions)
+    mod["main"] = relay.build_module.bind_params_by_name(main, arrays)
+    return mod
+
+
+def prepare(
+    mod: tvm.IRModule, params: Optional[Mapping[str, object]] = None, opt_level: int = 3
+) -> tvm.IRModule:
+    """Run the pass pipeline: type check, bind params, simplify, fuse, A-normal form."""
+    if not isinstance(mod, tvm.IRModule):
+        raise TypeError(f"expected a tvm.IRModule, got {type(mod).__name__}")
+    if "main" not in [g.name_hint for g in mod.get_global_vars()]:
+        raise RelayAotError("the module has no @main function")
+    if not isinstance(mod["main"], relay.Function):
+        raise UnsupportedError(f"@main is a {type(mod['main']).__name__}, not a Relay function")
+    mod = prune(mod)
+    mod = bind_params(mod, params)
+    fuse_level = 0 if opt_level < 1 else 2
+    sequence = [relay.transform.InferType(), relay.transform.SimplifyInference()]
+    if opt_level >= 2:
+        sequence.append(relay.transform.FoldConstant())
+    sequence += [
+        relay.transform.InferType(),
+        relay.transform.FuseOps(fuse_level),
+        relay.transform.InferType(),
+        relay.transform.ToANormalForm(),
+        relay.transform.InferType(),
+    ]
+    with tvm.transform.PassContext(opt_level=opt_level):
+        try:
+            return tvm.transform.Sequential(sequence)(mod)
+        except tvm.error.DiagnosticError as err:
+            raise RelayAotError(f"the Relay program does not type-check: {err}") from None

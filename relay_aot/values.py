@@ -1,0 +1,189 @@
+"""Stage 6 (Python side): convert Python values to runtime values and back, by static type.
+
+Arguments may be numpy arrays, ``tvm.nd.NDArray``, Python/numpy scalars (for 0-d tensors),
+Python tuples (for tuples), ``tvm.runtime.container.ADT`` or the interpreter's
+``ConstructorValue`` (for ADTs) and Python callables (for functions). Results are ``NDArray``,
+``ADT`` (tuples have tag 0) and, for functions, callables that convert in the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm.runtime.container import ADT
+
+from . import ir
+from .ir import format_type
+from .dispatch import method_for
+from .metadata import Signature
+
+from tvm.relay.backend.interpreter import ConstructorValue
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, tvm.nd.NDArray):
+        return f"NDArray of shape {tuple(value.shape)} and dtype {value.dtype}"
+    if isinstance(value, np.ndarray):
+        return f"numpy array of shape {value.shape} and dtype {value.dtype}"
+    return type(value).__name__
+
+
+def instantiate(ty: ir.Type, args: tuple[ir.Type, ...]) -> ir.Type:
+    """Substitute ADT type parameters in ``ty`` by ``args`` (missing ones become AnyType)."""
+    if isinstance(ty, ir.TypeParam):
+        return args[ty.index] if ty.index < len(args) else ir.AnyType()
+    if isinstance(ty, ir.TupleType):
+        return ir.TupleType(tuple(instantiate(f, args) for f in ty.fields))
+    if isinstance(ty, ir.AdtType):
+        return ir.AdtType(ty.adt, tuple(instantiate(a, args) for a in ty.args))
+    if isinstance(ty, ir.FuncType):
+        return ir.FuncType(tuple(instantiate(p, args) for p in ty.params), instantiate(ty.ret, args))
+    if isinstance(ty, ir.RefType):
+        return ir.RefType(instantiate(ty.value, args))
+    return ty
+
+
+class Converter:
+    """Converts values of one program's types (its ADT definitions come from the signature)."""
+
+    def __init__(self, signature: Signature):
+        self.adts = signature.adts
+        self._to = {
+            ir.TensorType: self._tensor_in,
+            ir.TupleType: self._tuple_in,
+            ir.AdtType: self._adt_in,
+            ir.FuncType: self._func_in,
+            ir.RefType: self._ref_in,
+            ir.AnyType: self._any_in,
+        }
+        self._from = {ir.FuncType: self._func_out}
+
+    def to_runtime(self, value: Any, ty: ir.Type, where: str) -> Any:
+        """``value`` as the runtime value of static type ``ty``; ``where`` names it in errors."""
+        return method_for(self._to, ty)(value, ty, where)
+
+    def from_runtime(self, value: Any, ty: ir.Type) -> Any:
+        """A runtime value of static type ``ty`` as returned to Python."""
+        handler = method_for(self._from, ty)
+        return handler(value, ty) if handler is not None else value
+
+    def _mismatch(self, value, ty, where) -> TypeError:
+        return TypeError(f"{where}: expected {format_type(ty, self.adts)}, got {_describe(value)}")
+
+    # -- to runtime --------------------------------------------------------------------------
+
+    def _tensor_in(self, value, ty: ir.TensorType, where):
+        if isinstance(value, tvm.nd.NDArray):
+            array = value
+            if array.device.device_type != tvm.cpu().device_type:
+                raise ValueError(f"{where}: tensor is on {array.device}, expected the CPU")
+        elif isinstance(value, (np.ndarray, np.generic)):
+            array = value
+        elif isinstance(value, (bool, int, float)) and not ty.shape:
+            kind = np.dtype(ty.dtype).kind if ty.dtype != "bool" else "b"
+            ok = {"b": isinstance(value, bool), "i": isinstance(value, int) and not isinstance(value, bool),
+                  "u": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                  "f": isinstance(value, (int, float)) and not isinstance(value, bool)}.get(kind, False)
+            if not ok:
+                raise self._mismatch(value, ty, where)
+            try:
+                array = np.array(value, dtype=ty.dtype)
+            except OverflowError:
+                raise ValueError(f"{where}: {value!r} does not fit in {ty.dtype}") from None
+        else:
+            raise self._mismatch(value, ty, where)
+        if str(array.dtype) != ty.dtype:
+            raise TypeError(f"{where}: expected dtype {ty.dtype}, got {array.dtype} ({_describe(value)})")
+        if tuple(array.shape) != ty.shape:
+            raise ValueError(f"{where}: expected shape {ty.shape}, got {tuple(array.shape)}")
+        if isinstance(array, tvm.nd.NDArray):
+            return array
+        return tvm.nd.array(np.ascontiguousarray(array), device=tvm.cpu())
+
+    def _tuple_in(self, value, ty: ir.TupleType, where):
+        if isinstance(value, ADT):
+            if value.tag != 0:
+                raise TypeError(f"{where}: expected a tuple, got an ADT with tag {value.tag}")
+            fields = list(value)
+        elif isinstance(value, (tuple, list)):
+            fields = list(value)
+        else:
+            raise self._mismatch(value, ty, where)
+        if len(fields) != len(ty.fields):
+            raise ValueError(f"{where}: expected a tuple of {len(ty.fields)} fields, got {len(fields)}")
+        converted = [self.to_runtime(f, t, f"{where}[{i}]") for i, (f, t) in enumerate(zip(fields, ty.fields))]
+        return tvm.runtime.container.tuple_object(converted)
+
+    def _adt_in(self, value, ty: ir.AdtType, where):
+        adt = self.adts[ty.adt]
+        if isinstance(value, ConstructorValue):
+            tag, fields = int(value.tag), list(value.fields)
+        elif isinstance(value, ADT):
+            tag, fields = int(value.tag), list(value)
+        else:
+            raise self._mismatch(value, ty, where)
+        ctor = next((c for c in adt.ctors if c.tag == tag), None)
+        if ctor is None:
+            raise ValueError(f"{where}: tag {tag} is not a constructor of {adt.name}")
+        if len(fields) != len(ctor.fields):
+            raise ValueError(f"{where}: {ctor.name} takes {len(ctor.fields)} fields, got {len(fields)}")
+        converted = [
+            self.to_runtime(f, instantiate(t, ty.args), f"{where}.{ctor.name}[{i}]")
+            for i, (f, t) in enumerate(zip(fields, ctor.fields))
+        ]
+        return ADT(tag, converted)
+
+    def _func_in(self, value, ty: ir.FuncType, where):
+        if isinstance(value, tvm.runtime.PackedFunc):
+            return value
+        if isinstance(value, Closure):
+            return value.packed
+        if not callable(value):
+            raise self._mismatch(value, ty, where)
+
+        def call(*args):
+            py_args = [self.from_runtime(a, t) for a, t in zip(args, ty.params)]
+            return self.to_runtime(value(*py_args), ty.ret, f"result of {where}")
+
+        return tvm.runtime.convert(call)
+
+    def _ref_in(self, value, ty, where):
+        raise TypeError(f"{where}: passing references into a compiled program is not supported")
+
+    def _any_in(self, value, ty, where):
+        if isinstance(value, (np.ndarray, np.generic)):
+            return tvm.nd.array(np.ascontiguousarray(value))
+        if isinstance(value, ConstructorValue):
+            return ADT(int(value.tag), [self._any_in(f, ty, where) for f in value.fields])
+        return value
+
+    # -- from runtime ------------------------------------------------------------------------
+
+    def _func_out(self, value, ty: ir.FuncType):
+        return Closure(value, ty, self)
+
+
+class Closure:
+    """A compiled Relay function value returned to Python; call it like the function.
+
+    ``packed`` is the underlying ``tvm.runtime.PackedFunc``.
+    """
+
+    def __init__(self, packed: tvm.runtime.PackedFunc, ty: ir.FuncType, converter: Converter):
+        self.packed = packed
+        self.type = ty
+        self._converter = converter
+
+    def __call__(self, *args):
+        if len(args) != len(self.type.params):
+            raise TypeError(f"the function takes {len(self.type.params)} arguments, got {len(args)}")
+        converted = [
+            self._converter.to_runtime(a, t, f"argument {i}") for i, (a, t) in enumerate(zip(args, self.type.params))
+        ]
+        return self._converter.from_runtime(self.packed(*converted), self.type.ret)
+
+    def __repr__(self) -> str:
+        return f"<relay_aot.Closure {format_type(self.type, self._converter.adts)}>"
+

@@ -1,0 +1,133 @@
+/*!
+ * \file relay_aot/closure.h
+ * \brief Relay closures: a function pointer plus captured values, usable as a PackedFunc.
+ *
+ * ClosureObj derives from TVM's PackedFuncObj without a type index of its own (the same way
+ * TVM's PackedFuncSubObj does), so a closure returned to Python or stored in an ADT is a plain
+ * callable PackedFunc to everyone else. Generated code calls closures through `entry` directly;
+ * a PackedFunc that did not come from this library (a Python callable, or a closure of another
+ * compiled model) is called through the packed convention instead.
+ *
+ * Each lifted Relay function gets a generated subclass holding its captured values as typed
+ * members. A recursive let-bound closure does not capture itself (that would be a reference
+ * cycle, which reference counting never frees): its body receives `self` at call time.
+ */
+#ifndef RELAY_AOT_CLOSURE_H_
+#define RELAY_AOT_CLOSURE_H_
+
+#include <tvm/runtime/packed_func.h>
+
+#include <string>
+#include <utility>
+
+#include "errors.h"
+#include "values.h"
+
+namespace relay_aot {
+
+using tvm::runtime::PackedFunc;
+using tvm::runtime::PackedFuncObj;
+using tvm::runtime::TVMArgs;
+using tvm::runtime::TVMArgsSetter;
+using tvm::runtime::TVMArgValue;
+using tvm::runtime::TVMRetValue;
+
+/*! \brief Convert one packed argument to a runtime value; tensors passed as DLTensor* are copied. */
+inline ObjectRef object_from_arg(const TVMArgValue& arg, int index) {
+  switch (arg.type_code()) {
+    case kTVMNDArrayHandle:
+    case kTVMObjectHandle:
+    case kTVMObjectRValueRefArg:
+    case kTVMPackedFuncHandle:
+      return arg.operator ObjectRef();
+    case kTVMDLTensorHandle: {
+      DLTensor* tensor = arg.operator DLTensor*();
+      return NDArray::NewFromDLTensor(tensor, tensor->device);
+    }
+    default:
+      raise_type_error("argument " + std::to_string(index) +
+                       " is not a tensor, tuple, ADT or function value (TVM type code " +
+                       std::to_string(arg.type_code()) + ")");
+  }
+}
+
+/*! \brief The closure object all generated closure classes derive from. */
+class ClosureObj : public PackedFuncObj {
+ public:
+  /*! \brief Uniform entry: unpacks `args` (exactly `arity` values) and runs the body. */
+  using Entry = ObjectRef (*)(const ClosureObj* self, const ObjectRef* args);
+
+  Entry entry;
+  int arity;
+
+  /*! \brief Whether \p obj (a PackedFuncObj) is a closure made by this library. */
+  static bool IsNative(const Object* obj) {
+    // Reads the base-class field through the derived type, which is how protected access
+    // is granted; the layout of the PackedFuncObj prefix is the same for every subclass.
+    return static_cast<const ClosureObj*>(obj)->f_call_packed_ == &ClosureObj::CallPacked;
+  }
+
+ protected:
+  ClosureObj(Entry entry, int arity) : PackedFuncObj(&ClosureObj::CallPacked), entry(entry), arity(arity) {}
+
+ private:
+  /*! \brief The packed view of the closure, used by Python and other foreign callers. */
+  static void CallPacked(const PackedFuncObj* obj, TVMArgs args, TVMRetValue* rv) {
+    const auto* self = static_cast<const ClosureObj*>(obj);
+    if (args.size() != self->arity) {
+      raise_type_error("closure takes " + std::to_string(self->arity) + " arguments, got " +
+                       std::to_string(args.size()));
+    }
+    std::vector<ObjectRef> values;
+    values.reserve(args.size());
+    for (int i = 0; i < args.size(); ++i) values.push_back(object_from_arg(args[i], i));
+    *rv = self->entry(self, values.data());
+  }
+};
+
+/*! \brief A Relay function value. */
+class Closure : public ObjectRef {
+ public:
+  TVM_DEFINE_OBJECT_REF_METHODS(Closure, ObjectRef, PackedFuncObj);
+};
+
+/*! \brief Wrap a generated closure object. */
+template <typename T, typename... Args>
+inline Closure make_closure(Args&&... args) {
+  return Closure(tvm::runtime::make_object<T>(std::forward<Args>(args)...));
+}
+
+/*! \brief Call a function value that did not come from this library. */
+inline ObjectRef call_foreign(const Closure& fn, const ObjectRef* args, int count) {
+  std::vector<TVMValue> values(count);
+  std::vector<int> codes(count);
+  TVMArgsSetter setter(values.data(), codes.data());
+  for (int i = 0; i < count; ++i) setter(i, args[i]);
+  TVMRetValue rv;
+  static_cast<const PackedFuncObj*>(fn.get())->CallPacked(TVMArgs(values.data(), codes.data(), count), &rv);
+  int code = rv.type_code();
+  if (code != kTVMNDArrayHandle && code != kTVMObjectHandle && code != kTVMPackedFuncHandle) {
+    raise_type_error("a function passed to the program returned a value that is not a tensor, "
+                     "tuple, ADT or function (TVM type code " + std::to_string(code) + ")");
+  }
+  return rv.operator ObjectRef();
+}
+
+/*! \brief Apply a function value to \p count arguments. */
+inline ObjectRef call_closure(const Closure& fn, const ObjectRef* args, int count) {
+  const Object* obj = fn.get();
+  if (ClosureObj::IsNative(obj)) {
+    const auto* closure = static_cast<const ClosureObj*>(obj);
+    return closure->entry(closure, args);
+  }
+  return call_foreign(fn, args, count);
+}
+
+/*! \brief The closure a generated function body is running in, as a value. */
+inline Closure closure_ref(const ClosureObj* self) {
+  return Closure(tvm::runtime::GetObjectPtr<Object>(const_cast<ClosureObj*>(self)));
+}
+
+}  // namespace relay_aot
+
+#endif  // RELAY_AOT_CLOSURE_H_

@@ -1,0 +1,46 @@
+/*!
+ * \file relay_aot/errors.h
+ * \brief Errors raised by compiled Relay programs at run time.
+ *
+ * Messages start with an error kind ("MatchError: ...") because TVM's Python FFI turns that
+ * prefix into the Python exception class registered under the same name; relay_aot registers
+ * MatchError, KernelError and RecursionDepthError, and the builtin TypeError and ValueError
+ * are recognised by TVM itself.
+ */
+#ifndef RELAY_AOT_ERRORS_H_
+#define RELAY_AOT_ERRORS_H_
+
+#include <stdexcept>
+#include <string>
+
+#include <tvm/runtime/c_runtime_api.h>
+
+namespace relay_aot {
+
+/*! \brief An error of a compiled program; what() is "<Kind>: <message>". */
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& kind, const std::string& message)
+      : std::runtime_error(kind + ": " + message) {}
+};
+
+/*! \brief No clause of a `match` accepted the value. \p where names the Relay function. */
+[[noreturn]] inline void raise_match_failure(const char* where) {
+  throw Error("MatchError", std::string("no clause matched the value in ") + where);
+}
+
+/*! \brief A kernel returned an error code; TVM keeps its message as the last error. */
+[[noreturn]] inline void raise_kernel_failure(const char* kernel) {
+  const char* detail = TVMGetLastError();
+  throw Error("KernelError", std::string("kernel ") + kernel + " failed: " +
+                                 (detail != nullptr ? detail : "(no message)"));
+}
+
+/*! \brief A caller handed a value that does not fit the program's types. */
+[[noreturn]] inline void raise_type_error(const std::string& message) {
+  throw Error("TypeError", message);
+}
+
+}  // namespace relay_aot
+
+#endif  // RELAY_AOT_ERRORS_H_

@@ -1,0 +1,53 @@
+/*!
+ * \file relay_aot/kernel.h
+ * \brief Calling TVM-generated kernels by symbol, and allocating their outputs.
+ *
+ * Kernels are linked into the same shared library as the control code, so a call is a
+ * direct C call through TVM's packed calling convention: no registry or module look-up.
+ */
+#ifndef RELAY_AOT_KERNEL_H_
+#define RELAY_AOT_KERNEL_H_
+
+#include <tvm/runtime/c_runtime_api.h>
+#include <tvm/runtime/container/shape_tuple.h>
+#include <tvm/runtime/ndarray.h>
+
+#include <initializer_list>
+
+#include "errors.h"
+
+namespace relay_aot {
+
+/*! \brief The packed signature TVM's LLVM backend gives every kernel. */
+using KernelFn = int (*)(TVMValue* args, int* type_codes, int num_args, TVMValue* ret,
+                         int* ret_type_code, void* resource_handle);
+
+/*! \brief The device every tensor of a compiled program lives on. */
+constexpr DLDevice kDevice{kDLCPU, 0};
+
+/*! \brief A new, uninitialised tensor on the CPU. */
+inline NDArray empty(std::initializer_list<int64_t> shape, DLDataType dtype) {
+  return NDArray::Empty(tvm::runtime::ShapeTuple(shape), dtype, kDevice);
+}
+
+/*!
+ * \brief Run kernel \p fn on \p tensors (inputs, then outputs, flattened).
+ * \param name The kernel's symbol, for the error message.
+ */
+template <typename... Tensors>
+inline void call_kernel(KernelFn fn, const char* name, const Tensors&... tensors) {
+  constexpr int kCount = sizeof...(Tensors);
+  TVMValue values[kCount];
+  int codes[kCount];
+  int i = 0;
+  ((values[i].v_handle = const_cast<DLTensor*>(tensors.operator->()),
+    codes[i++] = kTVMDLTensorHandle),
+   ...);
+  TVMValue ret;
+  int ret_code = kTVMNullptr;
+  if (fn(values, codes, kCount, &ret, &ret_code, nullptr) != 0) raise_kernel_failure(name);
+}
+
+}  // namespace relay_aot
+
+#endif  // RELAY_AOT_KERNEL_H_

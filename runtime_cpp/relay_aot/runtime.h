@@ -1,0 +1,16 @@
+/*!
+ * \file relay_aot/runtime.h
+ * \brief Umbrella header of the relay_aot C++ runtime, the one include of generated code.
+ */
+#ifndef RELAY_AOT_RUNTIME_H_
+#define RELAY_AOT_RUNTIME_H_
+
+#include "closure.h"
+#include "constants.h"
+#include "entry.h"
+#include "errors.h"
+#include "kernel.h"
+#include "ref.h"
+#include "values.h"
+
+#endif  // RELAY_AOT_RUNTIME_H_

@@ -1,0 +1,60 @@
+/*!
+ * \file relay_aot/values.h
+ * \brief Runtime values of compiled Relay programs and the small operations the generated
+ *        control code performs on them (field access, tags, casts, scalar reads).
+ *
+ * Relay values map onto TVM runtime objects so that results cross into Python or a C++
+ * application without conversion: tensors are NDArray, tuples and constructor values are ADT
+ * (tuples with tag 0, as the Relay VM returns them), closures are PackedFunc objects (see
+ * closure.h) and references are RefObj (see ref.h).
+ */
+#ifndef RELAY_AOT_VALUES_H_
+#define RELAY_AOT_VALUES_H_
+
+#include <tvm/runtime/container/adt.h>
+#include <tvm/runtime/ndarray.h>
+#include <tvm/runtime/object.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace relay_aot {
+
+using tvm::runtime::ADT;
+using tvm::runtime::ADTObj;
+using tvm::runtime::Downcast;
+using tvm::runtime::NDArray;
+using tvm::runtime::Object;
+using tvm::runtime::ObjectRef;
+
+/*!
+ * \brief Convert a value of static type "any" to its known static type.
+ *
+ * Relay is statically typed, so the check inside Downcast never fails for values the
+ * generated code made itself; it stays as a cheap guard against malformed inputs from outside.
+ */
+template <typename T>
+inline T as(ObjectRef value) {
+  return Downcast<T>(std::move(value));
+}
+
+/*! \brief Field \p i of a tuple or constructor value. */
+inline const ObjectRef& field(const ObjectRef& adt, int i) {
+  return static_cast<const ADTObj*>(adt.get())->operator[](i);
+}
+
+/*! \brief Constructor tag of an ADT value. */
+inline int32_t tag(const ObjectRef& adt) { return static_cast<const ADTObj*>(adt.get())->tag; }
+
+/*! \brief The unit value `()`. */
+inline ADT unit() { return ADT::Tuple(std::vector<ObjectRef>()); }
+
+/*! \brief Read a 0-d tensor of bool (stored as one byte per element) as a C++ bool. */
+inline bool truthy(const NDArray& cond) {
+  const DLTensor* t = cond.operator->();
+  return static_cast<const uint8_t*>(t->data)[t->byte_offset] != 0;
+}
+
+}  // namespace relay_aot
+
+#endif  // RELAY_AOT_VALUES_H_
