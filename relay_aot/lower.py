@@ -73,7 +73,7 @@ class ProgramLowering:
         self.kernels = KernelTable(model, target, self.types.lower)
         self.functions: list[ir.Function] = []
         self.constants: list = []
-        self._constant_ids: dict[int, int] = {}
+        self._constant_ids: dict[tuple, int] = {}
         self._global_ids: dict[str, str] = {}
         self._pending: list[relay.GlobalVar] = []
         self._wrappers: dict[object, str] = {}
@@ -106,10 +106,11 @@ class ProgramLowering:
 
     def constant(self, const: relay.Constant) -> int:
         """Index of ``const`` in the program's constant table."""
-        key = const.data.handle.value
+        array = const.data.numpy()
+        key = (str(array.dtype), array.shape, array.tobytes())  # equal constants share a slot
         if key not in self._constant_ids:
             self._constant_ids[key] = len(self.constants)
-            self.constants.append(const.data.numpy())
+            self.constants.append(array)
         return self._constant_ids[key]
 
     # -- whole program -------------------------------------------------------------------

@@ -5,6 +5,13 @@ A-normal form, so that ``lower.py`` sees each intermediate value bound by a ``le
 scope where it must be computed (A-normal form places expressions shared across branches at
 their lowest common scope, which a naive recursive lowering of a dataflow graph gets wrong).
 
+Fusion must not reorder effects. ``FuseOps`` works on dataflow graphs and freely reorders the
+arguments it gathers, so running it on a graph that contains calls of functions that read or
+write references changes what a program computes. The pipeline therefore first converts to
+A-normal form (fixing the evaluation order of every call), then moves only pure values --
+operator calls, tuples and projections -- back into their uses within the same function
+(:class:`InlinePureLets`), fuses, and converts to A-normal form again.
+
 Only ``main`` and the globals it reaches are kept: a module holding TVM's Prelude has 240
 globals, most of them unused tensor-array helpers.
 """
@@ -65,6 +72,86 @@ def bind_params(mod: tvm.IRModule, params: Optional[Mapping[str, object]]) -> tv
     return mod
 
 
+def _is_pure(value: relay.Expr) -> bool:
+    """Operator calls, tuples, projections, constants and variables: no effects, no calls."""
+    if isinstance(value, relay.Call):
+        return isinstance(value.op, tvm.ir.Op)
+    return isinstance(value, (relay.Tuple, relay.TupleGetItem, relay.Constant, relay.Var))
+
+
+class _UseScopes(relay.ExprVisitor):
+    """For each variable, whether some use of it lies in a different function than its ``let``."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth = 0
+        self.bound_at: dict[relay.Var, int] = {}
+        self.escapes: set[relay.Var] = set()
+
+    def visit_function(self, fn):
+        self.depth += 1
+        super().visit_function(fn)
+        self.depth -= 1
+
+    def visit_let(self, let):
+        while isinstance(let, relay.Let):  # iterative: A-normal form chains are very long
+            self.bound_at[let.var] = self.depth
+            self.visit(let.value)
+            let = let.body
+        self.visit(let)
+
+    def visit_var(self, var):
+        if var in self.bound_at and self.bound_at[var] != self.depth:
+            self.escapes.add(var)
+
+
+class InlinePureLets(relay.ExprMutator):
+    """Substitute let-bound pure values (see ``_is_pure``) into their uses.
+
+    Only bindings whose every use is in the same function are moved, so no computation moves
+    into a closure body (where it would run once per call). Moving a pure value later, or into
+    a branch, cannot change what the program computes; it turns the A-normal form back into a
+    dataflow graph that ``FuseOps`` can fuse.
+    """
+
+    def __init__(self, escapes: set):
+        super().__init__()
+        self.escapes = escapes
+        self.subst: dict[relay.Var, relay.Expr] = {}
+
+    def visit_let(self, let):
+        bindings = []
+        while isinstance(let, relay.Let):
+            value = self.visit(let.value)
+            if _is_pure(let.value) and let.var not in self.escapes:
+                self.subst[let.var] = value
+            else:
+                bindings.append((let.var, value))
+            let = let.body
+        body = self.visit(let)
+        for var, value in reversed(bindings):
+            body = relay.Let(var, value, body)
+        return body
+
+    def visit_var(self, var):
+        return self.subst.get(var, var)
+
+
+@tvm.transform.module_pass(opt_level=0, name="InlinePureLets")
+def inline_pure_lets(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """Apply :class:`InlinePureLets` to every function of ``mod``."""
+    updates = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, relay.Function):
+            continue
+        scopes = _UseScopes()
+        scopes.visit(func)
+        updates[gvar] = InlinePureLets(scopes.escapes).visit(func)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
 def prepare(
     mod: tvm.IRModule, params: Optional[Mapping[str, object]] = None, opt_level: int = 3
 ) -> tvm.IRModule:
@@ -82,6 +169,8 @@ def prepare(
     if opt_level >= 2:
         sequence.append(relay.transform.FoldConstant())
     sequence += [
+        relay.transform.ToANormalForm(),
+        inline_pure_lets,
         relay.transform.InferType(),
         relay.transform.FuseOps(fuse_level),
         relay.transform.InferType(),

@@ -19,7 +19,7 @@ from .ir import format_type
 from .dispatch import method_for
 from .metadata import Signature
 
-from tvm.relay.backend.interpreter import ConstructorValue
+from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 
 
 def _describe(value: Any) -> str:
@@ -58,7 +58,7 @@ class Converter:
             ir.RefType: self._ref_in,
             ir.AnyType: self._any_in,
         }
-        self._from = {ir.FuncType: self._func_out}
+        self._from = {ir.FuncType: self._func_out, ir.RefType: self._ref_out}
 
     def to_runtime(self, value: Any, ty: ir.Type, where: str) -> Any:
         """``value`` as the runtime value of static type ``ty``; ``where`` names it in errors."""
@@ -100,7 +100,7 @@ class Converter:
             raise ValueError(f"{where}: expected shape {ty.shape}, got {tuple(array.shape)}")
         if isinstance(array, tvm.nd.NDArray):
             return array
-        return tvm.nd.array(np.ascontiguousarray(array), device=tvm.cpu())
+        return tvm.nd.array(np.asarray(array, order="C"), device=tvm.cpu())
 
     def _tuple_in(self, value, ty: ir.TupleType, where):
         if isinstance(value, ADT):
@@ -149,12 +149,16 @@ class Converter:
 
         return tvm.runtime.convert(call)
 
-    def _ref_in(self, value, ty, where):
-        raise TypeError(f"{where}: passing references into a compiled program is not supported")
+    def _ref_in(self, value, ty: ir.RefType, where):
+        if isinstance(value, Ref):
+            return value.cell
+        if isinstance(value, RefValue):
+            return tvm.runtime.convert([self.to_runtime(value.value, ty.value, f"{where}.value")])
+        raise self._mismatch(value, ty, where)
 
     def _any_in(self, value, ty, where):
         if isinstance(value, (np.ndarray, np.generic)):
-            return tvm.nd.array(np.ascontiguousarray(value))
+            return tvm.nd.array(np.asarray(value, order="C"))
         if isinstance(value, ConstructorValue):
             return ADT(int(value.tag), [self._any_in(f, ty, where) for f in value.fields])
         return value
@@ -163,6 +167,9 @@ class Converter:
 
     def _func_out(self, value, ty: ir.FuncType):
         return Closure(value, ty, self)
+
+    def _ref_out(self, value, ty: ir.RefType):
+        return Ref(value, ty, self)
 
 
 class Closure:
@@ -187,3 +194,23 @@ class Closure:
     def __repr__(self) -> str:
         return f"<relay_aot.Closure {format_type(self.type, self._converter.adts)}>"
 
+
+
+class Ref:
+    """A Relay reference returned to Python; ``value`` reads its current contents.
+
+    ``cell`` is the runtime cell (a one-element ``tvm.runtime`` Array the program writes in place).
+    """
+
+    def __init__(self, cell, ty: ir.RefType, converter: Converter):
+        self.cell = cell
+        self.type = ty
+        self._converter = converter
+
+    @property
+    def value(self):
+        """The current contents of the reference."""
+        return self._converter.from_runtime(self.cell[0], self.type.value)
+
+    def __repr__(self) -> str:
+        return f"<relay_aot.Ref {format_type(self.type, self._converter.adts)}>"

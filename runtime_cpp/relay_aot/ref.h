@@ -1,46 +1,40 @@
 /*!
  * \file relay_aot/ref.h
  * \brief Relay references (RefCreate, RefRead, RefWrite): a mutable cell holding one value.
+ *
+ * A cell is a one-element runtime.Array written in place. Using TVM's own container (rather
+ * than a new object type) lets any TVM client -- Python included -- read a returned reference
+ * with `ref[0]`, with no type registration and no extra exported functions.
  */
 #ifndef RELAY_AOT_REF_H_
 #define RELAY_AOT_REF_H_
 
+#include <tvm/runtime/container/array.h>
 #include <tvm/runtime/object.h>
 
 #include <utility>
 
 namespace relay_aot {
 
-using tvm::runtime::Object;
+using tvm::runtime::ArrayNode;
 using tvm::runtime::ObjectRef;
 
-/*! \brief The cell behind a Relay reference. */
-class RefObj : public Object {
- public:
-  explicit RefObj(ObjectRef value) : value(std::move(value)) {}
-  /*! \brief Mutable because ObjectRef only hands out const pointers; Relay refs are cells. */
-  mutable ObjectRef value;
-
-  static constexpr const char* _type_key = "relay_aot.Ref";
-  TVM_DECLARE_FINAL_OBJECT_INFO(RefObj, Object);
-};
-
-/*! \brief A Relay reference value. */
+/*! \brief A Relay reference value: a one-element array whose element is its contents. */
 class Ref : public ObjectRef {
  public:
-  TVM_DEFINE_OBJECT_REF_METHODS(Ref, ObjectRef, RefObj);
+  TVM_DEFINE_OBJECT_REF_METHODS(Ref, ObjectRef, ArrayNode);
 };
 
 /*! \brief `ref(value)` */
-inline Ref ref_new(ObjectRef value) {
-  return Ref(tvm::runtime::make_object<RefObj>(std::move(value)));
-}
+inline Ref ref_new(const ObjectRef& value) { return Ref(ArrayNode::CreateRepeated(1, value)); }
 
 /*! \brief `!ref` */
-inline ObjectRef ref_read(const Ref& ref) { return ref->value; }
+inline ObjectRef ref_read(const Ref& ref) { return ref->at(0); }
 
-/*! \brief `ref := value` */
-inline void ref_write(const Ref& ref, ObjectRef value) { ref->value = std::move(value); }
+/*! \brief `ref := value` (cells are mutable by definition; Array's copy-on-write is bypassed). */
+inline void ref_write(const Ref& ref, ObjectRef value) {
+  const_cast<ArrayNode*>(ref.get())->SetItem(0, std::move(value));
+}
 
 }  // namespace relay_aot
 
