@@ -17,6 +17,11 @@ ARGS = "args"  #: the argument array of a closure entry
 KERNEL = "k"  #: kernel table index part of a kernel symbol
 SELF = "self"  #: the running closure, inside a lifted function
 
+# Python backend (emit_python.py): module-level names of the generated source.
+PY_KERNEL_MODULE = "kernel_module"  #: the kernels' tvm.runtime.Module, bound at load time
+PY_CONSTANTS = "constants"  #: the constant tensors (a list of NDArray), bound at load time
+PY_ENTRY = "main"  #: the entry function, on TVM runtime values
+
 #: Suffix of the exported function that returns the program's metadata (JSON).
 METADATA_SUFFIX = "__metadata"
 

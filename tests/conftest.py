@@ -12,7 +12,7 @@ os.environ.setdefault("RELAY_AOT_CACHE_DIR", str(ROOT / ".cache" / "relay_aot-te
 os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
 #: Backends every differential test runs on (RELAY_AOT_TEST_BACKENDS="cpp,python" to choose).
-BACKENDS = [b for b in os.environ.get("RELAY_AOT_TEST_BACKENDS", "cpp").split(",") if b]
+BACKENDS = [b for b in os.environ.get("RELAY_AOT_TEST_BACKENDS", "cpp,python").split(",") if b]
 
 
 @pytest.fixture(params=BACKENDS)

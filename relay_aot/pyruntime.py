@@ -1,0 +1,211 @@
+"""Run-time support of the Python backend: the helpers generated Python code calls.
+
+Inside generated code values are Python-native, because TVM's containers cannot hold Python
+objects and are immutable from Python:
+
+===================  ==============================================================
+Relay                inside generated Python code
+===================  ==============================================================
+tensor               ``tvm.nd.NDArray`` (kernels read and write them directly)
+tuple                Python ``tuple``
+constructor value    :class:`Adt` (a tuple of the fields with a ``tag``)
+closure              a Python function (closed over its captured values)
+reference            a one-element Python ``list`` written in place
+===================  ==============================================================
+
+At the boundary -- the program's entry, and calls of functions passed in from outside -- values
+are converted to and from the TVM runtime values the C++ backend uses (NDArray, ``ADT`` with tag
+0 for tuples, callables, one-element cells read as ``cell[0]``), so callers see the same values
+from either backend. Conversions are iterative: a list of a million elements converts without
+deep recursion.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import types
+from typing import Any, Callable
+
+import tvm
+from tvm.runtime.container import ADT
+
+from .errors import KernelError, MatchError
+
+_DEVICE = tvm.cpu()
+_ALLOC = tvm.runtime.ndarray._ffi_api.TVMArrayAllocWithScope
+
+
+class Adt(tuple):
+    """A constructor value: a tuple of its fields that also carries the constructor's ``tag``."""
+
+    def __new__(cls, tag: int, fields: tuple = ()):
+        self = tuple.__new__(cls, fields)
+        self.tag = tag
+        return self
+
+    def __repr__(self) -> str:
+        return f"Adt({self.tag}, {tuple.__repr__(self)})"
+
+
+@functools.lru_cache(maxsize=None)
+def _alloc_spec(shape: tuple, dtype: str):
+    return tvm.runtime.ShapeTuple(shape), tvm.runtime.DataType(dtype)
+
+
+def empty(shape: tuple, dtype: str) -> tvm.nd.NDArray:
+    """A new, uninitialised CPU tensor (a kernel's output)."""
+    shape_tuple, data_type = _alloc_spec(shape, dtype)
+    return _ALLOC(shape_tuple, data_type, _DEVICE, None)
+
+
+def truthy(cond: tvm.nd.NDArray) -> bool:
+    """The value of a 0-d bool tensor, read straight from its memory (no copy)."""
+    tensor = cond.handle.contents
+    return ctypes.c_uint8.from_address(tensor.data + tensor.byte_offset).value != 0
+
+
+def call_kernel(kernel: Callable, symbol: str, *tensors: tvm.nd.NDArray) -> None:
+    """Run a compiled kernel on its inputs and preallocated outputs."""
+    try:
+        kernel(*tensors)
+    except tvm.error.TVMError as err:
+        raise KernelError(f"kernel {symbol} failed: {err}") from None
+
+
+def match_failure(where: str):
+    """Raise the error of a ``match`` none of whose clauses fits (``where`` names the function)."""
+    raise MatchError(f"no clause matched the value in {where}")
+
+
+# ----------------------------------------------------------------------------------------
+# Boundary conversions
+
+
+class ExportedCell:
+    """A reference returned to Python: ``cell[0]`` reads the live contents as runtime values."""
+
+    __slots__ = ("cell",)
+
+    def __init__(self, cell: list):
+        self.cell = cell
+
+    def __getitem__(self, index: int):
+        if index != 0:
+            raise IndexError("a reference cell has one element, at index 0")
+        return export_value(self.cell[0], top=True)
+
+    def __len__(self) -> int:
+        return 1
+
+    def __repr__(self) -> str:
+        return f"<relay_aot python reference cell {self.cell!r}>"
+
+
+class ExportedClosure:
+    """A generated closure as seen from outside: runtime values in, runtime values out.
+
+    ``top`` is False when the closure travels inside a TVM container (as a PackedFunc), where
+    its results must be values TVM's FFI can carry.
+    """
+
+    __slots__ = ("inner", "top")
+
+    def __init__(self, inner: Callable, top: bool):
+        self.inner = inner
+        self.top = top
+
+    def __call__(self, *args):
+        return export_value(self.inner(*[import_value(a) for a in args]), top=self.top)
+
+    def __repr__(self) -> str:
+        return f"<relay_aot python closure {self.inner.__qualname__}>"
+
+
+class ImportedFunction:
+    """A function value from outside (a PackedFunc or Python callable) called by generated code."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Callable):
+        self.func = func
+
+    def __call__(self, *args):
+        return import_value(self.func(*[export_value(a, top=False) for a in args]))
+
+
+def _export_leaf(value: Any, top: bool) -> Any:
+    kind = type(value)
+    if kind is list:
+        if top:
+            return ExportedCell(value)
+        # TVM's containers cannot hold a Python list: a reference nested in a returned tuple or
+        # ADT is returned as a one-element runtime Array holding its contents at return time.
+        return tvm.runtime.convert([export_value(value[0], top=False)])
+    if kind is types.FunctionType:
+        exported = ExportedClosure(value, top)
+        return exported if top else tvm.runtime.convert(exported)
+    if kind is ImportedFunction:
+        return value.func
+    return value
+
+
+def export_value(value: Any, top: bool = False) -> Any:
+    """An internal value as a TVM runtime value (tuples and ADTs become ``ADT`` objects).
+
+    ``top`` marks the value handed straight to Python (the program's result): references stay
+    live cells and closures plain callables. Nested values must fit into TVM containers.
+    """
+    if not isinstance(value, tuple):
+        return _export_leaf(value, top)
+    # Post-order over nested tuples and ADTs with an explicit stack (lists can be very deep).
+    stack = [(value, iter(value), [])]
+    while True:
+        node, children, done = stack[-1]
+        for child in children:
+            if isinstance(child, tuple):
+                stack.append((child, iter(child), []))
+                break
+            done.append(_export_leaf(child, False))
+        else:
+            stack.pop()
+            built = ADT(getattr(node, "tag", 0), done)
+            if not stack:
+                return built
+            stack[-1][2].append(built)
+
+
+def _import_leaf(value: Any) -> Any:
+    if isinstance(value, tvm.nd.NDArray):
+        return value
+    if isinstance(value, ExportedCell):
+        return value.cell
+    if isinstance(value, tvm.ir.container.Array):
+        if len(value) != 1:
+            raise TypeError(f"expected a reference cell (a one-element Array), got an Array of {len(value)}")
+        return [import_value(value[0])]
+    if isinstance(value, ExportedClosure):
+        return value.inner
+    if callable(value):
+        return ImportedFunction(value)
+    raise TypeError(f"a {type(value).__name__} is not a Relay runtime value")
+
+
+def import_value(value: Any) -> Any:
+    """A TVM runtime value (or a value this module exported) as an internal value."""
+    if not isinstance(value, ADT):
+        return _import_leaf(value)
+    stack = [(value, iter(value), [])]
+    while True:
+        node, children, done = stack[-1]
+        for child in children:
+            if isinstance(child, ADT):
+                stack.append((child, iter(child), []))
+                break
+            done.append(_import_leaf(child))
+        else:
+            stack.pop()
+            built = Adt(int(node.tag), tuple(done))
+            if not stack:
+                return built
+            stack[-1][2].append(built)
