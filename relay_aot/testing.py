@@ -3,47 +3,40 @@
 ``normalize`` turns the values of every executor into one comparable form (numpy arrays,
 ``("adt", tag, fields)``, ``("ref", value)``, ``("closure",)``); ``assert_same`` compares two
 normalized values (integers and booleans exactly, floats with tolerances) and names the path
-of the first difference; ``check_equivalence`` does both for a module and its arguments.
+of the first difference; ``check_equivalence`` runs a module on relay_aot's backends and on
+TVM's executors (skipping, or isolating in a child process, those that cannot run it safely;
+see ``oracle.py``) and raises a :class:`Mismatch` report naming whoever disagreed.
+
+Random well-typed programs for these checks come from ``relay_aot.strategies``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Sequence
+import dataclasses
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 import tvm
-from tvm import relay
 from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 from tvm.runtime.container import ADT
 
+from .oracle import REFERENCES, IsolatedOracle, Outcome, error_text, evaluate, run_reference, unsupported_reason
 from .values import Closure, Ref
 
-REFERENCES = ("interpreter", "vm")
+__all__ = [
+    "Mismatch",
+    "Report",
+    "REFERENCES",
+    "normalize",
+    "assert_same",
+    "run_reference",
+    "check_equivalence",
+    "IsolatedOracle",
+]
 
 
 class Mismatch(AssertionError):
     """Two executors disagreed; the message names them, the path and both values."""
-
-
-def run_reference(mod: tvm.IRModule, args: Sequence[Any], executor: str = "interpreter") -> Any:
-    """Run ``mod["main"]`` on TVM's Relay ``interpreter`` or ``vm``."""
-    kind = {"interpreter": "debug", "vm": "vm"}[executor]
-    mod = relay.transform.InferType()(mod)
-    types = [p.checked_type for p in mod["main"].params]
-    with tvm.transform.PassContext(opt_level=3):
-        func = relay.create_executor(kind, mod=mod, device=tvm.cpu(), target="llvm").evaluate()
-        return func(*[_reference_arg(a, t) for a, t in zip(args, types)])
-
-
-def _reference_arg(value: Any, ty: relay.Type) -> Any:
-    """Arguments as TVM's executors take them: scalars become tensors of the parameter's dtype."""
-    if isinstance(value, (tuple, list)):
-        fields = ty.fields if isinstance(ty, relay.TupleType) else [None] * len(value)
-        return tuple(_reference_arg(v, t) for v, t in zip(value, fields))
-    if isinstance(value, (np.ndarray, np.generic, bool, int, float)):
-        dtype = ty.dtype if isinstance(ty, relay.TensorType) else None
-        return tvm.nd.array(np.asarray(value, dtype=dtype))
-    return value
 
 
 def normalize(value: Any) -> Any:
@@ -115,31 +108,123 @@ def _short(value: Any) -> str:
     return text if len(text) < 200 else text[:200] + "..."
 
 
+Executor = Union[str, tuple[str, Callable]]
+
+
+@dataclasses.dataclass
+class Report:
+    """What :func:`check_equivalence` saw: every executor's :class:`~relay_aot.oracle.Outcome`.
+
+    ``value`` is the agreed normalized result (None when the program raised everywhere).
+    """
+
+    outcomes: dict[str, Outcome]
+    value: Any = None
+
+    @property
+    def ran(self) -> list[str]:
+        """Executors that ran the program (returned a value or raised)."""
+        return [name for name, o in self.outcomes.items() if o.kind != "unavailable"]
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Executors that could not run the program, with the reason."""
+        return {name: o.detail for name, o in self.outcomes.items() if o.kind == "unavailable"}
+
+    def __str__(self) -> str:
+        lines = []
+        for name, outcome in self.outcomes.items():
+            if outcome.kind == "value":
+                lines.append(f"  {name}: returned {_short(outcome.value)}")
+            else:
+                lines.append(f"  {name}: {outcome.kind} ({outcome.detail})")
+        return "\n".join(lines)
+
+
+def compare_outcomes(name: str, outcome: Outcome, base_name: str, base: Outcome, rtol: float = 1e-5,
+                     atol: float = 1e-6) -> Optional[str]:
+    """Why executor ``name``'s ``outcome`` disagrees with ``base_name``'s ``base`` (None if it agrees)."""
+    if outcome.kind == "raised" and base.kind == "raised":
+        return None  # each executor words its run-time errors differently
+    if outcome.kind != base.kind:
+        def say(n, o):
+            return f"{n} returned {_short(o.value)}" if o.kind == "value" else f"{n} raised {o.detail}"
+
+        return f"{say(name, outcome)}, but {say(base_name, base)}"
+    try:
+        assert_same(outcome.value, base.value, rtol, atol, names=(name, base_name))
+    except Mismatch as err:
+        return str(err)
+    return None
+
+
+def _run_backend(mod, args, backend: Executor, compile_options) -> tuple[str, Outcome]:
+    if isinstance(backend, str):
+        from . import compile as aot_compile
+
+        name = f"relay_aot {backend} backend"
+        func = aot_compile(mod, backend=backend, **compile_options)  # compile errors propagate
+    else:
+        name, func = backend
+    try:
+        return name, Outcome("value", normalize(func(*args)))
+    except Exception as err:  # noqa: BLE001 - a run-time failure is an outcome to compare
+        return name, Outcome("raised", detail=error_text(err))
+
+
 def check_equivalence(
     mod: tvm.IRModule,
     args: Sequence[Any],
-    backends: Iterable[str] = ("cpp",),
-    references: Iterable[str] = ("interpreter",),
+    backends: Iterable[Executor] = ("cpp", "python"),
+    references: Iterable[str] = REFERENCES,
     rtol: float = 1e-5,
     atol: float = 1e-6,
     expected: Optional[Any] = None,
+    isolate: Union[bool, IsolatedOracle] = False,
+    recursion_depth: Optional[int] = None,
     **compile_options,
-) -> Any:
-    """Run ``mod`` on every backend and reference; raise :class:`Mismatch` naming who disagreed.
+) -> Report:
+    """Run ``mod`` on relay_aot's backends and TVM's executors; raise :class:`Mismatch` on disagreement.
 
-    Returns the normalized agreed result. ``expected`` (a plain value) is checked too.
+    ``backends`` are backend names (compiled with ``compile_options``) or ``(name, callable)``
+    pairs, e.g. an already compiled module. ``references`` are TVM executors; one that cannot
+    run the program is skipped with the reason (the VM has no references; the interpreter
+    overflows beyond :data:`~relay_aot.oracle.INTERPRETER_MAX_DEPTH` levels of
+    ``recursion_depth``, when the caller knows it). ``isolate=True`` (or an
+    :class:`IsolatedOracle` to reuse) runs the references in a child process, so that one that
+    crashes or hangs is reported as unavailable instead of taking this process down.
+    ``expected`` (a plain value) is checked too.
+
+    Ints and bools compare exactly, floats within ``rtol``/``atol``; when executors all raise
+    at run time they agree. Returns a :class:`Report`; the :class:`Mismatch` message names each
+    executor that disagreed, shows both values, and lists every outcome.
     """
-    from . import compile as aot_compile
-
-    results: list[tuple[str, Any]] = []
+    outcomes: dict[str, Outcome] = {}
     if expected is not None:
-        results.append(("expected value", normalize(expected)))
-    for reference in references:
-        results.append((reference, normalize(run_reference(mod, args, reference))))
+        outcomes["expected value"] = Outcome("value", normalize(expected))
+    oracle = isolate if isinstance(isolate, IsolatedOracle) else (IsolatedOracle() if isolate else None)
+    try:
+        for reference in references:
+            reason = unsupported_reason(mod, reference, recursion_depth)
+            if reason is not None:
+                outcomes[reference] = Outcome("unavailable", detail=reason)
+            elif oracle is not None:
+                outcomes[reference] = oracle.run(mod, args, reference)
+            else:
+                outcomes[reference] = evaluate(mod, args, reference)
+    finally:
+        if oracle is not None and oracle is not isolate:
+            oracle.close()
     for backend in backends:
-        compiled = aot_compile(mod, backend=backend, **compile_options)
-        results.append((f"relay_aot {backend} backend", normalize(compiled(*args))))
-    base_name, base = results[0]
-    for name, value in results[1:]:
-        assert_same(value, base, rtol, atol, names=(name, base_name))
-    return base
+        name, outcome = _run_backend(mod, args, backend, compile_options)
+        outcomes[name] = outcome
+    report = Report(outcomes)
+    ran = [(name, o) for name, o in outcomes.items() if o.kind != "unavailable"]
+    if not ran:
+        return report
+    base_name, base = ran[0]
+    problems = [p for name, o in ran[1:] if (p := compare_outcomes(name, o, base_name, base, rtol, atol)) is not None]
+    if problems:
+        raise Mismatch("executors disagree:\n" + "\n".join(problems) + "\noutcomes:\n" + str(report))
+    report.value = base.value if base.kind == "value" else None
+    return report

@@ -1,0 +1,273 @@
+"""TVM's Relay executors as test oracles: what they can run, and running them safely.
+
+The interpreter and the VM are the references relay_aot is checked against, but they have
+limits (see ``docs/testing.md``): the VM has no references, the interpreter overflows its C
+stack on deep recursion, and both crash on some programs (a segmentation fault takes the whole
+process with it). This module
+
+* tells in advance when an executor cannot run a program (:func:`unsupported_reason`);
+* runs an executor in-process (:func:`run_reference`), or in a child process
+  (:class:`IsolatedOracle`), where a crash or a hang becomes a reported outcome.
+
+Results cross the process boundary already normalized (numpy arrays and tuples), see
+``testing.normalize``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tvm
+from tvm import relay
+
+from .passes import reachable_globals
+
+#: TVM's executors, by the names check_equivalence uses.
+REFERENCES = ("interpreter", "vm")
+
+#: Deepest recursion the interpreter survives with margin (it crashes at about 1,500-2,000).
+INTERPRETER_MAX_DEPTH = 1000
+
+#: Seconds one isolated reference run may take before it is reported as hung.
+DEFAULT_TIMEOUT = 300.0
+
+
+def run_reference(mod: tvm.IRModule, args: Sequence[Any], executor: str = "interpreter") -> Any:
+    """Run ``mod["main"]`` on TVM's Relay ``interpreter`` or ``vm``, in this process."""
+    return _executor(mod, executor)(*reference_args(mod, args))
+
+
+def _executor(mod: tvm.IRModule, executor: str):
+    """The evaluated executor function (this is where an executor rejects a program)."""
+    if executor not in REFERENCES:
+        raise ValueError(f"unknown reference executor {executor!r}: choose one of {', '.join(REFERENCES)}")
+    kind = {"interpreter": "debug", "vm": "vm"}[executor]
+    with tvm.transform.PassContext(opt_level=3):
+        return relay.create_executor(kind, mod=mod, device=tvm.cpu(), target="llvm").evaluate()
+
+
+def reference_args(mod: tvm.IRModule, args: Sequence[Any]) -> list:
+    """Arguments as TVM's executors take them: scalars become tensors of the parameter's dtype."""
+    mod = relay.transform.InferType()(mod)
+    types = [p.checked_type for p in mod["main"].params]
+    return [_reference_arg(a, t) for a, t in zip(args, types)]
+
+
+def _reference_arg(value: Any, ty: relay.Type) -> Any:
+    if isinstance(value, (tuple, list)):
+        fields = ty.fields if isinstance(ty, relay.TupleType) else [None] * len(value)
+        return tuple(_reference_arg(v, t) for v, t in zip(value, fields))
+    if isinstance(value, (np.ndarray, np.generic, bool, int, float)):
+        dtype = ty.dtype if isinstance(ty, relay.TensorType) else None
+        return tvm.nd.array(np.asarray(value, dtype=dtype))
+    return value
+
+
+def uses_references(mod: tvm.IRModule) -> bool:
+    """Whether ``main`` or a global it reaches creates, reads or writes a reference."""
+    found = []
+
+    def visit(node):
+        if isinstance(node, (relay.RefCreate, relay.RefRead, relay.RefWrite)):
+            found.append(node)
+
+    for gvar in reachable_globals(mod):
+        relay.analysis.post_order_visit(mod[gvar], visit)
+        if found:
+            return True
+    return False
+
+
+def unsupported_reason(mod: tvm.IRModule, executor: str, recursion_depth: Optional[int] = None) -> Optional[str]:
+    """Why ``executor`` cannot run ``mod`` (None if it should be able to).
+
+    ``recursion_depth`` is how deep the program recurses on the arguments at hand, when the
+    caller knows it; the interpreter is skipped beyond :data:`INTERPRETER_MAX_DEPTH`.
+    """
+    if executor == "vm" and uses_references(mod):
+        return "the Relay VM does not support references (RefCreate, RefRead, RefWrite)"
+    if executor == "interpreter" and recursion_depth is not None and recursion_depth > INTERPRETER_MAX_DEPTH:
+        return (
+            f"recursion {recursion_depth} deep exceeds what the Relay interpreter survives "
+            f"({INTERPRETER_MAX_DEPTH})"
+        )
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one executor did with a program.
+
+    ``kind`` is ``"value"`` (``value`` holds the normalized result), ``"raised"`` (the program
+    failed at run time; ``detail`` holds ``"Type: message"``), or ``"unavailable"`` (the
+    executor could not run the program: rejected it, crashed or hung; ``detail`` says why).
+    """
+
+    kind: str
+    value: Any = None
+    detail: str = ""
+
+
+def evaluate(mod: tvm.IRModule, args: Sequence[Any], executor: str) -> Outcome:
+    """Run a reference in this process and classify the result (see :class:`Outcome`)."""
+    from .testing import normalize
+
+    try:
+        func = _executor(mod, executor)
+        converted = reference_args(mod, args)
+    except Exception as err:  # noqa: BLE001 - any rejection means "cannot run this program"
+        return Outcome("unavailable", detail=f"{executor} rejected the program: {error_text(err)}")
+    try:
+        return Outcome("value", normalize(func(*converted)))
+    except Exception as err:  # noqa: BLE001 - a run-time failure is an outcome to compare
+        return Outcome("raised", detail=error_text(err))
+
+
+def error_text(err: BaseException) -> str:
+    """``"Type: message"`` of an exception (for TVM errors, the message without the backtrace)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    # TVM puts a C++ backtrace first and the message last (a check failure's message may span
+    # lines: take the line that names the failed check, if any).
+    message = next((line for line in lines if "Check failed" in line), lines[-1] if lines else "")
+    kind = type(err).__name__
+    return message if message.startswith(kind + ":") else f"{kind}: {message}"
+
+
+def _portable(value: Any) -> Any:
+    """Arguments as picklable plain values (tensors as numpy arrays)."""
+    if isinstance(value, tvm.nd.NDArray):
+        return value.numpy()
+    if isinstance(value, (tuple, list)):
+        return tuple(_portable(v) for v in value)
+    if isinstance(value, (np.ndarray, np.generic, bool, int, float)):
+        return value
+    raise TypeError(
+        f"an isolated reference run takes tensors, scalars and tuples as arguments, not {type(value).__name__}"
+    )
+
+
+def module_json(mod: tvm.IRModule) -> str:
+    """``tvm.ir.save_json(mod)`` in a form ``tvm.ir.load_json`` reads back.
+
+    TVM writes non-ASCII characters of names as ``\\uXXXX`` escapes, which its own JSON reader
+    rejects; rewritten as UTF-8 text they load fine.
+    """
+    return json.dumps(json.loads(tvm.ir.save_json(mod)), ensure_ascii=False)
+
+
+class IsolatedOracle:
+    """Runs references in a long-lived child process, restarted after a crash.
+
+    A request carries the module as TVM JSON and the arguments as numpy values; the reply is an
+    :class:`Outcome`. If the child dies (a segmentation fault in an executor) or exceeds
+    ``timeout`` seconds, the outcome is ``unavailable`` with the reason, and the next request
+    starts a fresh child. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT):
+        self.timeout = timeout
+        self._proc: Optional[subprocess.Popen] = None
+        self._send: Optional[Connection] = None
+        self._recv: Optional[Connection] = None
+
+    def __enter__(self) -> "IsolatedOracle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        env = dict(os.environ)
+        env.setdefault("TOPHUB_LOCATION", "NONE")
+        # The references run tiny kernels, for which TVM's thread pool costs more than it saves.
+        env.setdefault("TVM_NUM_THREADS", "1")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "relay_aot.oracle"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        self._send = Connection(os.dup(self._proc.stdin.fileno()), readable=False)
+        self._recv = Connection(os.dup(self._proc.stdout.fileno()), writable=False)
+
+    def run(self, mod: tvm.IRModule, args: Sequence[Any], executor: str) -> Outcome:
+        """Run ``executor`` on ``mod`` and ``args`` in the child process."""
+        request = (module_json(mod), _portable(tuple(args)), executor)
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
+        try:
+            self._send.send_bytes(pickle.dumps(request))
+            if not self._recv.poll(self.timeout):
+                self._stop()
+                return Outcome("unavailable", detail=f"{executor} did not finish within {self.timeout:g} s")
+            kind, value, detail = pickle.loads(self._recv.recv_bytes())
+            return Outcome(kind, value, detail)
+        except (EOFError, OSError):
+            code = self._stop()
+            return Outcome("unavailable", detail=f"{executor} crashed ({_describe_exit(code)})")
+
+    def _stop(self) -> Optional[int]:
+        proc, self._proc = self._proc, None
+        for conn in (self._send, self._recv):
+            if conn is not None:
+                conn.close()
+        self._send = self._recv = None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.kill()
+        code = proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+        return code
+
+    def close(self) -> None:
+        """Stop the child process."""
+        self._stop()
+
+
+def _describe_exit(code: Optional[int]) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _serve() -> None:
+    """The child side of :class:`IsolatedOracle`: answer requests until stdin closes."""
+    requests = Connection(os.dup(0), writable=False)
+    replies = Connection(os.dup(1), readable=False)
+    # Anything TVM prints must not corrupt the reply channel.
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    while True:
+        try:
+            data = requests.recv_bytes()
+        except EOFError:
+            return
+        text, args, executor = pickle.loads(data)
+        try:
+            mod = tvm.ir.load_json(text)
+        except tvm.error.TVMError as err:
+            outcome = Outcome("unavailable", detail=f"the module did not reach the child process: {error_text(err)}")
+        else:
+            outcome = evaluate(mod, args, executor)
+        # A plain tuple: this module runs as __main__ here, so its classes do not unpickle.
+        replies.send_bytes(pickle.dumps((outcome.kind, outcome.value, outcome.detail)))
+
+
+if __name__ == "__main__":
+    _serve()

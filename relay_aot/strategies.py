@@ -1,0 +1,868 @@
+"""Hypothesis strategies that generate random, well-typed Relay modules (with arguments).
+
+Generation is type-directed: :class:`Generator` is asked for an expression of a type in an
+environment of typed variables and picks, by drawing from Hypothesis, one of the productions
+that can make a value of that type -- a variable, a constant, a tensor operator, a ``let``, an
+``if``, a tuple or a projection, a constructor, a ``match``, a closure or a call of one, a call
+of a (possibly recursive) global, a reference operation. Depth and size budgets keep programs
+small; every production has a leaf form, so generation always ends.
+
+What it covers (see ``node_counts`` and the generator's own tests):
+
+* tensors of several dtypes (:data:`DTYPES`) and small static shapes, with elementwise,
+  comparison, cast, reduction, ``nn.dense``, ``concatenate``, ``split``, ``reshape`` and
+  ``where`` operators;
+* ``let`` chains, ``if``, tuples and projections;
+* closures capturing variables, passed to and returned from functions, recursive ``let``-bound
+  closures, globals and constructors used as function values;
+* user-defined ADTs with random constructors and arities, optionally polymorphic, recursive ones
+  built to a bounded depth and consumed by structural recursion;
+* ``match`` with constructor, nested, tuple, variable and wildcard patterns (always complete);
+* references (create, read, write), captured by closures and stored in tuples;
+* recursive globals whose depth is bounded by a "fuel" argument.
+
+Values stay small and exact where it matters: tensors hold small integers (halves for floats),
+integer arithmetic that could overflow a 32- or 64-bit integer (undefined behaviour in TVM's
+kernels) is limited, and floats are never cast to integers, so every executor must agree.
+
+Use :func:`programs` for one program per example, or :func:`batches` for several independent
+programs in one module (``@main`` returns the tuple of their results), which lets a test compile
+many programs with one C++ build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+import tvm
+from hypothesis import strategies as st
+from tvm import relay
+
+DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8", "bool")
+FLOATS = ("float32", "float64")
+INTS = ("int32", "int64", "int8", "uint8")
+SHAPES = ((), (1,), (2,), (3,), (4,), (2, 2), (2, 3), (3, 2), (1, 3))
+
+#: Node kinds, pattern kinds and dtypes the coverage counts (``node_counts``) report.
+NODE_KINDS = (
+    "Var", "GlobalVar", "Constant", "Tuple", "TupleGetItem", "Let", "If", "Function", "Call",
+    "Constructor", "Match", "RefCreate", "RefRead", "RefWrite",
+)
+PATTERN_KINDS = ("PatternWildcard", "PatternVar", "PatternConstructor", "PatternTuple")
+
+# ----------------------------------------------------------------------------------------
+# Generator-side types (hashable, cheap to compare; converted to Relay types on demand)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorT:
+    shape: tuple
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TupleT:
+    fields: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class AdtT:
+    index: int
+    args: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class FuncT:
+    params: tuple
+    ret: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class RefT:
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamT:
+    """The type parameter of a polymorphic ADT (only inside constructor field types)."""
+
+
+Ty = Union[TensorT, TupleT, AdtT, FuncT, RefT]
+BOOL = TensorT((), "bool")
+FUEL = TensorT((), "int32")
+
+
+@dataclasses.dataclass
+class AdtDef:
+    """A generated ADT: its type variable, constructors and field types (may hold ParamT)."""
+
+    gtv: relay.GlobalTypeVar
+    type_var: Optional[relay.TypeVar]
+    ctors: list  # relay.Constructor
+    fields: list  # per constructor: tuple of generator types
+    recursive: list  # per constructor: whether a field is the ADT itself
+
+
+@dataclasses.dataclass
+class Global:
+    gvar: relay.GlobalVar
+    type: FuncT
+    kind: str = "plain"  # or "fuel" (the first parameter bounds the recursion) or "fold"
+
+    @property
+    def fuel(self) -> bool:
+        return self.kind == "fuel"
+
+
+@dataclasses.dataclass
+class Program:
+    """A generated module and arguments for its ``@main``.
+
+    ``cases`` names the globals holding independent programs when the module is a batch
+    (``@main`` returns the tuple of their results); :meth:`case` extracts one of them.
+    """
+
+    module: tvm.IRModule
+    args: tuple
+    cases: list = dataclasses.field(default_factory=list)
+    case_args: list = dataclasses.field(default_factory=list)
+
+    def case(self, index: int) -> "Program":
+        """Case ``index`` of a batch as a program of its own (its global becomes ``@main``)."""
+        mod = self.module
+        skip = {"main", *(g.name_hint for g in self.cases)}
+        funcs = {g: f for g, f in mod.functions.items() if g.name_hint not in skip}
+        single = tvm.IRModule(funcs, type_definitions=mod.type_definitions)
+        single["main"] = mod[self.cases[index]]
+        single = relay.transform.InferType()(single)
+        return Program(single, self.case_args[index])
+
+    def text(self) -> str:
+        """The module as Relay text (with a metadata section if it holds tensor constants)."""
+        return self.module.astext(show_meta_data=True)
+
+
+def substitute(ty, arg):
+    """``ty`` with the ADT type parameter replaced by ``arg``."""
+    if isinstance(ty, ParamT):
+        return arg
+    if isinstance(ty, TupleT):
+        return TupleT(tuple(substitute(f, arg) for f in ty.fields))
+    if isinstance(ty, AdtT):
+        return AdtT(ty.index, tuple(substitute(a, arg) for a in ty.args))
+    if isinstance(ty, FuncT):
+        return FuncT(tuple(substitute(p, arg) for p in ty.params), substitute(ty.ret, arg))
+    if isinstance(ty, RefT):
+        return RefT(substitute(ty.value, arg))
+    return ty
+
+
+_UNARY = {
+    "float": ("negative", "abs", "exp", "tanh", "sigmoid", "floor"),
+    "int": ("negative", "abs"),
+    "uint": (),
+    "bool": ("logical_not",),
+}
+_BINARY = {
+    "float": ("add", "subtract", "multiply", "maximum", "minimum", "divide"),
+    "int": ("add", "subtract", "maximum", "minimum"),
+    "uint": ("add", "subtract", "maximum", "minimum"),
+    "bool": ("logical_and", "logical_or"),
+}
+_COMPARE = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
+_REDUCE = {"float": ("sum", "max", "min", "mean"), "int": ("sum", "max", "min"), "uint": ("sum", "max", "min"),
+           "bool": ("all", "any")}
+
+
+def _kind(dtype: str) -> str:
+    if dtype == "bool":
+        return "bool"
+    if dtype in FLOATS:
+        return "float"
+    return "uint" if dtype.startswith("uint") else "int"
+
+
+def _can_cast(src: str, dst: str) -> bool:
+    # Float-to-integer casts of out-of-range values are undefined in TVM's kernels.
+    return src != dst and not (_kind(src) == "float" and _kind(dst) != "float" and dst != "bool")
+
+
+def _returns_function(ty) -> bool:
+    """Whether ``ty`` holds (in tuples and references too) a function returning a function."""
+    if isinstance(ty, FuncT):
+        return _holds_function(ty.ret) or any(_returns_function(p) for p in ty.params)
+    if isinstance(ty, TupleT):
+        return any(_returns_function(f) for f in ty.fields)
+    if isinstance(ty, RefT):
+        return _returns_function(ty.value)
+    return False
+
+
+def _holds_function(ty) -> bool:
+    if isinstance(ty, FuncT):
+        return True
+    if isinstance(ty, TupleT):
+        return any(_holds_function(f) for f in ty.fields)
+    if isinstance(ty, RefT):
+        return _holds_function(ty.value)
+    return False
+
+
+def _op(name: str) -> Callable:
+    return getattr(relay, name)
+
+
+class Generator:
+    """Draws one module's worth of Relay from Hypothesis (``draw`` is ``data.draw``)."""
+
+    def __init__(self, draw, max_depth: int = 4, max_size: int = 60, max_globals: int = 5,
+                 odd_names: bool = True):
+        self.draw = draw
+        self.max_depth = max_depth
+        self.size_left = max_size
+        self.max_globals = max_globals
+        self.odd_names = odd_names
+        self.adts: list[AdtDef] = []
+        self.globals: list[Global] = []
+        self.folds: dict = {}
+        self.module = tvm.IRModule()
+        self._names = 0
+        # Each module works with a few dtypes and shapes, so that values of equal types meet
+        # often (variables get used, operators get combined); see :meth:`choose_palette`.
+        self.dtypes: list = list(DTYPES)
+        self.shapes: list = list(SHAPES)
+
+    def choose_palette(self) -> None:
+        """Pick the dtypes and shapes most tensors of this module will have."""
+        self.dtypes = self.draw(st.lists(st.sampled_from(DTYPES), min_size=1, max_size=3, unique=True))
+        self.shapes = self.draw(st.lists(st.sampled_from(SHAPES), min_size=1, max_size=3, unique=True))
+
+    # -- small helpers -----------------------------------------------------------------------
+
+    def choose(self, options: list):
+        """One of ``options`` (shrinks toward the first)."""
+        return options[self.draw(st.integers(0, len(options) - 1))] if len(options) > 1 else options[0]
+
+    def flip(self, p_true: int = 1, out_of: int = 2) -> bool:
+        return self.draw(st.integers(0, out_of - 1)) < p_true
+
+    def name(self, prefix: str) -> str:
+        """A fresh name; now and then with characters generated code must escape."""
+        self._names += 1
+        plain = f"{prefix}{self._names}"
+        if self.odd_names and self.draw(st.integers(0, 19)) == 0:
+            return plain + self.choose(['"q', "\\n*/", " sp", "\u00e9", "'", "?"])
+        return plain
+
+    def relay_type(self, ty) -> relay.Type:
+        """The Relay type of a generator type."""
+        if isinstance(ty, TensorT):
+            return relay.TensorType(ty.shape, ty.dtype)
+        if isinstance(ty, TupleT):
+            return relay.TupleType([self.relay_type(f) for f in ty.fields])
+        if isinstance(ty, AdtT):
+            return relay.TypeCall(self.adts[ty.index].gtv, [self.relay_type(a) for a in ty.args])
+        if isinstance(ty, FuncT):
+            return relay.FuncType([self.relay_type(p) for p in ty.params], self.relay_type(ty.ret))
+        if isinstance(ty, RefT):
+            return relay.RefType(self.relay_type(ty.value))
+        raise TypeError(ty)
+
+    def var(self, ty, prefix: str = "x") -> relay.Var:
+        return relay.Var(self.name(prefix), self.relay_type(ty))
+
+    # -- types -------------------------------------------------------------------------------
+
+    def tensor_type(self) -> TensorT:
+        if self.flip(1, 8):  # now and then anything, so every combination stays reachable
+            return TensorT(self.choose(list(SHAPES)), self.choose(list(DTYPES)))
+        return TensorT(self.choose(self.shapes), self.choose(self.dtypes))
+
+    def data_type(self, depth: int = 2, adts: bool = True) -> Ty:
+        """A tensor, tuple or ADT type (no functions or references)."""
+        options = ["tensor"] * 4 + (["tuple"] if depth > 0 else []) + (["adt"] if adts and self.adts else [])
+        kind = self.choose(options)
+        if kind == "tensor":
+            return self.tensor_type()
+        if kind == "tuple":
+            count = self.draw(st.integers(0, 3))
+            return TupleT(tuple(self.data_type(depth - 1, adts) for _ in range(count)))
+        return self.adt_instance(depth)
+
+    def adt_instance(self, depth: int = 1) -> AdtT:
+        index = self.draw(st.integers(0, len(self.adts) - 1))
+        if self.adts[index].type_var is None:
+            return AdtT(index)
+        return AdtT(index, (self.data_type(max(depth - 1, 0), adts=False),))
+
+    def any_type(self, depth: int = 2) -> Ty:
+        """A type for a let-bound value: data, functions and references."""
+        kind = self.choose(["data", "data", "func", "ref"] if depth > 0 else ["data"])
+        if kind == "data":
+            return self.data_type(depth)
+        if kind == "func":
+            return self.func_type(depth)
+        return RefT(self.data_type(depth - 1))
+
+    def func_type(self, depth: int = 1, ret=None) -> FuncT:
+        params = tuple(self.data_type(depth - 1) for _ in range(self.draw(st.integers(0, 2))))
+        return FuncT(params, ret if ret is not None else self.data_type(depth - 1))
+
+    # -- ADT definitions -----------------------------------------------------------------------
+
+    def define_adts(self, count: int) -> None:
+        """Define ``count`` ADTs; each may use the ones before it and (recursively) itself."""
+        for _ in range(count):
+            index = len(self.adts)
+            gtv = relay.GlobalTypeVar(self.name("T"))
+            poly = self.flip(1, 3)
+            type_var = relay.TypeVar("a") if poly else None
+            self_type = AdtT(index, (ParamT(),) if poly else ())
+            adt = AdtDef(gtv, type_var, [], [], [])
+            self.adts.append(adt)  # visible to its own constructors
+            ctor_count = self.draw(st.integers(1, 3))
+            recursive_type = self.flip(1, 2)
+            for c in range(ctor_count):
+                fields = []
+                for _ in range(self.draw(st.integers(0, 3))):
+                    options = ["tensor", "tensor", "tuple"] + (["adt"] if index > 0 else [])
+                    options += ["param"] if poly else []
+                    options += ["func"] if not poly else []  # closures in polymorphic ADTs break TVM
+                    kind = self.choose(options)
+                    if kind == "tensor":
+                        fields.append(self.tensor_type())
+                    elif kind == "tuple":
+                        fields.append(TupleT(tuple(self.tensor_type() for _ in range(self.draw(st.integers(1, 2))))))
+                    elif kind == "adt":
+                        other = self.draw(st.integers(0, index - 1))
+                        args = (self.tensor_type(),) if self.adts[other].type_var is not None else ()
+                        fields.append(AdtT(other, args))
+                    elif kind == "param":
+                        fields.append(ParamT())
+                    else:
+                        fields.append(FuncT((self.tensor_type(),), self.tensor_type()))
+                # The first constructor is never recursive, so every value can be finite.
+                is_rec = recursive_type and c > 0
+                if is_rec:
+                    fields.insert(self.draw(st.integers(0, len(fields))), self_type)
+                adt.fields.append(tuple(fields))
+                adt.recursive.append(is_rec)
+            adt.ctors = []
+            for c, fields in enumerate(adt.fields):
+                inputs = [self._field_relay_type(f, adt) for f in fields]
+                adt.ctors.append(relay.Constructor(self.name("C"), inputs, gtv))
+            self.module[gtv] = relay.TypeData(gtv, [type_var] if poly else [], adt.ctors)
+
+    def _field_relay_type(self, ty, adt: AdtDef) -> relay.Type:
+        if isinstance(ty, ParamT):
+            return adt.type_var
+        if isinstance(ty, AdtT):
+            args = [self._field_relay_type(a, adt) for a in ty.args]
+            return relay.TypeCall(self.adts[ty.index].gtv, args)
+        if isinstance(ty, TupleT):
+            return relay.TupleType([self._field_relay_type(f, adt) for f in ty.fields])
+        if isinstance(ty, FuncT):
+            return relay.FuncType([self._field_relay_type(p, adt) for p in ty.params],
+                                  self._field_relay_type(ty.ret, adt))
+        return self.relay_type(ty)
+
+    def ctor_fields(self, ty: AdtT, c: int) -> tuple:
+        """Field types of constructor ``c`` of the ADT instance ``ty``."""
+        fields = self.adts[ty.index].fields[c]
+        return tuple(substitute(f, ty.args[0]) if ty.args else f for f in fields)
+
+    # -- expressions ---------------------------------------------------------------------------
+
+    def expr(self, ty, env: list, depth: int) -> relay.Expr:
+        """An expression of type ``ty`` whose free variables are in ``env``."""
+        self.size_left -= 1
+        if self.size_left <= 0:
+            depth = 0
+        options: list[Callable[[], relay.Expr]] = []
+        same = [v for v, t in env if t == ty]
+        if same:
+            options += [lambda: self.choose(same)] * 2
+        options += self.leaf_options(ty, env)
+        if depth > 0:
+            options += self.options(ty, env, depth)
+        return self.choose(options)()
+
+    def leaf_options(self, ty, env) -> list:
+        if isinstance(ty, TensorT):
+            return [lambda: self.constant(ty)]
+        if isinstance(ty, TupleT):
+            return [lambda: relay.Tuple([self.expr(f, env, 0) for f in ty.fields])]
+        if isinstance(ty, AdtT):
+            return [lambda: self.construct(ty, env, 0)]
+        if isinstance(ty, FuncT):
+            return [lambda: self.function(ty, env, 0)]
+        if isinstance(ty, RefT):
+            return [lambda: relay.RefCreate(self.expr(ty.value, env, 0))]
+        raise TypeError(ty)
+
+    def options(self, ty, env, depth) -> list:
+        d = depth - 1
+        opts = [
+            lambda: self.let(ty, env, depth),
+            lambda: self.let(ty, env, depth),
+            lambda: self.project(ty, env, d),
+            lambda: self.call_closure(ty, env, d),
+            lambda: self.call_global(ty, env, d),
+            lambda: self.ref_read(ty, env, d),
+            lambda: self.ref_write_then(ty, env, depth),
+        ]
+        if not _returns_function(ty):
+            # TVM's device planning (run by the interpreter and the VM) fails on an if or match
+            # whose value is a function returning a function.
+            opts += [
+                lambda: relay.If(self.expr(BOOL, env, d), self.expr(ty, env, d), self.expr(ty, env, d)),
+                lambda: self.match(ty, env, depth),
+                lambda: self.recursive_closure(ty, env, d),
+            ]
+        if any(isinstance(t, AdtT) and self.adts[t.index].recursive.count(True) for _, t in env):
+            opts.append(lambda: self.fold(ty, env, d))
+        if isinstance(ty, TensorT):
+            opts += [lambda: self.tensor_op(ty, env, d)] * 8
+        elif isinstance(ty, TupleT):
+            opts += [lambda: relay.Tuple([self.expr(f, env, d) for f in ty.fields])] * 2
+        elif isinstance(ty, AdtT):
+            opts += [lambda: self.construct(ty, env, d)] * 2
+            if not ty.args:  # TVM's executors reject polymorphic constructors used as values
+                opts.append(lambda: self.construct_via_value(ty, env, d))
+        elif isinstance(ty, FuncT):
+            opts += [lambda: self.function(ty, env, d)] * 2
+            opts.append(lambda: self.global_as_value(ty, env, d))
+        elif isinstance(ty, RefT):
+            opts.append(lambda: relay.RefCreate(self.expr(ty.value, env, d)))
+        return opts
+
+    def constant(self, ty: TensorT) -> relay.Expr:
+        size = int(np.prod(ty.shape, dtype=np.int64))
+        if ty.dtype == "bool":
+            values = self.draw(st.lists(st.booleans(), min_size=size, max_size=size))
+        else:
+            low = 0 if ty.dtype.startswith("uint") else -4
+            values = self.draw(st.lists(st.integers(low, 4), min_size=size, max_size=size))
+            if _kind(ty.dtype) == "float" and self.flip(1, 3):
+                values = [v / 2 for v in values]
+        # relay.const narrows int64 and float64 data unless the dtype is given.
+        return relay.const(np.array(values, dtype=ty.dtype).reshape(ty.shape), dtype=ty.dtype)
+
+    def let(self, ty, env, depth) -> relay.Expr:
+        """``let %v = value; body``, sometimes a chain of several."""
+        bound_ty = self.any_type(2)
+        var = self.var(bound_ty)
+        value = self.expr(bound_ty, env, depth - 1)
+        body = self.expr(ty, env + [(var, bound_ty)], depth - 1 if self.flip(1, 2) else depth)
+        return relay.Let(var, value, body)
+
+    def project(self, ty, env, d) -> relay.Expr:
+        others = [self.data_type(1) for _ in range(self.draw(st.integers(0, 2)))]
+        index = self.draw(st.integers(0, len(others)))
+        fields = others[:index] + [ty] + others[index:]
+        return relay.TupleGetItem(self.expr(TupleT(tuple(fields)), env, d), index)
+
+    def function(self, ty: FuncT, env, d) -> relay.Expr:
+        params = [self.var(p, "p") for p in ty.params]
+        inner = env + list(zip(params, ty.params))
+        return relay.Function(params, self.expr(ty.ret, inner, d), self.relay_type(ty.ret))
+
+    def call_closure(self, ty, env, d) -> relay.Expr:
+        fty = self.func_type(1, ret=ty)
+        callee = self.expr(fty, env, d)
+        return relay.Call(callee, [self.expr(p, env, d) for p in fty.params])
+
+    def ref_read(self, ty, env, d) -> relay.Expr:
+        return relay.RefRead(self.expr(RefT(ty), env, d))
+
+    def ref_write_then(self, ty, env, depth) -> relay.Expr:
+        """``let %_ = (%r := value); body`` for a reference in scope (or a new one)."""
+        refs = [(v, t) for v, t in env if isinstance(t, RefT)]
+        if refs:
+            ref, rty = self.choose(refs)
+            target = ref
+        else:
+            rty = RefT(self.data_type(1))
+            target = relay.RefCreate(self.expr(rty.value, env, 0))
+        unit = relay.Var(self.name("u"), relay.TupleType([]))
+        write = relay.RefWrite(target, self.expr(rty.value, env, depth - 1))
+        return relay.Let(unit, write, self.expr(ty, env, depth - 1))
+
+    # -- ADTs and match --------------------------------------------------------------------------
+
+    def construct(self, ty: AdtT, env, d) -> relay.Expr:
+        adt = self.adts[ty.index]
+        # At depth 0 only non-recursive constructors: recursive values are bounded by depth.
+        choices = [c for c in range(len(adt.ctors)) if d > 0 or not adt.recursive[c]]
+        c = self.choose(choices)
+        return relay.Call(adt.ctors[c], [self.expr(f, env, max(d - 1, 0)) for f in self.ctor_fields(ty, c)])
+
+    def construct_via_value(self, ty: AdtT, env, d) -> relay.Expr:
+        """A constructor used as a function value: ``let %f = Ctor; %f(fields)``."""
+        adt = self.adts[ty.index]
+        c = self.choose([c for c in range(len(adt.ctors)) if not adt.recursive[c]])
+        fields = self.ctor_fields(ty, c)
+        fty = FuncT(fields, ty)
+        var = self.var(fty, "ctor")
+        call = relay.Call(var, [self.expr(f, env, d) for f in fields])
+        return relay.Let(var, adt.ctors[c], call)
+
+    def pattern(self, ty, depth: int, binds: list):
+        """A pattern for values of ``ty``; variables it binds are appended to ``binds``."""
+        kind = self.choose(["var", "wild"] + (["nested"] * 2 if depth > 0 and isinstance(ty, (AdtT, TupleT)) else []))
+        if kind == "var":
+            var = self.var(ty, "m")
+            binds.append((var, ty))
+            return relay.PatternVar(var)
+        if kind == "wild":
+            return relay.PatternWildcard()
+        if isinstance(ty, TupleT):
+            return relay.PatternTuple([self.pattern(f, depth - 1, binds) for f in ty.fields])
+        c = self.draw(st.integers(0, len(self.adts[ty.index].ctors) - 1))
+        subs = [self.pattern(f, depth - 1, binds) for f in self.ctor_fields(ty, c)]
+        return relay.PatternConstructor(self.adts[ty.index].ctors[c], subs)
+
+    def irrefutable(self, ty, depth: int, binds: list):
+        """A pattern every value of ``ty`` matches: a variable, a wildcard or a tuple of those."""
+        if isinstance(ty, TupleT) and depth > 0 and self.flip(1, 3):
+            return relay.PatternTuple([self.irrefutable(f, depth - 1, binds) for f in ty.fields])
+        if self.flip():
+            var = self.var(ty, "m")
+            binds.append((var, ty))
+            return relay.PatternVar(var)
+        return relay.PatternWildcard()
+
+    def match(self, ty, env, depth) -> relay.Expr:
+        """A complete ``match``: one clause per constructor, or random patterns and a catch-all."""
+        d = depth - 1
+        candidates = [(v, t) for v, t in env if isinstance(t, (AdtT, TupleT))]
+        if candidates and self.flip(2, 3):
+            scrutinee, sty = self.choose(candidates)
+        else:
+            sty = self.adt_instance() if self.adts and self.flip(3, 4) else TupleT(
+                tuple(self.data_type(1) for _ in range(self.draw(st.integers(1, 3)))))
+            scrutinee = self.expr(sty, env, d)
+        clauses = []
+        if isinstance(sty, AdtT) and self.flip():
+            adt = self.adts[sty.index]
+            for c in range(len(adt.ctors)):
+                binds: list = []
+                subs = [self.irrefutable(f, 1, binds) for f in self.ctor_fields(sty, c)]
+                clauses.append(relay.Clause(relay.PatternConstructor(adt.ctors[c], subs),
+                                            self.expr(ty, env + binds, d)))
+        else:
+            for _ in range(self.draw(st.integers(0, 2))):
+                binds = []
+                lhs = self.pattern(sty, 2, binds)
+                clauses.append(relay.Clause(lhs, self.expr(ty, env + binds, d)))
+            binds = []
+            catch_all = self.irrefutable(sty, 1, binds)
+            clauses.append(relay.Clause(catch_all, self.expr(ty, env + binds, d)))
+        return relay.Match(scrutinee, clauses, complete=True)
+
+    def fold(self, ty, env, d) -> relay.Expr:
+        """Structural recursion over a recursive ADT value in scope, by a generated global."""
+        values = [(v, t) for v, t in env if isinstance(t, AdtT) and any(self.adts[t.index].recursive)]
+        value, vty = self.choose(values)
+        key = (vty, ty)
+        if key not in self.folds:
+            if len(self.globals) >= self.max_globals:
+                return self.expr(ty, env, 0)
+            gvar = relay.GlobalVar(self.name("fold"))
+            self.folds[key] = gvar
+            param = self.var(vty, "t")
+            adt = self.adts[vty.index]
+            clauses = []
+            for c in range(len(adt.ctors)):
+                fields = self.ctor_fields(vty, c)
+                fvars = [self.var(f, "f") for f in fields]
+                body_env = [(param, vty)] + list(zip(fvars, fields))
+                lets = []
+                for fv, fty in zip(fvars, fields):
+                    if fty == vty:
+                        r = self.var(ty, "r")
+                        lets.append((r, relay.Call(gvar, [fv])))
+                        body_env.append((r, ty))
+                body = self.expr(ty, body_env, min(d, 2))
+                for r, call in reversed(lets):
+                    body = relay.Let(r, call, body)
+                pattern = relay.PatternConstructor(adt.ctors[c], [relay.PatternVar(v) for v in fvars])
+                clauses.append(relay.Clause(pattern, body))
+            func = relay.Function([param], relay.Match(param, clauses), self.relay_type(ty))
+            self.globals.append(Global(gvar, FuncT((vty,), ty), "fold"))
+            self.module[gvar] = func
+        return relay.Call(self.folds[key], [value])
+
+    # -- globals and recursion ---------------------------------------------------------------------
+
+    def call_global(self, ty, env, d) -> relay.Expr:
+        existing = [g for g in self.globals if g.type.ret == ty and g.kind != "fold"]
+        kind = self.choose((["reuse"] if existing else []) + ["new"] + ([] if _returns_function(ty) else ["recursive"]))
+        if kind != "reuse" and len(self.globals) >= self.max_globals:
+            if not existing:
+                return self.expr(ty, env, 0)
+            kind = "reuse"
+        if kind == "reuse":
+            g = self.choose(existing)
+        elif kind == "new":
+            g = self.new_global(self.func_type(2, ret=ty), d)
+        else:
+            g = self.new_recursive_global(ty, d)
+        if g.fuel:
+            return relay.Call(g.gvar, [self.fuel(env)] + [self.expr(p, env, d) for p in g.type.params[1:]])
+        return relay.Call(g.gvar, [self.expr(p, env, d) for p in g.type.params])
+
+    def fuel(self, env) -> relay.Expr:
+        """A small recursion depth: a constant 0..4, or an int32 scalar in scope clipped to it."""
+        scalars = [v for v, t in env if t == FUEL]
+        if scalars and self.flip(1, 3):
+            return relay.clip(self.choose(scalars), 0, 4)
+        return relay.const(np.int32(self.draw(st.integers(0, 4))))
+
+    def new_global(self, fty: FuncT, d) -> Global:
+        gvar = relay.GlobalVar(self.name("g"))
+        g = Global(gvar, fty)
+        self.globals.append(g)
+        params = [self.var(p, "a") for p in fty.params]
+        body = self.expr(fty.ret, list(zip(params, fty.params)), max(d, 1))
+        self.module[gvar] = relay.Function(params, body, self.relay_type(fty.ret))
+        return g
+
+    def fuel_body(self, callee: relay.Expr, n: relay.Var, params: list, ret, env: list, d: int) -> relay.Expr:
+        """``if (n <= 0) { base } else { ... callee(n - 1, ...) ... }``, the call in tail position or not."""
+        inner = env + [(n, FUEL)] + params
+        base = self.expr(ret, inner, d)
+        step = relay.subtract(n, relay.const(np.int32(1)))
+        call = relay.Call(callee, [step] + [self.expr(t, inner, max(d - 1, 0)) for _, t in params])
+        if self.flip():
+            recur = call  # a self tail call: compiled as a loop
+        else:
+            r = self.var(ret, "r")
+            recur = relay.Let(r, call, self.expr(ret, inner + [(r, ret)], d))
+        return relay.If(relay.less_equal(n, relay.const(np.int32(0))), base, recur)
+
+    def new_recursive_global(self, ret, d) -> Global:
+        gvar = relay.GlobalVar(self.name("rec"))
+        ptypes = [self.data_type(1) for _ in range(self.draw(st.integers(0, 2)))]
+        g = Global(gvar, FuncT((FUEL, *ptypes), ret), "fuel")
+        self.globals.append(g)
+        n = relay.Var(self.name("n"), self.relay_type(FUEL))
+        params = [(self.var(t, "a"), t) for t in ptypes]
+        body = self.fuel_body(gvar, n, params, ret, [], max(d, 1))
+        self.module[gvar] = relay.Function([n] + [v for v, _ in params], body, self.relay_type(ret))
+        return g
+
+    def recursive_closure(self, ty, env, d) -> relay.Expr:
+        """``let %f = fn (%n, ...) { ... %f(%n - 1, ...) ... }; %f(fuel, ...)`` (captures ``env``)."""
+        ptypes = [self.data_type(1) for _ in range(self.draw(st.integers(0, 1)))]
+        fty = FuncT((FUEL, *ptypes), ty)
+        fvar = self.var(fty, "loop")
+        n = relay.Var(self.name("n"), self.relay_type(FUEL))
+        params = [(self.var(t, "a"), t) for t in ptypes]
+        body = self.fuel_body(fvar, n, params, ty, env, d)
+        func = relay.Function([n] + [v for v, _ in params], body, self.relay_type(ty))
+        call = relay.Call(fvar, [self.fuel(env)] + [self.expr(t, env, d) for t in ptypes])
+        return relay.Let(fvar, func, call)
+
+    def global_as_value(self, ty: FuncT, env, d) -> relay.Expr:
+        """A global function used as a value (not called directly)."""
+        # Never a fuel-bounded global: called through a value, its depth would be unbounded.
+        existing = [g for g in self.globals if g.type == ty and not g.fuel]
+        if existing:
+            return self.choose(existing).gvar
+        if len(self.globals) >= self.max_globals:
+            return self.function(ty, env, d)
+        return self.new_global(ty, d).gvar
+
+    # -- tensor operators ------------------------------------------------------------------------
+
+    def tensor_op(self, ty: TensorT, env, d) -> relay.Expr:
+        kind = _kind(ty.dtype)
+        shape, dtype = ty.shape, ty.dtype
+        options = []
+        if _UNARY[kind]:
+            options.append(lambda: _op(self.choose(list(_UNARY[kind])))(self.expr(ty, env, d)))
+        options += [lambda: self.binary(ty, env, d)] * 2
+        if kind == "bool":
+            options += [lambda: self.compare(ty, env, d)] * 2
+        casts = [s for s in self.dtypes if _can_cast(s, dtype)] or [s for s in DTYPES if _can_cast(s, dtype)]
+        options.append(lambda: relay.cast(self.expr(TensorT(shape, self.choose(casts)), env, d), dtype))
+        if len(shape) < 2:
+            options.append(lambda: self.reduce(ty, env, d))
+        if kind == "float" and len(shape) == 2:
+            options.append(lambda: self.dense(ty, env, d))
+        if any(n >= 2 for n in shape):
+            options.append(lambda: self.concatenate(ty, env, d))
+        if shape:
+            options.append(lambda: self.split(ty, env, d))
+        options.append(lambda: self.reshape(ty, env, d))
+        options.append(lambda: relay.where(self.expr(TensorT(shape, "bool"), env, d),
+                                           self.expr(ty, env, d), self.expr(ty, env, d)))
+        return self.choose(options)()
+
+    def binary(self, ty: TensorT, env, d) -> relay.Expr:
+        kind = _kind(ty.dtype)
+        names = list(_BINARY[kind])
+        if kind in ("int", "uint"):
+            # multiply only by a small constant: products of products overflow int32 (undefined
+            # behaviour in TVM's kernels, so executors may legitimately differ).
+            names.append("multiply")
+        name = self.choose(names)
+        lhs = self.expr(ty, env, d)
+        if name == "multiply" and kind in ("int", "uint"):
+            return relay.multiply(lhs, relay.const(np.array(self.draw(st.integers(0, 2)), dtype=ty.dtype), dtype=ty.dtype))
+        rhs_ty = TensorT((), ty.dtype) if ty.shape and self.flip(1, 4) else ty  # broadcasting
+        return _op(name)(lhs, self.expr(rhs_ty, env, d))
+
+    def compare(self, ty: TensorT, env, d) -> relay.Expr:
+        src = TensorT(ty.shape, self.choose([t for t in self.dtypes if t != "bool"] or [t for t in DTYPES if t != "bool"]))
+        return _op(self.choose(list(_COMPARE)))(self.expr(src, env, d), self.expr(src, env, d))
+
+    def reduce(self, ty: TensorT, env, d) -> relay.Expr:
+        axis = self.draw(st.integers(0, len(ty.shape)))
+        size = self.draw(st.integers(1, 3))
+        src = TensorT(ty.shape[:axis] + (size,) + ty.shape[axis:], ty.dtype)
+        name = self.choose(list(_REDUCE[_kind(ty.dtype)]))
+        return _op(name)(self.expr(src, env, d), axis=axis)
+
+    def dense(self, ty: TensorT, env, d) -> relay.Expr:
+        rows, units = ty.shape
+        k = self.draw(st.integers(1, 3))
+        x = self.expr(TensorT((rows, k), ty.dtype), env, d)
+        w = self.expr(TensorT((units, k), ty.dtype), env, d)
+        return relay.nn.dense(x, w)
+
+    def concatenate(self, ty: TensorT, env, d) -> relay.Expr:
+        axis = self.choose([i for i, n in enumerate(ty.shape) if n >= 2])
+        first = self.draw(st.integers(1, ty.shape[axis] - 1))
+        parts = []
+        for size in (first, ty.shape[axis] - first):
+            shape = ty.shape[:axis] + (size,) + ty.shape[axis + 1:]
+            parts.append(self.expr(TensorT(shape, ty.dtype), env, d))
+        return relay.concatenate(parts, axis)
+
+    def split(self, ty: TensorT, env, d) -> relay.Expr:
+        axis = self.draw(st.integers(0, len(ty.shape) - 1))
+        sections = self.draw(st.integers(2, 3))
+        shape = ty.shape[:axis] + (ty.shape[axis] * sections,) + ty.shape[axis + 1:]
+        parts = relay.split(self.expr(TensorT(shape, ty.dtype), env, d), sections, axis).astuple()
+        return relay.TupleGetItem(parts, self.draw(st.integers(0, sections - 1)))
+
+    def reshape(self, ty: TensorT, env, d) -> relay.Expr:
+        size = int(np.prod(ty.shape, dtype=np.int64))
+        shapes = [s for s in SHAPES if int(np.prod(s, dtype=np.int64)) == size and s != ty.shape]
+        shapes.append((size,))
+        src = self.choose(shapes)
+        return relay.reshape(self.expr(TensorT(src, ty.dtype), env, d), list(ty.shape))
+
+    # -- programs --------------------------------------------------------------------------------
+
+    def case(self, index: int) -> tuple[relay.GlobalVar, list, tuple, Any]:
+        """One independent program: a global ``@case<i>`` with its parameters, arguments and type."""
+        ptypes = [self.param_type() for _ in range(self.draw(st.integers(0, 3)))]
+        params = [self.var(t, "in") for t in ptypes]
+        ret = self.data_type(2) if self.flip(7, 8) else RefT(self.data_type(1))
+        body = self.expr(ret, list(zip(params, ptypes)), self.max_depth)
+        gvar = relay.GlobalVar(f"case{index}")
+        self.module[gvar] = relay.Function(params, body, self.relay_type(ret))
+        args = tuple(self.argument(t) for t in ptypes)
+        return gvar, params, args, ret
+
+    def param_type(self) -> Ty:
+        if self.flip(1, 5):
+            return TupleT(tuple(self.tensor_type() for _ in range(self.draw(st.integers(1, 2)))))
+        return self.tensor_type()
+
+    def argument(self, ty) -> Any:
+        if isinstance(ty, TupleT):
+            return tuple(self.argument(f) for f in ty.fields)
+        return self.constant(ty).data.numpy()
+
+
+def generate(draw, cases: int = 1, max_depth: int = 4, max_size: int = 60, max_adts: int = 2,
+             odd_names: bool = True) -> Program:
+    """Draw a module with ``cases`` independent programs, called from ``@main``."""
+    gen = Generator(draw, max_depth=max_depth, max_size=max_size * cases, odd_names=odd_names)
+    gen.choose_palette()
+    gen.define_adts(draw(st.integers(0, max_adts)))
+    built = []
+    for index in range(cases):
+        gen.size_left = max(gen.size_left, max_size)
+        built.append(gen.case(index))
+    main_params, calls, args, rets = [], [], [], []
+    for gvar, params, case_args, ret in built:
+        fresh = [relay.Var(p.name_hint, p.type_annotation) for p in params]
+        main_params += fresh
+        calls.append(relay.Call(gvar, fresh))
+        args += case_args
+        rets.append(ret)
+    mod = gen.module
+    if cases == 1:
+        mod["main"] = relay.Function(main_params, calls[0], gen.relay_type(rets[0]))
+    else:
+        mod["main"] = relay.Function(main_params, relay.Tuple(calls), gen.relay_type(TupleT(tuple(rets))))
+    mod = relay.transform.InferType()(mod)
+    return Program(mod, tuple(args), [g for g, *_ in built], [a for _, _, a, _ in built])
+
+
+@st.composite
+def programs(draw, max_depth: int = 4, max_size: int = 60, max_adts: int = 2, odd_names: bool = True) -> Program:
+    """A random well-typed module (one program) with arguments for ``@main``."""
+    return generate(draw, 1, max_depth, max_size, max_adts, odd_names)
+
+
+@st.composite
+def batches(draw, cases: int = 8, max_depth: int = 4, max_size: int = 60, max_adts: int = 2,
+            odd_names: bool = True) -> Program:
+    """``cases`` independent random programs in one module; ``@main`` returns their results."""
+    return generate(draw, cases, max_depth, max_size, max_adts, odd_names)
+
+
+# ----------------------------------------------------------------------------------------
+# Coverage
+
+
+def node_counts(mod: tvm.IRModule) -> Counter:
+    """How often each Relay node kind, pattern kind, operator and dtype occurs in ``mod``.
+
+    Keys are node class names (``"Let"``), pattern class names (``"PatternTuple"``),
+    ``"op:<name>"`` and ``"dtype:<dtype>"`` (dtypes of every typed expression).
+    """
+    counts: Counter = Counter()
+
+    def pattern(p):
+        counts[type(p).__name__] += 1
+        for sub in getattr(p, "patterns", ()):
+            pattern(sub)
+
+    def visit(node):
+        counts[type(node).__name__] += 1
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
+            counts["op:" + node.op.name] += 1
+        if isinstance(node, relay.Match):
+            for clause in node.clauses:
+                pattern(clause.lhs)
+        if isinstance(node, (tvm.ir.Op, relay.Constructor)):
+            return
+        try:
+            ty = node.checked_type
+        except (ValueError, tvm.error.TVMError):
+            return
+        for t in _tensor_types(ty):
+            counts["dtype:" + t.dtype] += 1
+
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relay.Function):
+            relay.analysis.post_order_visit(func, visit)
+    return counts
+
+
+def _tensor_types(ty):
+    if isinstance(ty, relay.TensorType):
+        yield ty
+    elif isinstance(ty, relay.TupleType):
+        for f in ty.fields:
+            yield from _tensor_types(f)
