@@ -15,7 +15,7 @@ from .emit_cpp import constants_blob, emit_cpp
 from .errors import UnsupportedError
 from .lower import lower_program
 from .metadata import Signature
-from .runtime import CompiledModule
+from .runtime import CompiledModule, load_library
 
 BACKENDS = ("cpp", "python")
 
@@ -53,7 +53,7 @@ def compile(  # noqa: A001 - the name users expect
     target = _target(target)
     with tvm.transform.PassContext(opt_level=opt_level):
         prepared = passes.prepare(mod, params, opt_level)
-        program, kernels = lower_program(prepared, name, target)
+        program, kernels = lower_program(prepared, name, target, passes.var_names(passes.prune(mod)))
         if backend == "python":
             from .emit_python import compile_python
 
@@ -84,7 +84,7 @@ def _compile_cpp(program, kernels, name: str, cache: bool, verbose: bool) -> Com
         flags=flags,
     )
     result = build.build_library(inputs, cache=cache, verbose=verbose)
-    module = tvm.runtime.load_module(str(result.library))
+    module = load_library(result.library)
     return CompiledModule(
         module,
         Signature.of_program(program, name),

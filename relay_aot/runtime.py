@@ -20,6 +20,19 @@ from .metadata import Signature
 from .values import Converter
 
 
+#: Every library this process loaded. Libraries are never unloaded: objects the generated code
+#: allocated (ADTs, closures, reference cells) carry deleters that live in the library's code,
+#: and such objects can outlive the CompiledModule that made them (a result kept by the caller).
+_LOADED_LIBRARIES: list = []
+
+
+def load_library(path) -> tvm.runtime.Module:
+    """``tvm.runtime.load_module(path)``, kept loaded for the life of the process."""
+    module = tvm.runtime.load_module(str(path))
+    _LOADED_LIBRARIES.append(module)
+    return module
+
+
 class CompiledModule:
     """A compiled Relay program: call it like ``mod["main"]``.
 
@@ -97,6 +110,6 @@ def load(path, name: str = "default") -> CompiledModule:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such library: {path}")
-    module = tvm.runtime.load_module(str(path))
+    module = load_library(path)
     signature = read_signature(module, name)
     return CompiledModule(module, signature, name, backend="cpp", library_path=path)
