@@ -242,7 +242,7 @@ class CppEmitter:
     def _if(self, stmt: ir.If) -> None:
         e = self.out
         r = stmt.result
-        e.line(f"{ctype(r.type)} {var(r)};", comment=f"{self.hint_of(r)}if")
+        e.line(f"{ctype(r.type)} {var(r)};", comment=self.describe(r, "if"))
         e.line(f"if (truthy({var(stmt.cond)})) {{")
         self.emit_block(stmt.then, self.assign_to(r))
         e.line("} else {")
@@ -253,7 +253,7 @@ class CppEmitter:
         e = self.out
         r = stmt.result
         s = var(stmt.scrutinee)
-        e.line(f"{ctype(r.type)} {var(r)};", comment=f"{self.hint_of(r)}match")
+        e.line(f"{ctype(r.type)} {var(r)};", comment=self.describe(r, "match"))
         for i, clause in enumerate(stmt.clauses):
             tests = [f"tag({path_expr(s, t.path)}) == {t.tag}" for t in clause.tests]
             keyword = "if" if i == 0 else "} else if"
@@ -275,8 +275,11 @@ class CppEmitter:
         return lambda v: self.out.line(f"{var(result)} = {convert(var(v), v.type, result.type)};")
 
     @staticmethod
-    def hint_of(v: ir.Var) -> str:
-        return f"%{v.hint} = " if v.hint else ""
+    def describe(v: ir.Var, note: str) -> str:
+        """Comment for a definition of ``v``: its Relay name and the construct it came from."""
+        if not note:
+            return f"%{v.hint}" if v.hint else ""
+        return f"%{v.hint} = {note}" if v.hint else note
 
     # -- right-hand sides ------------------------------------------------------------------
 
@@ -284,12 +287,11 @@ class CppEmitter:
         """Print ``T v = expr;`` converting from ``src`` (default: the variable's own type)."""
         v = stmt.var
         value = convert(expr, src, v.type) if src is not None else expr
-        note = self.hint_of(v) + stmt.note
-        self.out.line(f"{ctype(v.type)} {var(v)} = {value};", comment=note)
+        self.out.line(f"{ctype(v.type)} {var(v)} = {value};", comment=self.describe(v, stmt.note))
 
     def _constant(self, rhs: ir.Constant, stmt: ir.Let) -> None:
         v = stmt.var
-        self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=f"{self.hint_of(v)}constant")
+        self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=self.describe(v, "constant"))
 
     def _kernel_call(self, rhs: ir.KernelCall, stmt: ir.Let) -> None:
         e = self.out
@@ -300,7 +302,7 @@ class CppEmitter:
         v = stmt.var
         single = isinstance(kernel.result, ir.TensorType)
         outputs = [var(v)] if single else [f"{var(v)}_{j}" for j in range(len(kernel.outputs))]
-        e.comment(f"{self.hint_of(v)}{stmt.note} (k{kernel.index})")
+        e.comment(self.describe(v, f"{stmt.note} (k{kernel.index})" if stmt.note else f"k{kernel.index}"))
         for name, out in zip(outputs, kernel.outputs):
             shape = ", ".join(str(d) for d in out.shape)
             e.line(f"NDArray {name} = empty({{{shape}}}, {dtype_literal(out.dtype)});")
