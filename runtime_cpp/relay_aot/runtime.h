@@ -5,6 +5,7 @@
 #ifndef RELAY_AOT_RUNTIME_H_
 #define RELAY_AOT_RUNTIME_H_
 
+#include "check.h"
 #include "closure.h"
 #include "constants.h"
 #include "entry.h"
