@@ -55,6 +55,15 @@ def cons(h, t): return ADT(cons_tag, [tvm.nd.array(h) if isinstance(h, np.ndarra
 good = dict(x=np.ones((2, 3), "float32"), t=(np.int32(4), np.arange(2, dtype="int64")),
             l=cons(np.ones(2, "float32"), nil()), f=lambda v: tvm.nd.array(v.numpy() * 2), b=True)
 assert compiled(*[good[k] for k in "xtlfb"])[2].numpy().tolist() == [2.0, 2.0]
+def to_tvm(value):
+    """What a C++ or raw-FFI caller would pass: TVM objects only."""
+    if callable(value):
+        return tvm.runtime.convert(value)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return tvm.nd.array(np.asarray(value))
+    if isinstance(value, tuple):
+        return tvm.runtime.container.tuple_object([to_tvm(v) for v in value])
+    return value
 results = []
 for name, expr in {cases!r}:
     args = eval(expr)
@@ -62,8 +71,7 @@ for name, expr in {cases!r}:
     for how, call in (("CompiledModule", compiled), ("raw PackedFunc", compiled.entry)):
         try:
             if how == "raw PackedFunc":
-                args = [tvm.runtime.convert(a) if callable(a) else tvm.nd.array(a) if isinstance(a, np.ndarray) else a
-                        for a in args]
+                args = [to_tvm(a) for a in args]
             call(*args)
             outcomes.append((how, "no error"))
         except Exception as err:
