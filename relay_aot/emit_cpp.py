@@ -197,7 +197,7 @@ class CppEmitter:
 
     def _register_boundary_types(self) -> None:
         """Number every type checked at the boundary before any file is printed."""
-        for p in self.functions[self.program.main].params:
+        for p in self.program.params:
             self.types.index(p.type)
         for f in self.program.functions:
             if f.is_closure:
@@ -296,6 +296,8 @@ class CppEmitter:
         self.func = f
         e.comment(f.signature or f.hint)
         e.line(self.prototype(f) + " {")
+        args = ", ".join((["self"] if f.is_closure else []) + [var(p) for p in f.params])
+        e.line(f"if (stack_low()) return on_new_stack([&] {{ return {f.id}({args}); }});", comment="deep recursion")
         for i, cap in enumerate(f.captures):
             e.line(f"const {ctype(cap.type)}& {var(cap)} = self->{names.CAPTURE}{i};")
         if f.self_var is not None:
@@ -425,12 +427,12 @@ class CppEmitter:
     def rebuild(self, ty: ir.Type, outputs) -> str:
         """The (nested) tuple of type ``ty`` made of the next names in ``outputs``."""
         if isinstance(ty, ir.TupleType):
-            return f"ADT(0, std::vector<ObjectRef>{{{', '.join(self.rebuild(f, outputs) for f in ty.fields)}}})"
+            return f"make_adt(0, {{{', '.join(self.rebuild(f, outputs) for f in ty.fields)}}})"
         return next(outputs)
 
     def _make_tuple(self, rhs: ir.MakeTuple, stmt: ir.Let) -> None:
         fields = ", ".join(var(f) for f in rhs.fields)
-        self.define(stmt, f"ADT(0, std::vector<ObjectRef>{{{fields}}})")
+        self.define(stmt, f"make_adt(0, {{{fields}}})")
 
     def _proj(self, rhs: ir.Proj, stmt: ir.Let) -> None:
         self.define(stmt, f"field({var(rhs.value)}, {rhs.index})", ir.AnyType())
@@ -439,7 +441,7 @@ class CppEmitter:
         ctor = self.program.adts[rhs.adt].ctors[rhs.ctor]
         fields = ", ".join(var(f) for f in rhs.fields)
         stmt = dataclasses.replace(stmt, note=ctor.name)
-        self.define(stmt, f"ADT({ctor.tag}, std::vector<ObjectRef>{{{fields}}})")
+        self.define(stmt, f"make_adt({ctor.tag}, {{{fields}}})")
 
     def _make_closure(self, rhs: ir.MakeClosure, stmt: ir.Let) -> None:
         captures = ", ".join(var(c) for c in rhs.captures)

@@ -22,6 +22,7 @@
 
 #include "check.h"
 #include "errors.h"
+#include "memory.h"
 #include "values.h"
 
 namespace relay_aot {
@@ -99,10 +100,10 @@ class Closure : public ObjectRef {
   TVM_DEFINE_OBJECT_REF_METHODS(Closure, ObjectRef, PackedFuncObj);
 };
 
-/*! \brief Wrap a generated closure object. */
+/*! \brief A new closure of generated class \p T over the captured values \p args. */
 template <typename T, typename... Args>
 inline Closure make_closure(Args&&... args) {
-  return Closure(tvm::runtime::make_object<T>(std::forward<Args>(args)...));
+  return Closure(make_iterative<T>(std::forward<Args>(args)...));
 }
 
 /*!

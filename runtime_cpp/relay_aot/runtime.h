@@ -11,7 +11,9 @@
 #include "entry.h"
 #include "errors.h"
 #include "kernel.h"
+#include "memory.h"
 #include "ref.h"
+#include "stack.h"
 #include "values.h"
 
 #endif  // RELAY_AOT_RUNTIME_H_
