@@ -285,10 +285,15 @@ class CppEmitter:
         self.out = Emitter()
         self.func: Optional[ir.Function] = None
         self.types = TypeTable(program.adts)
-        self._register_boundary_types()
+        self.shapes: dict[tuple[int, ...], int] = {}
+        self._collect_tables()
 
-    def _register_boundary_types(self) -> None:
-        """Number every type checked at the boundary before any file is printed."""
+    def _collect_tables(self) -> None:
+        """Number every output shape and every type checked at the boundary, before printing."""
+        for kernel in self.program.kernels:
+            for out in kernel.outputs:
+                if not is_native_scalar(out):
+                    self.shapes.setdefault(out.shape, len(self.shapes))
         for p in self.program.params:
             self.types.index(p.type)
         for f in self.program.functions:
@@ -321,6 +326,7 @@ class CppEmitter:
         e.decl("using namespace relay_aot;")
         e.decl()
         e.decl("const std::vector<NDArray>& constants();")
+        e.decl("const std::vector<ShapeTuple>& shapes();")
         e.decl(f"extern const TypeDesc {names.TYPE_TABLE}[];")
         closures = [f for f in self.program.functions if f.is_closure]
         for f in closures:
@@ -360,6 +366,7 @@ class CppEmitter:
         e.line(f"namespace {self.namespace} {{")
         if with_entry:
             self.emit_constants()
+            self.emit_shapes()
         for f in functions:
             e.line()
             self.emit_function(f)
@@ -517,8 +524,8 @@ class CppEmitter:
                 e.line(f"{ctype(out)} {name};")
                 out_args.append(f"scalar_arg(&{name}).get()")
             else:
-                shape = ", ".join(str(d) for d in out.shape)
-                e.line(f"NDArray {name} = empty({{{shape}}}, {dtype_literal(out.dtype)});")
+                shape = f"shapes()[{self.shapes[out.shape]}]"
+                e.line(f"NDArray {name} = alloc_tensor({shape}, {dtype_literal(out.dtype)});", comment=str(out.shape))
                 out_args.append(f"arg({name})")
         call_args = ", ".join(inputs + out_args)
         e.line(f"call_kernel(&{kernel.symbol}, {cpp_string_literal(kernel.symbol)}, {call_args});")
@@ -534,7 +541,7 @@ class CppEmitter:
         elif is_native_scalar(src):
             out.append(f"scalar_arg(&{expr}).get()")
         elif isinstance(src, ir.AnyType):  # a field of a tuple: always a boxed tensor
-            out.append(f"arg(as<NDArray>({expr}))")
+            out.append(f"arg({expr})")
         else:
             out.append(f"arg({expr})")
 
@@ -626,6 +633,19 @@ class CppEmitter:
         e.line("const std::vector<NDArray>& constants() {")
         e.line("// Built once, never destroyed: no destructor runs at exit after TVM is gone.")
         e.line(f"static const std::vector<NDArray>* table = load_constants({blob}, kConstantSpecs, kConstantShapes, {len(consts)});")
+        e.line("return *table;")
+        e.line("}")
+
+    def emit_shapes(self) -> None:
+        """The table of kernel output shapes, shared by every tensor of that shape."""
+        e = self.out
+        e.line()
+        e.comment("Shapes of kernel outputs (one shared ShapeTuple each: allocation only allocates data).")
+        e.line("const std::vector<ShapeTuple>& shapes() {")
+        e.line("static const std::vector<ShapeTuple>* table = new std::vector<ShapeTuple>{")
+        for shape, index in sorted(self.shapes.items(), key=lambda item: item[1]):
+            e.line(f"ShapeTuple(std::vector<int64_t>{{{', '.join(str(d) for d in shape)}}}),", comment=str(index))
+        e.line("};")
         e.line("return *table;")
         e.line("}")
 

@@ -12,7 +12,9 @@ on a cache hit they are skipped.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
 from typing import Callable, Optional
 
@@ -126,6 +128,10 @@ class KernelTable:
 
     def lower_all(self) -> tvm.IRModule:
         """TE-lower every kernel into one module of PrimFuncs named by kernel symbols."""
+        with _quiet_autotvm():
+            return self._lower_all()
+
+    def _lower_all(self) -> tvm.IRModule:
         merged = tvm.IRModule()
         for kernel, func in zip(self.kernels, self._funcs):
             what = "fused kernel of " + (", ".join(dict.fromkeys(kernel.ops)) or "no operators")
@@ -155,6 +161,18 @@ class KernelTable:
             return False
         module.save(str(path))
         return True
+
+
+@contextlib.contextmanager
+def _quiet_autotvm():
+    """Silence AutoTVM's "operators have not been tuned" warning (relay_aot uses default schedules)."""
+    logger = logging.getLogger("autotvm")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _first_line(err: Exception) -> str:

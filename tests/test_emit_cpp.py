@@ -50,7 +50,7 @@ def test_kernel_call_single_output():
     assert emit(stmt) == lines(
         """
         // kernel: add (k0)
-        NDArray v3 = empty({2}, DLDataType{kDLFloat, 32, 1});
+        NDArray v3 = alloc_tensor(shapes()[0], DLDataType{kDLFloat, 32, 1});  // (2,)
         call_kernel(&m_k0_fused_add, "m_k0_fused_add", arg(v1), arg(v2), arg(v3));
         """
     )
@@ -63,7 +63,7 @@ def test_kernel_call_tuple_argument_and_tuple_result():
         // k1
         int32_t v5_0;
         int32_t v5_1;
-        call_kernel(&m_k1_fused_split, "m_k1_fused_split", arg(as<NDArray>(field(v4, 0))), arg(as<NDArray>(field(v4, 1))), scalar_arg(&v5_0).get(), scalar_arg(&v5_1).get());
+        call_kernel(&m_k1_fused_split, "m_k1_fused_split", arg(field(v4, 0)), arg(field(v4, 1)), scalar_arg(&v5_0).get(), scalar_arg(&v5_1).get());
         ADT v5 = make_adt(0, {box(v5_0), box(v5_1)});
         """
     )

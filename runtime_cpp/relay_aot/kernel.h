@@ -19,6 +19,10 @@
 
 namespace relay_aot {
 
+using tvm::runtime::NDArray;
+using tvm::runtime::Object;
+using tvm::runtime::ObjectRef;
+
 /*! \brief The packed signature TVM's LLVM backend gives every kernel. */
 using KernelFn = int (*)(TVMValue* args, int* type_codes, int num_args, TVMValue* ret,
                          int* ret_type_code, void* resource_handle);
@@ -26,13 +30,16 @@ using KernelFn = int (*)(TVMValue* args, int* type_codes, int num_args, TVMValue
 /*! \brief The device every tensor of a compiled program lives on. */
 constexpr DLDevice kDevice{kDLCPU, 0};
 
-/*! \brief A new, uninitialised tensor on the CPU. */
-inline NDArray empty(std::initializer_list<int64_t> shape, DLDataType dtype) {
-  return NDArray::Empty(tvm::runtime::ShapeTuple(shape), dtype, kDevice);
-}
-
 /*! \brief The DLTensor of a tensor, as a kernel argument. */
 inline DLTensor* arg(const NDArray& tensor) { return const_cast<DLTensor*>(tensor.operator->()); }
+
+/*!
+ * \brief The DLTensor of a value statically known to be a tensor (a tuple field), without
+ *        touching its reference count.
+ */
+inline DLTensor* arg(const ObjectRef& tensor) {
+  return &static_cast<NDArray::Container*>(const_cast<Object*>(tensor.get()))->dl_tensor;
+}
 
 /*!
  * \brief Run kernel \p fn on \p tensors (inputs, then outputs, flattened).

@@ -15,6 +15,7 @@
 #include "ref.h"
 #include "scalar.h"
 #include "stack.h"
+#include "tensor.h"
 #include "values.h"
 
 #endif  // RELAY_AOT_RUNTIME_H_

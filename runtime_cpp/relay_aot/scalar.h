@@ -19,6 +19,7 @@
 
 #include "errors.h"
 #include "kernel.h"
+#include "tensor.h"
 
 namespace relay_aot {
 
@@ -51,7 +52,7 @@ inline T unbox(const ObjectRef& value) {
 /*! \brief A new 0-d tensor holding \p value. */
 template <typename T>
 inline NDArray box(T value) {
-  NDArray out = NDArray::Empty(tvm::runtime::ShapeTuple(), dtype_of<T>(), kDevice);
+  NDArray out = alloc_tensor(scalar_shape(), dtype_of<T>());
   void* data = const_cast<DLTensor*>(out.operator->())->data;
   if constexpr (std::is_same_v<T, bool>) {
     *static_cast<uint8_t*>(data) = value ? 1 : 0;
