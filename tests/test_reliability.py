@@ -277,3 +277,22 @@ def test_hostile_names_never_reach_generated_source_unescaped(backend):
         unsafe = any(c in name for c in '"\\\n') or "*/" in name or "??" in name
         if unsafe:
             assert name not in source, f"{name!r} reached the generated source unescaped"
+
+
+def test_integer_division_by_zero_is_an_exception():
+    result = run_isolated(
+        '''
+        import json, numpy as np, tvm, relay_aot
+        compiled = relay_aot.compile(tvm.relay.parse("""
+        #[version = "0.0.5"]
+        def @main(%a: int32, %b: int32) { (divide(%a, %b), floor_mod(%a, %b)) }
+        """))
+        out = [int(v.numpy()) for v in compiled(np.int32(-7), np.int32(2))]
+        try:
+            compiled(np.int32(1), np.int32(0))
+        except ZeroDivisionError as err:
+            out.append(str(err).strip().splitlines()[-1])
+        print(json.dumps(out))
+        '''
+    )
+    assert result[:2] == [-3, 1] and result[2].endswith("integer division by zero")
