@@ -278,6 +278,7 @@ class CppEmitter:
             ir.MakeClosure: self._make_closure,
             ir.CallGlobal: self._call_global,
             ir.CallClosure: self._call_closure,
+            ir.CallKnown: self._call_known,
             ir.RefNew: self._ref_new,
             ir.RefRead: self._ref_read,
             ir.RefWrite: self._ref_write,
@@ -583,6 +584,12 @@ class CppEmitter:
         ret_type = self.types.index(stmt.var.type)
         call = f"call_closure({var(rhs.closure)}, {args}, {len(rhs.args)}, {names.TYPE_TABLE}, {ret_type})"
         self.define(stmt, call, ir.AnyType())
+
+    def _call_known(self, rhs: ir.CallKnown, stmt: ir.Let) -> None:
+        callee = self.functions[rhs.func]
+        env = f"static_cast<const {names.CLOSURE_CLASS}{callee.id}*>({var(rhs.closure)}.get())"
+        args = "".join(f", {convert(var(a), a.type, p.type)}" for a, p in zip(rhs.args, callee.params))
+        self.define(stmt, f"{callee.id}({env}{args})", callee.ret)
 
     def _ref_new(self, rhs: ir.RefNew, stmt: ir.Let) -> None:
         self.define(stmt, f"ref_new({boxed(rhs.value)})")

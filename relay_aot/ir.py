@@ -173,6 +173,19 @@ class CallClosure(Rhs):
 
 
 @dataclass(eq=False)
+class CallKnown(Rhs):
+    """Apply ``closure``, statically known to be a closure of lifted function ``func``.
+
+    Emitters may call ``func`` directly with the closure as its environment (no boxing of
+    arguments, no indirect call); calling ``closure`` like :class:`CallClosure` is also correct.
+    """
+
+    func: str
+    closure: Var
+    args: list[Var]
+
+
+@dataclass(eq=False)
 class RefNew(Rhs):
     """``ref(value)``"""
 

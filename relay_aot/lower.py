@@ -229,6 +229,8 @@ class FunctionLowering:
         self.self_global = self_global
         self.self_closure = self_closure
         self.env: dict[relay.Var, Binding] = {}
+        #: variables known to hold a closure of a given lifted function (by variable id)
+        self.known: dict[int, str] = {}
         self.params: list[ir.Var] = []
         self.has_tail_call = False
         self._handlers = {
@@ -387,6 +389,9 @@ class FunctionLowering:
             self.has_tail_call = True
             return ir.TailCall(args)
         closure = self.value(op, stmts)
+        if closure.id in self.known:
+            func = self.known[closure.id]
+            return self.emit(stmts, expr, ir.CallKnown(func, closure, args), dest, f"call of {func}")
         return self.emit(stmts, expr, ir.CallClosure(closure, args), dest, "closure call")
 
     def _kernel_call(self, kernel: ir.Kernel, expr, stmts, dest):
@@ -464,6 +469,8 @@ class FunctionLowering:
                 continue
             captured = self.prog.new_var(binding.type, binding.hint)
             inner.env[free] = captured
+            if binding.id in self.known:
+                inner.known[captured.id] = self.known[binding.id]
             captured_outer.append(binding)
             captured_inner.append(captured)
         func_type = self.prog.types.lower(func.checked_type)
@@ -471,6 +478,7 @@ class FunctionLowering:
         if recursive:
             self_var = self.prog.new_var(func_type, self.prog.name_of(dest))
             inner.env[dest] = self_var
+            inner.known[self_var.id] = func_id
         params = [inner.bind_param(p) for p in func.params]
         body = inner.block(func.body, tail=True)
         ret = self.prog.types.lower(func.ret_type if func.ret_type is not None else func.body.checked_type)
@@ -490,6 +498,7 @@ class FunctionLowering:
         )
         var = self.prog.new_var(func_type, self.prog.name_of(dest))
         stmts.append(ir.Let(var, ir.MakeClosure(func_id, captured_outer), f"closure {name}"))
+        self.known[var.id] = func_id
         return var
 
 

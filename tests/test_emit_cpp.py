@@ -207,3 +207,9 @@ def test_closure_function_with_captures_and_self():
         "explicit Closure_f3(NDArray c0) : ClosureObj(&entry_f3, 1, kTypes, kParamTypes), c0(std::move(c0)) {}"
         in header
     )
+
+
+def test_call_of_a_known_closure_is_direct():
+    callee = ir.Function("f3", "%f", [v(10, SCALAR)], SCALAR, ir.Block([], v(10, SCALAR)), is_closure=True)
+    stmt = ir.Let(v(3, SCALAR), ir.CallKnown("f3", v(2, ir.FuncType((SCALAR,), SCALAR)), [v(1, SCALAR)]))
+    assert emit(stmt, [callee]) == "int32_t v3 = f3(static_cast<const Closure_f3*>(v2.get()), v1);\n"
