@@ -102,7 +102,9 @@ class BuildFlags:
         # one's slots, which stay null until that one is loaded -- a crash (tests/test_deploy.py).
         # The version script (emit_cpp.version_script, a generated file) exports only the
         # model-prefixed symbols and TVM's loader protocol.
-        ldflags = ("-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,--version-script=exports.map")
+        # -z nodelete: values the library made (ADTs, closures: their code and deleters live in
+        # it) may outlive the tvm.runtime.Module that loaded it; dlclose must not unmap it then.
+        ldflags = ("-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,nodelete", "-Wl,--version-script=exports.map")
         return cls(os.environ.get("CXX", "g++"), cxxflags, ldflags)
 
     def compile_command(self, source: str, output: str) -> list[str]:
