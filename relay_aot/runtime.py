@@ -3,7 +3,8 @@
 A library exports ``<model>`` (the program's entry, a PackedFunc taking and returning TVM
 runtime values) and ``<model>__metadata`` (its signature as JSON, see ``metadata.py``).
 :class:`CompiledModule` wraps the entry with argument conversion; :func:`load` opens an
-exported library in any process, without compiling anything.
+exported library in any process, without compiling anything, finding the model name in the
+library's ELF dynamic symbol table when it is not given (docs/deployment.md).
 """
 
 from __future__ import annotations

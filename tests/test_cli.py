@@ -277,3 +277,16 @@ def test_onnx_shape_mistakes(shapes, message, tmp_path, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.search(message, err[0]), err
+
+
+def test_run_takes_tensor_parameters_only(tmp_path, capsys):
+    model = tmp_path / "pair.relay"
+    model.write_text('#[version = "0.0.5"]\n'
+                     "def @main(%p: (Tensor[(3), float32], Tensor[(3), float32])) { %p.1 }\n")
+    lib = tmp_path / "pair.so"
+    assert cli.main(["compile", str(model), "-o", str(lib), "--name", "pair"]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", str(lib)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["relay-aot: error: parameter %p has type (Tensor[(3), float32], Tensor[(3), float32]): "
+                   "relay-aot run passes tensors only"], err
