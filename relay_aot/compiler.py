@@ -15,7 +15,7 @@ from .emit_cpp import constants_blob, emit_cpp
 from .errors import UnsupportedError
 from .lower import lower_program
 from .metadata import Signature
-from .runtime import CompiledModule
+from .runtime import CompiledModule, load_library
 
 BACKENDS = ("cpp", "python")
 
@@ -88,7 +88,7 @@ def _check_backend(backend: str) -> None:
 
 def _lower(mod, params, name: str, target, opt_level: int):
     prepared = passes.prepare(mod, params, opt_level)
-    return lower_program(prepared, name, target)
+    return lower_program(prepared, name, target, passes.var_names(passes.prune(mod)))
 
 
 def _cpp_sources(program, name: str, flags: build.BuildFlags):
@@ -117,7 +117,7 @@ def _compile_cpp(program, kernels, name: str, cache: bool, verbose: bool) -> Com
         flags=flags,
     )
     result = build.build_library(inputs, cache=cache, verbose=verbose)
-    module = tvm.runtime.load_module(str(result.library))
+    module = load_library(result.library)
     return CompiledModule(
         module,
         Signature.of_program(program, name),

@@ -86,6 +86,89 @@ class CppSources:
         return "".join(f"// ===== {name} =====\n{text}\n" for name, text in self.files.items())
 
 
+class TypeTable:
+    """The descriptors of every type whose values cross the library boundary (see check.h).
+
+    Types are numbered on first use; a recursive ADT instance refers to its own index.
+    """
+
+    _NO_TENSOR = "DLDataType{kDLInt, 0, 0}, 0, nullptr"
+    _NONE = "0, nullptr"
+
+    def __init__(self, adts: list[ir.AdtDef]):
+        self.adts = adts
+        self.types: list[ir.Type] = []
+        self._index: dict[ir.Type, int] = {}
+        self._children = {
+            ir.TupleType: lambda t: list(t.fields),
+            ir.RefType: lambda t: [t.value],
+            ir.AdtType: lambda t: [ir.instantiate(f, t.args) for c in self.adts[t.adt].ctors for f in c.fields],
+        }
+        self._rows = {
+            ir.TensorType: self._tensor_row,
+            ir.TupleType: lambda e, i, t: self._fields_row(e, i, t, "kTuple"),
+            ir.RefType: lambda e, i, t: self._fields_row(e, i, t, "kRef"),
+            ir.AdtType: self._adt_row,
+            ir.FuncType: lambda e, i, t: f"Kind::kFunc, {{}}, {self._NO_TENSOR}, {self._NONE}, {self._NONE}",
+            ir.AnyType: lambda e, i, t: f"Kind::kAny, {{}}, {self._NO_TENSOR}, {self._NONE}, {self._NONE}",
+        }
+
+    def index(self, ty: ir.Type) -> int:
+        """The index of ``ty``, adding it (and the types inside it) on first use."""
+        if ty in self._index:
+            return self._index[ty]
+        index = len(self.types)
+        self._index[ty] = index
+        self.types.append(ty)
+        for child in self.children(ty):
+            self.index(child)
+        return index
+
+    def children(self, ty: ir.Type) -> list[ir.Type]:
+        """The types directly inside ``ty`` that a check descends into."""
+        get = self._children.get(type(ty))
+        return get(ty) if get is not None else []
+
+    def emit(self, e: Emitter) -> None:
+        """Print the table's arrays and ``kTypes`` (rows are ``{kind, text, tensor, fields, ctors}``)."""
+        e.comment("Types of the values that cross the library boundary, checked on entry (see check.h).")
+        rows = []
+        for i, ty in enumerate(self.types):
+            text = cpp_string_literal(ir.format_type(ty, self.adts))
+            rows.append("{" + self._rows[type(ty)](e, i, ty).replace("{}", text, 1) + f"}},  // {i}")
+        e.line(f"const TypeDesc {names.TYPE_TABLE}[] = {{")
+        e.lines(rows)
+        e.line("};")
+
+    def _tensor_row(self, e: Emitter, i: int, ty: ir.TensorType) -> str:
+        shape = "nullptr"
+        if ty.shape:
+            shape = f"{names.TYPE_SHAPE}{i}"
+            e.line(f"const int64_t {shape}[] = {{{', '.join(str(d) for d in ty.shape)}}};")
+        return f"Kind::kTensor, {{}}, {dtype_literal(ty.dtype)}, {len(ty.shape)}, {shape}, {self._NONE}, {self._NONE}"
+
+    def _fields_row(self, e: Emitter, i: int, ty: ir.Type, kind: str) -> str:
+        fields = self._int_array(e, f"{names.TYPE_FIELDS}{i}", [self.index(c) for c in self.children(ty)])
+        return f"Kind::{kind}, {{}}, {self._NO_TENSOR}, {fields}, {self._NONE}"
+
+    def _adt_row(self, e: Emitter, i: int, ty: ir.AdtType) -> str:
+        descs = []
+        for c, ctor in enumerate(self.adts[ty.adt].ctors):
+            types = [self.index(ir.instantiate(f, ty.args)) for f in ctor.fields]
+            fields = self._int_array(e, f"{names.TYPE_FIELDS}{i}_{c}", types)
+            descs.append(f"{{{ctor.tag}, {fields}, {cpp_string_literal(ctor.name)}}}")
+        e.line(f"const CtorDesc {names.TYPE_CTORS}{i}[] = {{{', '.join(descs)}}};")
+        return f"Kind::kAdt, {{}}, {self._NO_TENSOR}, {self._NONE}, {len(descs)}, {names.TYPE_CTORS}{i}"
+
+    @staticmethod
+    def _int_array(e: Emitter, name: str, values: list[int]) -> str:
+        """Print ``const int name[]`` (unless empty) and return "count, name" for a descriptor."""
+        if not values:
+            return "0, nullptr"
+        e.line(f"const int {name}[] = {{{', '.join(str(v) for v in values)}}};")
+        return f"{len(values)}, {name}"
+
+
 class CppEmitter:
     """Prints one program; see :func:`emit_cpp`."""
 
@@ -111,6 +194,20 @@ class CppEmitter:
         }
         self.out = Emitter()
         self.func: Optional[ir.Function] = None
+        self.types = TypeTable(program.adts)
+        self._register_boundary_types()
+
+    def _register_boundary_types(self) -> None:
+        """Number every type checked at the boundary before any file is printed."""
+        for p in self.program.params:
+            self.types.index(p.type)
+        for f in self.program.functions:
+            if f.is_closure:
+                for p in f.params:
+                    self.types.index(p.type)
+            for stmt in ir.walk(f.body):
+                if isinstance(stmt, ir.Let) and isinstance(stmt.rhs, ir.CallClosure):
+                    self.types.index(stmt.var.type)
 
     # -- files ---------------------------------------------------------------------------
 
@@ -134,6 +231,7 @@ class CppEmitter:
         e.decl("using namespace relay_aot;")
         e.decl()
         e.decl("const std::vector<NDArray>& constants();")
+        e.decl(f"extern const TypeDesc {names.TYPE_TABLE}[];")
         closures = [f for f in self.program.functions if f.is_closure]
         for f in closures:
             e.decl(f"ObjectRef {names.CLOSURE_ENTRY}{f.id}(const ClosureObj* self, const ObjectRef* args);")
@@ -147,9 +245,13 @@ class CppEmitter:
             params = ", ".join(f"{ctype(c.type)} {names.CAPTURE}{i}" for i, c in enumerate(f.captures))
             inits = "".join(f", {names.CAPTURE}{i}(std::move({names.CAPTURE}{i}))" for i in range(len(f.captures)))
             explicit = "explicit " if len(f.captures) == 1 else ""
-            e.decl(
-                f"  {explicit}{cls}({params}) : ClosureObj(&{names.CLOSURE_ENTRY}{f.id}, {len(f.params)}){inits} {{}}"
-            )
+            param_types = "nullptr"
+            if f.params:
+                param_types = names.CLOSURE_PARAM_TYPES
+                indices = ", ".join(str(self.types.index(p.type)) for p in f.params)
+                e.decl(f"  static constexpr int {param_types}[] = {{{indices}}};")
+            base = f"ClosureObj(&{names.CLOSURE_ENTRY}{f.id}, {len(f.params)}, {names.TYPE_TABLE}, {param_types})"
+            e.decl(f"  {explicit}{cls}({params}) : {base}{inits} {{}}")
             e.decl("};")
         e.decl()
         for f in self.program.functions:
@@ -196,6 +298,8 @@ class CppEmitter:
         self.func = f
         e.comment(f.signature or f.hint)
         e.line(self.prototype(f) + " {")
+        args = ", ".join((["self"] if f.is_closure else []) + [var(p) for p in f.params])
+        e.line(f"if (stack_low()) return on_new_stack([&] {{ return {f.id}({args}); }});", comment="deep recursion")
         for i, cap in enumerate(f.captures):
             e.line(f"const {ctype(cap.type)}& {var(cap)} = self->{names.CAPTURE}{i};")
         if f.self_var is not None:
@@ -244,7 +348,7 @@ class CppEmitter:
     def _if(self, stmt: ir.If) -> None:
         e = self.out
         r = stmt.result
-        e.line(f"{ctype(r.type)} {var(r)};", comment=f"{self.hint_of(r)}if")
+        e.line(f"{ctype(r.type)} {var(r)};", comment=self.describe(r, "if"))
         e.line(f"if (truthy({var(stmt.cond)})) {{")
         self.emit_block(stmt.then, self.assign_to(r))
         e.line("} else {")
@@ -255,7 +359,7 @@ class CppEmitter:
         e = self.out
         r = stmt.result
         s = var(stmt.scrutinee)
-        e.line(f"{ctype(r.type)} {var(r)};", comment=f"{self.hint_of(r)}match")
+        e.line(f"{ctype(r.type)} {var(r)};", comment=self.describe(r, "match"))
         for i, clause in enumerate(stmt.clauses):
             tests = [f"tag({path_expr(s, t.path)}) == {t.tag}" for t in clause.tests]
             keyword = "if" if i == 0 else "} else if"
@@ -277,8 +381,11 @@ class CppEmitter:
         return lambda v: self.out.line(f"{var(result)} = {convert(var(v), v.type, result.type)};")
 
     @staticmethod
-    def hint_of(v: ir.Var) -> str:
-        return f"%{v.hint} = " if v.hint else ""
+    def describe(v: ir.Var, note: str) -> str:
+        """Comment for a definition of ``v``: its Relay name and the construct it came from."""
+        if not note:
+            return f"%{v.hint}" if v.hint else ""
+        return f"%{v.hint} = {note}" if v.hint else note
 
     # -- right-hand sides ------------------------------------------------------------------
 
@@ -286,12 +393,11 @@ class CppEmitter:
         """Print ``T v = expr;`` converting from ``src`` (default: the variable's own type)."""
         v = stmt.var
         value = convert(expr, src, v.type) if src is not None else expr
-        note = self.hint_of(v) + stmt.note
-        self.out.line(f"{ctype(v.type)} {var(v)} = {value};", comment=note)
+        self.out.line(f"{ctype(v.type)} {var(v)} = {value};", comment=self.describe(v, stmt.note))
 
     def _constant(self, rhs: ir.Constant, stmt: ir.Let) -> None:
         v = stmt.var
-        self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=f"{self.hint_of(v)}constant")
+        self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=self.describe(v, "constant"))
 
     def _kernel_call(self, rhs: ir.KernelCall, stmt: ir.Let) -> None:
         e = self.out
@@ -302,7 +408,7 @@ class CppEmitter:
         v = stmt.var
         single = isinstance(kernel.result, ir.TensorType)
         outputs = [var(v)] if single else [f"{var(v)}_{j}" for j in range(len(kernel.outputs))]
-        e.comment(f"{self.hint_of(v)}{stmt.note} (k{kernel.index})")
+        e.comment(self.describe(v, f"{stmt.note} (k{kernel.index})" if stmt.note else f"k{kernel.index}"))
         for name, out in zip(outputs, kernel.outputs):
             shape = ", ".join(str(d) for d in out.shape)
             e.line(f"NDArray {name} = empty({{{shape}}}, {dtype_literal(out.dtype)});")
@@ -323,12 +429,12 @@ class CppEmitter:
     def rebuild(self, ty: ir.Type, outputs) -> str:
         """The (nested) tuple of type ``ty`` made of the next names in ``outputs``."""
         if isinstance(ty, ir.TupleType):
-            return f"ADT(0, std::vector<ObjectRef>{{{', '.join(self.rebuild(f, outputs) for f in ty.fields)}}})"
+            return f"make_adt(0, {{{', '.join(self.rebuild(f, outputs) for f in ty.fields)}}})"
         return next(outputs)
 
     def _make_tuple(self, rhs: ir.MakeTuple, stmt: ir.Let) -> None:
         fields = ", ".join(var(f) for f in rhs.fields)
-        self.define(stmt, f"ADT(0, std::vector<ObjectRef>{{{fields}}})")
+        self.define(stmt, f"make_adt(0, {{{fields}}})")
 
     def _proj(self, rhs: ir.Proj, stmt: ir.Let) -> None:
         self.define(stmt, f"field({var(rhs.value)}, {rhs.index})", ir.AnyType())
@@ -337,7 +443,7 @@ class CppEmitter:
         ctor = self.program.adts[rhs.adt].ctors[rhs.ctor]
         fields = ", ".join(var(f) for f in rhs.fields)
         stmt = dataclasses.replace(stmt, note=ctor.name)
-        self.define(stmt, f"ADT({ctor.tag}, std::vector<ObjectRef>{{{fields}}})")
+        self.define(stmt, f"make_adt({ctor.tag}, {{{fields}}})")
 
     def _make_closure(self, rhs: ir.MakeClosure, stmt: ir.Let) -> None:
         captures = ", ".join(var(c) for c in rhs.captures)
@@ -354,7 +460,9 @@ class CppEmitter:
             self.out.line(f"ObjectRef {args}[] = {{{', '.join(var(a) for a in rhs.args)}}};")
         else:
             args = "nullptr"
-        self.define(stmt, f"call_closure({var(rhs.closure)}, {args}, {len(rhs.args)})", ir.AnyType())
+        ret_type = self.types.index(stmt.var.type)
+        call = f"call_closure({var(rhs.closure)}, {args}, {len(rhs.args)}, {names.TYPE_TABLE}, {ret_type})"
+        self.define(stmt, call, ir.AnyType())
 
     def _ref_new(self, rhs: ir.RefNew, stmt: ir.Let) -> None:
         self.define(stmt, f"ref_new({var(rhs.value)})")
@@ -417,6 +525,19 @@ class CppEmitter:
         e.line("ObjectRef call_main(const ObjectRef* a) {")
         e.line(f"return {main.id}({args});")
         e.line("}")
+        e.line()
+        self.types.emit(e)
+        e.line()
+        params = main.params
+        param_types, param_names = "nullptr", "nullptr"
+        if params:
+            param_types, param_names = "kMainParamTypes", "kMainParamNames"
+            e.line(f"const int {param_types}[] = {{{', '.join(str(self.types.index(p.type)) for p in params)}}};")
+            names_list = ", ".join(cpp_string_literal(p.name) for p in self.program.params)
+            e.line(f"const char* const {param_names}[] = {{{names_list}}};")
+        e.line(
+            f"const EntrySignature {names.ENTRY_SIGNATURE}{{{len(params)}, {names.TYPE_TABLE}, {param_types}, {param_names}}};"
+        )
         signature = Signature.of_program(self.program, self.model).to_json().encode()
         e.line()
         e.comment("The program's signature as JSON (see relay_aot/metadata.py).")
@@ -437,7 +558,10 @@ class CppEmitter:
         e.comment("Exported entry points, in TVM's packed C calling convention.")
         e.line(f'{exported} relay_aot_main{packed} __asm__("{self.model}");')
         e.line(f"int relay_aot_main{packed} {{")
-        e.line(f"return relay_aot::packed_entry(args, type_codes, num_args, ret, ret_type_code, {len(main.params)}, {ns}::call_main);")
+        e.line(
+            f"return relay_aot::packed_entry(args, type_codes, num_args, ret, ret_type_code, "
+            f"{ns}::{names.ENTRY_SIGNATURE}, {ns}::call_main);"
+        )
         e.line("}")
         e.line()
         meta = names.metadata_symbol(self.model)

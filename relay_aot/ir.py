@@ -13,9 +13,8 @@ ADT types keep their arguments so the Python layer can convert and check values.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Iterator, Optional, Sequence, Union
 
 # ----------------------------------------------------------------------------------------
 # Types
@@ -361,13 +360,30 @@ def format_type(ty: Type, adts: Sequence[AdtDef]) -> str:
     return _FORMATTERS[type(ty)](ty, adts)
 
 
-def uses_of(rhs: Rhs) -> Sequence[Var]:
-    """The variables a right-hand side reads."""
-    out = []
-    for f in dataclasses.fields(rhs):
-        value = getattr(rhs, f.name)
-        if isinstance(value, Var):
-            out.append(value)
-        elif isinstance(value, list):
-            out.extend(v for v in value if isinstance(v, Var))
-    return out
+def walk(block: Block) -> Iterator[Stmt]:
+    """Every statement of ``block``, including those nested in ``If`` and ``Match`` (pre-order)."""
+    pending = [block]
+    while pending:
+        current = pending.pop()
+        for stmt in current.stmts:
+            yield stmt
+            if isinstance(stmt, If):
+                pending += [stmt.else_, stmt.then]
+            elif isinstance(stmt, Match):
+                pending += [c.body for c in reversed(stmt.clauses)]
+
+
+def instantiate(ty: Type, args: tuple) -> Type:
+    """Substitute ADT type parameters in ``ty`` by ``args`` (missing ones become AnyType)."""
+    return _INSTANTIATE[type(ty)](ty, args)
+
+
+_INSTANTIATE = {
+    TypeParam: lambda t, args: args[t.index] if t.index < len(args) else AnyType(),
+    TupleType: lambda t, args: TupleType(tuple(instantiate(f, args) for f in t.fields)),
+    AdtType: lambda t, args: AdtType(t.adt, tuple(instantiate(a, args) for a in t.args)),
+    FuncType: lambda t, args: FuncType(tuple(instantiate(p, args) for p in t.params), instantiate(t.ret, args)),
+    RefType: lambda t, args: RefType(instantiate(t.value, args)),
+    TensorType: lambda t, args: t,
+    AnyType: lambda t, args: t,
+}

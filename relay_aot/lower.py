@@ -18,6 +18,7 @@ Evaluation order follows TVM's Relay interpreter: call arguments left to right, 
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Optional, Union
 
@@ -32,6 +33,8 @@ from .relay_types import TypeLowering
 
 Binding = Union[ir.Var, ir.Kernel]
 Result = Union[ir.Var, ir.TailCall]
+
+_GENERATED_NAME = re.compile(r"x_[0-9]+")
 
 #: Python frames needed per nesting level of a Relay expression (lowering recurses on nesting).
 _RECURSION_LIMIT = 20000
@@ -67,8 +70,9 @@ def pattern_text(pat) -> str:
 class ProgramLowering:
     """Lowers a prepared module: one instance per compilation."""
 
-    def __init__(self, mod: tvm.IRModule, model: str, target: tvm.target.Target):
+    def __init__(self, mod: tvm.IRModule, model: str, target: tvm.target.Target, user_names: frozenset = frozenset()):
         self.mod = mod
+        self.user_names = user_names
         self.types = TypeLowering(mod)
         self.kernels = KernelTable(model, target, self.types.lower)
         self.functions: list[ir.Function] = []
@@ -87,6 +91,19 @@ class ProgramLowering:
         var = ir.Var(self._var_count, ty, hint)
         self._var_count += 1
         return var
+
+    def name_of(self, var: Optional[relay.Var]) -> str:
+        """The Relay name of ``var`` for comments; "" for names the passes generated.
+
+        A-normal form names its variables ``x_<n>`` from a process-wide counter; showing them
+        would make the generated source (and so the build cache key) differ between processes.
+        """
+        if var is None:
+            return ""
+        name = var.name_hint
+        if _GENERATED_NAME.fullmatch(name) and name not in self.user_names:
+            return ""
+        return name
 
     def new_func_id(self) -> str:
         """A fresh function id."""
@@ -162,7 +179,7 @@ class ProgramLowering:
     def signature(self, name: str, func: relay.Function) -> str:
         """Relay-like signature text of ``func``, for comments."""
         fmt = lambda ty: ir.format_type(self.types.lower(ty), self.types.adts)  # noqa: E731
-        params = ", ".join(f"%{p.name_hint}: {fmt(p.checked_type)}" for p in func.params)
+        params = ", ".join(f"%{self.name_of(p)}: {fmt(p.checked_type)}" for p in func.params)
         ret = func.ret_type if func.ret_type is not None else func.body.checked_type
         return f"{name}({params}) -> {fmt(ret)}"
 
@@ -172,7 +189,7 @@ class ProgramLowering:
         if key not in self._wrappers:
             callee = self.global_id(gvar)
             func = self.mod[gvar.name_hint]
-            params = [self.new_var(self.types.lower(p.checked_type), p.name_hint) for p in func.params]
+            params = [self.new_var(self.types.lower(p.checked_type), self.name_of(p)) for p in func.params]
             ret = self.types.lower(func.ret_type)
             result = self.new_var(ret)
             body = ir.Block([ir.Let(result, ir.CallGlobal(callee, list(params)))], result)
@@ -241,7 +258,7 @@ class FunctionLowering:
 
     def bind_param(self, param: relay.Var) -> ir.Var:
         """Bind a Relay parameter to a fresh variable."""
-        var = self.prog.new_var(self.prog.types.lower(param.checked_type), param.name_hint)
+        var = self.prog.new_var(self.prog.types.lower(param.checked_type), self.prog.name_of(param))
         self.env[param] = var
         self.params.append(var)
         return var
@@ -255,7 +272,7 @@ class FunctionLowering:
 
     def result_var(self, expr: relay.Expr, dest: Optional[relay.Var]) -> ir.Var:
         """A fresh variable for the value of ``expr``, named after ``dest`` if given."""
-        return self.prog.new_var(self.prog.types.lower(expr.checked_type), dest.name_hint if dest is not None else "")
+        return self.prog.new_var(self.prog.types.lower(expr.checked_type), self.prog.name_of(dest))
 
     def emit(self, stmts: list[ir.Stmt], expr, rhs: ir.Rhs, dest, note: str = "") -> ir.Var:
         """Append ``let v = rhs`` for the value of ``expr`` and return ``v``."""
@@ -414,7 +431,7 @@ class FunctionLowering:
         pass
 
     def _pattern_var(self, pat, path, tests, binds):
-        var = self.prog.new_var(self.prog.types.lower(pat.var.checked_type), pat.var.name_hint)
+        var = self.prog.new_var(self.prog.types.lower(pat.var.checked_type), self.prog.name_of(pat.var))
         self.env[pat.var] = var
         binds.append(ir.Bind(var, path))
 
@@ -433,7 +450,7 @@ class FunctionLowering:
     def closure(self, func: relay.Function, stmts, dest: Optional[relay.Var], recursive: bool) -> ir.Var:
         """Lift ``func`` into its own function and bind a closure value over its free variables."""
         func_id = self.prog.new_func_id()
-        name = f"%{dest.name_hint}" if dest is not None else "fn"
+        name = f"%{self.prog.name_of(dest)}" if self.prog.name_of(dest) else "fn"
         hint = f"{name} in {self.hint}"
         inner = FunctionLowering(self.prog, hint, self_closure=dest if recursive else None)
         captured_outer: list[ir.Var] = []
@@ -452,7 +469,7 @@ class FunctionLowering:
         func_type = self.prog.types.lower(func.checked_type)
         self_var = None
         if recursive:
-            self_var = self.prog.new_var(func_type, dest.name_hint)
+            self_var = self.prog.new_var(func_type, self.prog.name_of(dest))
             inner.env[dest] = self_var
         params = [inner.bind_param(p) for p in func.params]
         body = inner.block(func.body, tail=True)
@@ -471,13 +488,18 @@ class FunctionLowering:
                 signature=self.prog.signature(name, func),
             )
         )
-        var = self.prog.new_var(func_type, dest.name_hint if dest is not None else "")
+        var = self.prog.new_var(func_type, self.prog.name_of(dest))
         stmts.append(ir.Let(var, ir.MakeClosure(func_id, captured_outer), f"closure {name}"))
         return var
 
 
-def lower_program(mod: tvm.IRModule, model: str, target: tvm.target.Target) -> tuple[ir.Program, KernelTable]:
-    """Lower a prepared module (see ``passes.prepare``) to a control-IR program."""
-    lowering = ProgramLowering(mod, model, target)
+def lower_program(
+    mod: tvm.IRModule, model: str, target: tvm.target.Target, user_names: frozenset = frozenset()
+) -> tuple[ir.Program, KernelTable]:
+    """Lower a prepared module (see ``passes.prepare``) to a control-IR program.
+
+    ``user_names`` are the variable names of the program as written (``passes.var_names``).
+    """
+    lowering = ProgramLowering(mod, model, target, user_names)
     program = lowering.run()
     return program, lowering.kernels

@@ -16,6 +16,15 @@ CAPTURE = "c"  #: captured-value members of a closure class: c0, c1, ...
 ARGS = "args"  #: the argument array of a closure entry
 KERNEL = "k"  #: kernel table index part of a kernel symbol
 SELF = "self"  #: the running closure, inside a lifted function
+TEMP = "t"  #: temporaries of a self tail call: t0, t1, ...
+
+#: The type table of values crossing the library boundary, and its parts (see check.h).
+TYPE_TABLE = "kTypes"
+TYPE_SHAPE = "kShape"  #: kShape<type index>
+TYPE_FIELDS = "kFields"  #: kFields<type index>[_<constructor>]
+TYPE_CTORS = "kCtors"  #: kCtors<type index>
+CLOSURE_PARAM_TYPES = "kParamTypes"  #: static member of each closure class
+ENTRY_SIGNATURE = "kEntrySignature"
 
 #: Suffix of the exported function that returns the program's metadata (JSON).
 METADATA_SUFFIX = "__metadata"

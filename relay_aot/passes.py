@@ -55,6 +55,20 @@ def prune(mod: tvm.IRModule) -> tvm.IRModule:
     return pruned
 
 
+def var_names(mod: tvm.IRModule) -> frozenset:
+    """Every variable name in the functions of ``mod`` (before passes add their own)."""
+    found: set[str] = set()
+
+    def visit(node):
+        if isinstance(node, relay.Var):
+            found.add(node.name_hint)
+
+    for func in mod.functions.values():
+        if isinstance(func, relay.Function):
+            relay.analysis.post_order_visit(func, visit)
+    return frozenset(found)
+
+
 def bind_params(mod: tvm.IRModule, params: Optional[Mapping[str, object]]) -> tvm.IRModule:
     """Bind named parameters of ``main`` to constants, as ``relay.build(params=...)`` does."""
     if not params:

@@ -22,6 +22,24 @@ from .metadata import Signature
 from .values import Converter
 
 
+#: Every library this process loaded. Libraries are never unloaded: objects the generated code
+#: allocated (ADTs, closures, reference cells) carry deleters that live in the library's code,
+#: and such objects can outlive the CompiledModule that made them (a result kept by the caller).
+_LOADED_LIBRARIES: list = []
+
+
+def load_library(path) -> tvm.runtime.Module:
+    """``tvm.runtime.load_module(path)``, kept loaded for the life of the process.
+
+    (The libraries are also linked with ``-z nodelete``, which keeps them mapped for any
+    client, C++ or plain ``tvm.runtime.load_module``; see ``build.BuildFlags``.) The format
+    is given, so a library's file name need not end in ``.so``.
+    """
+    module = tvm.runtime.load_module(str(path), "so")
+    _LOADED_LIBRARIES.append(module)
+    return module
+
+
 class CompiledModule:
     """A compiled Relay program: call it like ``mod["main"]``.
 
@@ -165,6 +183,6 @@ def load(path, name: Optional[str] = None) -> CompiledModule:
     if name not in models:
         held = ", ".join(models) if models else "none"
         raise ValueError(f"{path}: the library holds no relay_aot model named {name!r} (models: {held})")
-    module = tvm.runtime.load_module(str(path.resolve()), "so")
+    module = load_library(path)
     signature = read_signature(module, name)
     return CompiledModule(module, signature, name, backend="cpp", library_path=path)

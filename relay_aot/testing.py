@@ -16,6 +16,7 @@ from tvm import relay
 from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 from tvm.runtime.container import ADT
 
+from .passes import prune
 from .values import Closure, Ref
 
 REFERENCES = ("interpreter", "vm")
@@ -28,16 +29,22 @@ class Mismatch(AssertionError):
 def run_reference(mod: tvm.IRModule, args: Sequence[Any], executor: str = "interpreter") -> Any:
     """Run ``mod["main"]`` on TVM's Relay ``interpreter`` or ``vm``."""
     kind = {"interpreter": "debug", "vm": "vm"}[executor]
+    # Only what main reaches: a module holding the Prelude has 240 globals to type-check.
+    mod = relay.transform.InferType()(prune(mod))
+    types = [p.checked_type for p in mod["main"].params]
     with tvm.transform.PassContext(opt_level=3):
         func = relay.create_executor(kind, mod=mod, device=tvm.cpu(), target="llvm").evaluate()
-        return func(*[_reference_arg(a) for a in args])
+        return func(*[_reference_arg(a, t) for a, t in zip(args, types)])
 
 
-def _reference_arg(value: Any) -> Any:
+def _reference_arg(value: Any, ty: relay.Type) -> Any:
+    """Arguments as TVM's executors take them: scalars become tensors of the parameter's dtype."""
     if isinstance(value, (tuple, list)):
-        return tuple(_reference_arg(v) for v in value)
-    if isinstance(value, (np.ndarray, np.generic)):
-        return tvm.nd.array(np.asarray(value))
+        fields = ty.fields if isinstance(ty, relay.TupleType) else [None] * len(value)
+        return tuple(_reference_arg(v, t) for v, t in zip(value, fields))
+    if isinstance(value, (np.ndarray, np.generic, bool, int, float)):
+        dtype = ty.dtype if isinstance(ty, relay.TensorType) else None
+        return tvm.nd.array(np.asarray(value, dtype=dtype))
     return value
 
 
