@@ -91,6 +91,8 @@ class BuildFlags:
             "-fPIC",
             "-fvisibility=hidden",
             "-fvisibility-inlines-hidden",
+            # Relay integers wrap on overflow (TVM's kernels do); make C++ arithmetic agree.
+            "-fwrapv",
             "-DDMLC_USE_LOGGING_LIBRARY=<tvm/runtime/logging.h>",
             *includes,
             *extra,

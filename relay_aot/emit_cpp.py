@@ -26,6 +26,7 @@ from . import ir, names
 from .dispatch import dispatch
 from .emitter import Emitter, cpp_string_literal, escape_comment
 from .metadata import Signature
+from .scalars import NATIVE_DTYPES, hex_literal, is_native_scalar
 
 _CTYPES = {
     ir.TensorType: "NDArray",
@@ -43,15 +44,29 @@ FUNCTIONS_PER_UNIT = 48
 
 
 def ctype(ty: ir.Type) -> str:
-    """The C++ type holding values of static type ``ty``."""
+    """The C++ type holding values of static type ``ty`` (0-d numeric tensors are unboxed)."""
+    if is_native_scalar(ty):
+        return NATIVE_DTYPES[ty.dtype]
     return _CTYPES[type(ty)]
 
 
 def convert(expr: str, src: ir.Type, dst: ir.Type) -> str:
     """C++ expression for ``expr`` (static type ``src``) used where ``dst`` is expected."""
-    if ctype(dst) in ("ObjectRef", ctype(src)):
+    source, target = ctype(src), ctype(dst)
+    if source == target:
         return expr
-    return f"as<{ctype(dst)}>({expr})"
+    if is_native_scalar(dst):
+        return f"unbox<{target}>({expr})"
+    if is_native_scalar(src):
+        return f"box({expr})"
+    if target == "ObjectRef":
+        return expr
+    return f"as<{target}>({expr})"
+
+
+def boxed(v: "ir.Var") -> str:
+    """Variable ``v`` as a runtime object (boxing an unboxed scalar)."""
+    return convert(var(v), v.type, ir.AnyType())
 
 
 def dtype_literal(dtype: str) -> str:
@@ -72,6 +87,83 @@ def path_expr(root: str, path: tuple[int, ...]) -> str:
     for index in path:
         expr = f"field({expr}, {index})"
     return expr
+
+
+def _float(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+def _arith(symbol: str):
+    return lambda a, d, t: f"static_cast<{t}>({a[0]} {symbol} {a[1]})"
+
+
+def _compare(symbol: str):
+    return lambda a, d, t: f"({a[0]} {symbol} {a[1]})"
+
+
+def _integer_or_float(int_helper: str, float_form: str):
+    def emit(a, d, t):
+        if _float(d):
+            return float_form.format(*a)
+        return f"{int_helper}<{NATIVE_DTYPES[d]}>({a[0]}, {a[1]})"
+
+    return emit
+
+
+#: C++ for each scalar operator: (operands, operand dtype, result C type) -> expression.
+#: Semantics follow TVM's LLVM code generator (src/target/llvm/codegen_llvm.cc).
+_SCALAR_OPS = {
+    "add": _arith("+"),
+    "subtract": _arith("-"),
+    "multiply": _arith("*"),
+    "divide": _integer_or_float("int_div", "({0} / {1})"),
+    "floor_divide": _integer_or_float("int_floor_div", "std::floor({0} / {1})"),
+    "mod": _integer_or_float("int_mod", "std::fmod({0}, {1})"),
+    "floor_mod": _integer_or_float("int_floor_mod", "({0} - std::floor({0} / {1}) * {1})"),
+    "maximum": lambda a, d, t: f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})",
+    "minimum": lambda a, d, t: f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})",
+    "equal": _compare("=="),
+    # LLVM's ordered not-equal for floats: false when either side is NaN
+    "not_equal": lambda a, d, t: f"({a[0]} < {a[1]} || {a[0]} > {a[1]})" if _float(d) else f"({a[0]} != {a[1]})",
+    "less": _compare("<"),
+    "less_equal": _compare("<="),
+    "greater": _compare(">"),
+    "greater_equal": _compare(">="),
+    "logical_and": _compare("&&"),
+    "logical_or": _compare("||"),
+    "logical_not": lambda a, d, t: f"(!{a[0]})",
+    "negative": lambda a, d, t: f"static_cast<{t}>(-{a[0]})",
+    "abs": lambda a, d, t: (f"std::fabs({a[0]})" if _float(d) else
+                            f"static_cast<{t}>({a[0]} < 0 ? -{a[0]} : {a[0]})" if d.startswith("int") else a[0]),
+    "copy": lambda a, d, t: a[0],
+    "cast": lambda a, d, t: (f"({a[0]} < 0 || {a[0]} > 0)" if t == "bool" and _float(d) else
+                             f"({a[0]} != 0)" if t == "bool" else f"static_cast<{t}>({a[0]})"),
+    "where": lambda a, d, t: f"({a[0]} ? {a[1]} : {a[2]})",
+}
+
+_INT_MIN = {"int8": -(2**7), "int16": -(2**15), "int32": -(2**31), "int64": -(2**63)}
+
+
+def _scalar_const(c: ir.ScalarConst) -> str:
+    t = NATIVE_DTYPES[c.dtype]
+    if c.dtype == "bool":
+        return "true" if c.value else "false"
+    if _float(c.dtype):
+        return hex_literal(c.value, c.dtype)
+    if c.value == _INT_MIN.get(c.dtype):
+        return f"std::numeric_limits<{t}>::min()"
+    return f"{t}({int(c.value)}{'ULL' if c.dtype.startswith('u') else 'LL'})"
+
+
+def scalar_cpp(expr: ir.ScalarExpr, operands: list[str]) -> str:
+    """Native C++ for a scalar kernel body, with ``operands`` naming its parameters."""
+    if isinstance(expr, ir.ScalarParam):
+        return operands[expr.index]
+    if isinstance(expr, ir.ScalarConst):
+        return _scalar_const(expr)
+    args = [scalar_cpp(a, operands) for a in expr.args]
+    operand_dtype = expr.args[-1].dtype if expr.op == "where" else expr.args[0].dtype
+    return _SCALAR_OPS[expr.op](args, operand_dtype, NATIVE_DTYPES[expr.dtype])
 
 
 @dataclasses.dataclass
@@ -284,10 +376,10 @@ class CppEmitter:
 
     def prototype(self, f: ir.Function) -> str:
         """The C++ signature of ``f``."""
-        if f.has_tail_call:
-            params = [f"{ctype(p.type)} {var(p)}" for p in f.params]
-        else:
-            params = [f"const {ctype(p.type)}& {var(p)}" for p in f.params]
+        params = [
+            f"{ctype(p.type)} {var(p)}" if f.has_tail_call or is_native_scalar(p.type) else f"const {ctype(p.type)}& {var(p)}"
+            for p in f.params
+        ]
         if f.is_closure:
             params.insert(0, f"const {names.CLOSURE_CLASS}{f.id}* self")
         return f"{ctype(f.ret)} {f.id}({', '.join(params)})"
@@ -301,7 +393,8 @@ class CppEmitter:
         args = ", ".join((["self"] if f.is_closure else []) + [var(p) for p in f.params])
         e.line(f"if (stack_low()) return on_new_stack([&] {{ return {f.id}({args}); }});", comment="deep recursion")
         for i, cap in enumerate(f.captures):
-            e.line(f"const {ctype(cap.type)}& {var(cap)} = self->{names.CAPTURE}{i};")
+            ref = "" if is_native_scalar(cap.type) else "&"
+            e.line(f"const {ctype(cap.type)}{ref} {var(cap)} = self->{names.CAPTURE}{i};")
         if f.self_var is not None:
             e.line(f"Closure {var(f.self_var)} = closure_ref(self);", comment=f"%{f.self_var.hint} (itself)")
         if f.has_tail_call:
@@ -316,7 +409,8 @@ class CppEmitter:
             e.line()
             e.line(f"ObjectRef {names.CLOSURE_ENTRY}{f.id}(const ClosureObj* self, const ObjectRef* args) {{")
             sep = ", " if args else ""
-            e.line(f"return {f.id}(static_cast<const {cls}*>(self){sep}{args});")
+            call = f"{f.id}(static_cast<const {cls}*>(self){sep}{args})"
+            e.line(f"return {convert(call, f.ret, ir.AnyType())};")
             e.line("}")
 
     def emit_block(self, block: ir.Block, on_result: Callable[[ir.Var], None]) -> None:
@@ -349,7 +443,8 @@ class CppEmitter:
         e = self.out
         r = stmt.result
         e.line(f"{ctype(r.type)} {var(r)};", comment=self.describe(r, "if"))
-        e.line(f"if (truthy({var(stmt.cond)})) {{")
+        cond = var(stmt.cond) if is_native_scalar(stmt.cond.type) else f"truthy({var(stmt.cond)})"
+        e.line(f"if ({cond}) {{")
         self.emit_block(stmt.then, self.assign_to(r))
         e.line("} else {")
         self.emit_block(stmt.else_, self.assign_to(r))
@@ -397,43 +492,63 @@ class CppEmitter:
 
     def _constant(self, rhs: ir.Constant, stmt: ir.Let) -> None:
         v = stmt.var
-        self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=self.describe(v, "constant"))
+        if is_native_scalar(v.type):
+            value = convert(f"constants()[{rhs.index}]", ir.AnyType(), v.type)
+            self.out.line(f"const {ctype(v.type)} {var(v)} = {value};", comment=self.describe(v, "constant"))
+        else:
+            self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=self.describe(v, "constant"))
 
     def _kernel_call(self, rhs: ir.KernelCall, stmt: ir.Let) -> None:
         e = self.out
         kernel = self.program.kernels[rhs.kernel]
+        v = stmt.var
+        note = self.describe(v, f"{stmt.note} (k{kernel.index})" if stmt.note else f"k{kernel.index}")
+        if kernel.scalar is not None and is_native_scalar(v.type):
+            value = scalar_cpp(kernel.scalar, [var(a) for a in rhs.args])
+            e.line(f"{ctype(v.type)} {var(v)} = {value};", comment=note)
+            return
         inputs: list[str] = []
         for arg, ptype in zip(rhs.args, kernel.params):
-            self.flatten(convert(var(arg), arg.type, ptype), ptype, inputs)
-        v = stmt.var
+            self.flatten(var(arg), arg.type, ptype, inputs)
         single = isinstance(kernel.result, ir.TensorType)
         outputs = [var(v)] if single else [f"{var(v)}_{j}" for j in range(len(kernel.outputs))]
-        e.comment(self.describe(v, f"{stmt.note} (k{kernel.index})" if stmt.note else f"k{kernel.index}"))
+        e.comment(note)
+        out_args = []
         for name, out in zip(outputs, kernel.outputs):
-            shape = ", ".join(str(d) for d in out.shape)
-            e.line(f"NDArray {name} = empty({{{shape}}}, {dtype_literal(out.dtype)});")
-        call_args = ", ".join(inputs + outputs)
+            if is_native_scalar(out):
+                e.line(f"{ctype(out)} {name};")
+                out_args.append(f"scalar_arg(&{name}).get()")
+            else:
+                shape = ", ".join(str(d) for d in out.shape)
+                e.line(f"NDArray {name} = empty({{{shape}}}, {dtype_literal(out.dtype)});")
+                out_args.append(f"arg({name})")
+        call_args = ", ".join(inputs + out_args)
         e.line(f"call_kernel(&{kernel.symbol}, {cpp_string_literal(kernel.symbol)}, {call_args});")
         if not single:
-            rest = iter(outputs)
+            rest = iter(zip(outputs, kernel.outputs))
             e.line(f"ADT {var(v)} = {self.rebuild(kernel.result, rest)};")
 
-    def flatten(self, expr: str, ty: ir.Type, out: list[str]) -> None:
-        """Append the tensors of ``expr`` (a tensor or nested tuple of tensors) to ``out``."""
+    def flatten(self, expr: str, src: ir.Type, ty: ir.Type, out: list[str]) -> None:
+        """Append the kernel arguments for ``expr`` (a tensor or nested tuple of tensors)."""
         if isinstance(ty, ir.TupleType):
             for i, f in enumerate(ty.fields):
-                self.flatten(convert(f"field({expr}, {i})", ir.AnyType(), f), f, out)
+                self.flatten(f"field({expr}, {i})", ir.AnyType(), f, out)
+        elif is_native_scalar(src):
+            out.append(f"scalar_arg(&{expr}).get()")
+        elif isinstance(src, ir.AnyType):  # a field of a tuple: always a boxed tensor
+            out.append(f"arg(as<NDArray>({expr}))")
         else:
-            out.append(expr)
+            out.append(f"arg({expr})")
 
     def rebuild(self, ty: ir.Type, outputs) -> str:
-        """The (nested) tuple of type ``ty`` made of the next names in ``outputs``."""
+        """The (nested) tuple of type ``ty`` made of the next (name, type) pairs in ``outputs``."""
         if isinstance(ty, ir.TupleType):
             return f"make_adt(0, {{{', '.join(self.rebuild(f, outputs) for f in ty.fields)}}})"
-        return next(outputs)
+        name, out = next(outputs)
+        return convert(name, out, ir.AnyType())
 
     def _make_tuple(self, rhs: ir.MakeTuple, stmt: ir.Let) -> None:
-        fields = ", ".join(var(f) for f in rhs.fields)
+        fields = ", ".join(boxed(f) for f in rhs.fields)
         self.define(stmt, f"make_adt(0, {{{fields}}})")
 
     def _proj(self, rhs: ir.Proj, stmt: ir.Let) -> None:
@@ -441,7 +556,7 @@ class CppEmitter:
 
     def _make_adt(self, rhs: ir.MakeAdt, stmt: ir.Let) -> None:
         ctor = self.program.adts[rhs.adt].ctors[rhs.ctor]
-        fields = ", ".join(var(f) for f in rhs.fields)
+        fields = ", ".join(boxed(f) for f in rhs.fields)
         stmt = dataclasses.replace(stmt, note=ctor.name)
         self.define(stmt, f"make_adt({ctor.tag}, {{{fields}}})")
 
@@ -457,7 +572,7 @@ class CppEmitter:
     def _call_closure(self, rhs: ir.CallClosure, stmt: ir.Let) -> None:
         args = var(stmt.var) + "_args"
         if rhs.args:
-            self.out.line(f"ObjectRef {args}[] = {{{', '.join(var(a) for a in rhs.args)}}};")
+            self.out.line(f"ObjectRef {args}[] = {{{', '.join(boxed(a) for a in rhs.args)}}};")
         else:
             args = "nullptr"
         ret_type = self.types.index(stmt.var.type)
@@ -465,13 +580,13 @@ class CppEmitter:
         self.define(stmt, call, ir.AnyType())
 
     def _ref_new(self, rhs: ir.RefNew, stmt: ir.Let) -> None:
-        self.define(stmt, f"ref_new({var(rhs.value)})")
+        self.define(stmt, f"ref_new({boxed(rhs.value)})")
 
     def _ref_read(self, rhs: ir.RefRead, stmt: ir.Let) -> None:
         self.define(stmt, f"ref_read({var(rhs.ref)})", ir.AnyType())
 
     def _ref_write(self, rhs: ir.RefWrite, stmt: ir.Let) -> None:
-        self.out.line(f"ref_write({var(rhs.ref)}, {var(rhs.value)});")
+        self.out.line(f"ref_write({var(rhs.ref)}, {boxed(rhs.value)});")
         self.define(stmt, "unit()")
 
     # -- constants and entry points ------------------------------------------------------
@@ -523,7 +638,7 @@ class CppEmitter:
         args = ", ".join(convert(f"a[{i}]", ir.AnyType(), p.type) for i, p in enumerate(main.params))
         e.line()
         e.line("ObjectRef call_main(const ObjectRef* a) {")
-        e.line(f"return {main.id}({args});")
+        e.line(f"return {convert(f'{main.id}({args})', main.ret, ir.AnyType())};")
         e.line("}")
         e.line()
         self.types.emit(e)

@@ -299,12 +299,42 @@ class Function:
 
 
 @dataclass(frozen=True)
+class ScalarParam:
+    """Parameter ``index`` of a scalar kernel."""
+
+    index: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ScalarConst:
+    """A constant in a scalar kernel."""
+
+    value: Union[bool, int, float]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ScalarOp:
+    """An elementwise operator (by Relay name, e.g. ``"add"``) applied to scalar operands."""
+
+    op: str
+    args: tuple
+    dtype: str
+
+
+ScalarExpr = Union[ScalarParam, ScalarConst, ScalarOp]
+
+
+@dataclass(frozen=True)
 class Kernel:
     """A compiled fused primitive function.
 
     ``params`` are its Relay parameter types (tensors, or tuples of tensors); ``inputs`` and
     ``outputs`` are the flattened tensor types of its parameters and results; ``result`` is the
-    Relay result type (a tensor, or a tuple of tensors).
+    Relay result type (a tensor, or a tuple of tensors). ``scalar`` is set when every parameter
+    and the result are 0-d and every operator is elementwise arithmetic, comparison, logic or
+    cast: emitters may then compute it natively instead of calling the kernel.
     """
 
     index: int
@@ -314,6 +344,7 @@ class Kernel:
     outputs: tuple[TensorType, ...]
     result: Type
     ops: tuple[str, ...]
+    scalar: Optional[ScalarExpr] = None  # the same computation on 0-d values, if expressible
 
 
 @dataclass(frozen=True)

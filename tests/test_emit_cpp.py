@@ -51,7 +51,7 @@ def test_kernel_call_single_output():
         """
         // kernel: add (k0)
         NDArray v3 = empty({2}, DLDataType{kDLFloat, 32, 1});
-        call_kernel(&m_k0_fused_add, "m_k0_fused_add", v1, v2, v3);
+        call_kernel(&m_k0_fused_add, "m_k0_fused_add", arg(v1), arg(v2), arg(v3));
         """
     )
 
@@ -61,19 +61,20 @@ def test_kernel_call_tuple_argument_and_tuple_result():
     assert emit(stmt) == lines(
         """
         // k1
-        NDArray v5_0 = empty({}, DLDataType{kDLInt, 32, 1});
-        NDArray v5_1 = empty({}, DLDataType{kDLInt, 32, 1});
-        call_kernel(&m_k1_fused_split, "m_k1_fused_split", as<NDArray>(field(v4, 0)), as<NDArray>(field(v4, 1)), v5_0, v5_1);
-        ADT v5 = make_adt(0, {v5_0, v5_1});
+        int32_t v5_0;
+        int32_t v5_1;
+        call_kernel(&m_k1_fused_split, "m_k1_fused_split", arg(as<NDArray>(field(v4, 0))), arg(as<NDArray>(field(v4, 1))), scalar_arg(&v5_0).get(), scalar_arg(&v5_1).get());
+        ADT v5 = make_adt(0, {box(v5_0), box(v5_1)});
         """
     )
 
 
 def test_tuples_and_projections():
     assert emit(ir.Let(v(3, PAIR), ir.MakeTuple([v(1, F32), v(2, SCALAR)]), "tuple")) == (
-        "ADT v3 = make_adt(0, {v1, v2});  // tuple\n"
+        "ADT v3 = make_adt(0, {v1, box(v2)});  // tuple\n"
     )
-    assert emit(ir.Let(v(4, SCALAR), ir.Proj(v(3, PAIR), 1))) == "NDArray v4 = as<NDArray>(field(v3, 1));\n"
+    assert emit(ir.Let(v(4, SCALAR), ir.Proj(v(3, PAIR), 1))) == "int32_t v4 = unbox<int32_t>(field(v3, 1));\n"
+    assert emit(ir.Let(v(4, F32), ir.Proj(v(3, PAIR), 0))) == "NDArray v4 = as<NDArray>(field(v3, 0));\n"
     assert emit(ir.Let(v(4, ANY), ir.Proj(v(3, PAIR), 1))) == "ObjectRef v4 = field(v3, 1);\n"
 
 
@@ -103,11 +104,11 @@ def test_calls():
 
 def test_references():
     ref = ir.RefType(SCALAR)
-    assert emit(ir.Let(v(2, ref), ir.RefNew(v(1, SCALAR)))) == "Ref v2 = ref_new(v1);\n"
-    assert emit(ir.Let(v(3, SCALAR), ir.RefRead(v(2, ref)))) == "NDArray v3 = as<NDArray>(ref_read(v2));\n"
+    assert emit(ir.Let(v(2, ref), ir.RefNew(v(1, SCALAR)))) == "Ref v2 = ref_new(box(v1));\n"
+    assert emit(ir.Let(v(3, SCALAR), ir.RefRead(v(2, ref)))) == "int32_t v3 = unbox<int32_t>(ref_read(v2));\n"
     assert emit(ir.Let(v(4, ir.TupleType(())), ir.RefWrite(v(2, ref), v(1, SCALAR)))) == lines(
         """
-        ref_write(v2, v1);
+        ref_write(v2, box(v1));
         ADT v4 = unit();
         """
     )
@@ -118,7 +119,7 @@ def test_if():
     assert emit(stmt) == lines(
         """
         NDArray v4;  // %r = if
-        if (truthy(v1)) {
+        if (v1) {
           v4 = v2;
         } else {
           v4 = v3;
@@ -153,21 +154,21 @@ def test_match_nested_patterns_in_order():
 
 
 def test_global_function_with_self_tail_call():
-    n, acc = v(0, SCALAR, "n"), v(1, F32, "acc")
-    body = ir.Block([], ir.TailCall([acc, n]))
-    func = ir.Function("f0", "@loop", [n, acc], F32, body, has_tail_call=True, signature="@loop(...)")
+    a, b = v(0, SCALAR, "a"), v(1, SCALAR, "b")
+    body = ir.Block([], ir.TailCall([b, a]))  # parallel assignment: (a, b) = (b, a)
+    func = ir.Function("f0", "@loop", [a, b], F32, body, has_tail_call=True, signature="@loop(...)")
     em = emitter([func])
     em.out = Emitter()
     em.emit_function(func)
     assert em.out.body == lines(
         """
         // @loop(...)
-        NDArray f0(NDArray v0, NDArray v1) {
+        NDArray f0(int32_t v0, int32_t v1) {
           if (stack_low()) return on_new_stack([&] { return f0(v0, v1); });  // deep recursion
           while (true) {  // self tail calls continue here
             {  // self tail call
-              NDArray t0 = v1;
-              NDArray t1 = v0;
+              int32_t t0 = v1;
+              int32_t t1 = v0;
               v0 = std::move(t0);
               v1 = std::move(t1);
             }

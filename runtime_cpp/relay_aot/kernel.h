@@ -13,6 +13,7 @@
 #include <tvm/runtime/ndarray.h>
 
 #include <initializer_list>
+#include <type_traits>
 
 #include "errors.h"
 
@@ -30,19 +31,21 @@ inline NDArray empty(std::initializer_list<int64_t> shape, DLDataType dtype) {
   return NDArray::Empty(tvm::runtime::ShapeTuple(shape), dtype, kDevice);
 }
 
+/*! \brief The DLTensor of a tensor, as a kernel argument. */
+inline DLTensor* arg(const NDArray& tensor) { return const_cast<DLTensor*>(tensor.operator->()); }
+
 /*!
  * \brief Run kernel \p fn on \p tensors (inputs, then outputs, flattened).
  * \param name The kernel's symbol, for the error message.
  */
 template <typename... Tensors>
-inline void call_kernel(KernelFn fn, const char* name, const Tensors&... tensors) {
+inline void call_kernel(KernelFn fn, const char* name, Tensors... tensors) {
   constexpr int kCount = sizeof...(Tensors);
+  static_assert((std::is_same_v<Tensors, DLTensor*> && ...), "kernel arguments are DLTensor pointers");
   TVMValue values[kCount];
   int codes[kCount];
   int i = 0;
-  ((values[i].v_handle = const_cast<DLTensor*>(tensors.operator->()),
-    codes[i++] = kTVMDLTensorHandle),
-   ...);
+  ((values[i].v_handle = tensors, codes[i++] = kTVMDLTensorHandle), ...);
   TVMValue ret;
   int ret_code = kTVMNullptr;
   if (fn(values, codes, kCount, &ret, &ret_code, nullptr) != 0) raise_kernel_failure(name);

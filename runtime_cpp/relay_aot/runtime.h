@@ -13,6 +13,7 @@
 #include "kernel.h"
 #include "memory.h"
 #include "ref.h"
+#include "scalar.h"
 #include "stack.h"
 #include "values.h"
 
