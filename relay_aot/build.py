@@ -98,7 +98,16 @@ class BuildFlags:
             *extra,
         )
         # Libraries loaded into a process that has libtvm.so must leave TVM symbols undefined.
-        return cls(os.environ.get("CXX", "g++"), cxxflags, ("-shared", "-fPIC"))
+        # -Bsymbolic: a library's references to its own symbols bind to its own definitions.
+        # Every library exports TVM's loader slots (__TVMBackendParallelLaunch, ...) under the
+        # same names; without it, two libraries linked into one executable share the first
+        # one's slots, which stay null until that one is loaded -- a crash (tests/test_deploy.py).
+        # The version script (emit_cpp.version_script, a generated file) exports only the
+        # model-prefixed symbols and TVM's loader protocol.
+        # -z nodelete: values the library made (ADTs, closures: their code and deleters live in
+        # it) may outlive the tvm.runtime.Module that loaded it; dlclose must not unmap it then.
+        ldflags = ("-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,nodelete", "-Wl,--version-script=exports.map")
+        return cls(os.environ.get("CXX", "g++"), cxxflags, ldflags)
 
     def compile_command(self, source: str, output: str) -> list[str]:
         """The command compiling ``source`` to the object ``output`` (in the build directory)."""

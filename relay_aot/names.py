@@ -32,13 +32,41 @@ METADATA_SUFFIX = "__metadata"
 #: TVM kernel-name prefix given to the TE compiler; symbols are then renamed to kernel_symbol().
 TE_MOD_NAME = "relay_aot"
 
+#: Symbols of TVM's library-loading protocol, which a library must export under exactly these
+#: names (TVM's src/runtime/library_module.cc and include/tvm/runtime/module.h), so they cannot
+#: carry the model prefix. ``__tvm_main__`` is a string naming the entry function (our
+#: generated code defines it as the model name, so ``load_module(path).entry_func`` is the
+#: program); ``__tvm_module_ctx`` and ``__TVM*`` are pointer slots that
+#: ``tvm.runtime.load_module`` fills through ``dlsym`` with the loading runtime's functions,
+#: used by TVM's kernels (error reporting, workspaces, the thread pool); ``__tvm_dev_mblob``
+#: would hold imported device modules. The linker binds each library's own references to its
+#: own slots (``-Bsymbolic``, see ``build.BuildFlags``), so two libraries exporting the same
+#: slot names never share them.
+TVM_LOADER_SYMBOLS = (
+    "__tvm_main__",
+    "__tvm_module_ctx",
+    "__tvm_dev_mblob",
+    "__TVMFuncCall",
+    "__TVMAPISetLastError",
+    "__TVMBackendGetFuncFromEnv",
+    "__TVMBackendAllocWorkspace",
+    "__TVMBackendFreeWorkspace",
+    "__TVMBackendParallelLaunch",
+    "__TVMBackendParallelBarrier",
+)
+
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
+def is_model_name(name) -> bool:
+    """Whether ``name`` is usable as a model name (1-64 identifier characters)."""
+    return isinstance(name, str) and bool(_IDENTIFIER.match(name)) and len(name) <= 64
+
+
 def check_model_name(name: str) -> str:
     """Validate a model name (the prefix of every exported symbol) and return it."""
-    if not isinstance(name, str) or not _IDENTIFIER.match(name) or len(name) > 64:
+    if not is_model_name(name):
         raise ValueError(
             f"model name {name!r} is not usable as a symbol prefix: use 1-64 letters, digits and "
             "underscores, not starting with a digit"
@@ -60,3 +88,11 @@ def kernel_symbol(model: str, index: int, fused_name: str) -> str:
 def metadata_symbol(model: str) -> str:
     """Exported symbol of the metadata function of model ``model``."""
     return model + METADATA_SUFFIX
+
+
+def model_of_metadata_symbol(symbol: str):
+    """The model name whose metadata function is ``symbol``, or None if it is not one."""
+    if not symbol.endswith(METADATA_SUFFIX):
+        return None
+    model = symbol[: -len(METADATA_SUFFIX)]
+    return model if is_model_name(model) else None
