@@ -23,6 +23,7 @@
 #include "check.h"
 #include "errors.h"
 #include "memory.h"
+#include "scalar.h"
 #include "values.h"
 
 namespace relay_aot {
@@ -34,8 +35,12 @@ using tvm::runtime::TVMArgsSetter;
 using tvm::runtime::TVMArgValue;
 using tvm::runtime::TVMRetValue;
 
-/*! \brief Convert one packed argument to a runtime value; tensors passed as DLTensor* are copied. */
-inline ObjectRef object_from_arg(const TVMArgValue& arg, int index) {
+/*!
+ * \brief Convert one packed argument to a runtime value of type \p expected (an entry of a type
+ *        table): tensors passed as DLTensor* are copied, and a Python or C++ number passed where
+ *        a 0-d tensor is expected becomes one of the expected dtype.
+ */
+inline ObjectRef object_from_arg(const TVMArgValue& arg, int index, const TypeDesc& expected) {
   switch (arg.type_code()) {
     case kTVMNDArrayHandle:
     case kTVMObjectHandle:
@@ -46,9 +51,21 @@ inline ObjectRef object_from_arg(const TVMArgValue& arg, int index) {
       DLTensor* tensor = arg.operator DLTensor*();
       return NDArray::NewFromDLTensor(tensor, tensor->device);
     }
+    case kDLInt:
+    case kDLFloat:
+    case kTVMArgBool:
+      if (expected.kind == Kind::kTensor && expected.ndim == 0) {
+      {
+        bool is_real = arg.type_code() == kDLFloat;
+        std::string what = "argument " + std::to_string(index);
+        return scalar_of_dtype(expected.dtype, is_real ? arg.value().v_float64 : 0.0,
+                               is_real ? 0 : arg.value().v_int64, is_real, what.c_str());
+      }
+      }
+      [[fallthrough]];
     default:
-      raise_type_error("argument " + std::to_string(index) +
-                       " is not a tensor, tuple, ADT or function value (TVM type code " +
+      raise_type_error("argument " + std::to_string(index) + ": expected " + expected.text +
+                       ", got a value that is not a tensor, tuple, ADT or function (TVM type code " +
                        std::to_string(arg.type_code()) + ")");
   }
 }
@@ -87,7 +104,7 @@ class ClosureObj : public PackedFuncObj {
     std::vector<ObjectRef> values;
     values.reserve(args.size());
     for (int i = 0; i < args.size(); ++i) {
-      values.push_back(object_from_arg(args[i], i));
+      values.push_back(object_from_arg(args[i], i, self->types[self->param_types[i]]));
       check_value(values.back(), self->param_types[i], self->types, "closure argument " + std::to_string(i));
     }
     *rv = self->entry(self, values.data());

@@ -80,6 +80,45 @@ inline ScalarTensor scalar_arg(const T* value) {
   return ScalarTensor(value);
 }
 
+/*!
+ * \brief A 0-d tensor of dtype \p dtype holding a number passed through the packed calling
+ *        convention (\p real if \p is_real, else \p integer); TypeError if it does not fit.
+ */
+inline NDArray scalar_of_dtype(DLDataType dtype, double real, int64_t integer, bool is_real, const char* what) {
+  auto fail = [&]() -> NDArray {
+    raise_type_error(std::string(what) + ": the number does not fit dtype " +
+                     tvm::runtime::DLDataType2String(dtype));
+  };
+  if (dtype.lanes != 1) return fail();
+  if (dtype.code == kDLFloat) {
+    double value = is_real ? real : static_cast<double>(integer);
+    if (dtype.bits == 32) return box(static_cast<float>(value));
+    if (dtype.bits == 64) return box(value);
+    return fail();
+  }
+  if (is_real) return fail();  // no silent truncation of a float to an integer tensor
+  if (dtype.code == kDLUInt && dtype.bits == 1) {
+    if (integer != 0 && integer != 1) return fail();
+    return box(integer != 0);
+  }
+  auto in_range = [&](auto typed) {
+    using T = decltype(typed);
+    return integer >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+           (std::is_same_v<T, uint64_t> || integer <= static_cast<int64_t>(std::numeric_limits<T>::max()));
+  };
+  switch ((dtype.code == kDLInt ? 100 : 200) + dtype.bits) {
+    case 108: return in_range(int8_t()) ? box(static_cast<int8_t>(integer)) : fail();
+    case 116: return in_range(int16_t()) ? box(static_cast<int16_t>(integer)) : fail();
+    case 132: return in_range(int32_t()) ? box(static_cast<int32_t>(integer)) : fail();
+    case 164: return box(integer);
+    case 208: return in_range(uint8_t()) ? box(static_cast<uint8_t>(integer)) : fail();
+    case 216: return in_range(uint16_t()) ? box(static_cast<uint16_t>(integer)) : fail();
+    case 232: return in_range(uint32_t()) ? box(static_cast<uint32_t>(integer)) : fail();
+    case 264: return integer >= 0 ? box(static_cast<uint64_t>(integer)) : fail();
+    default: return fail();
+  }
+}
+
 [[noreturn]] inline void raise_zero_division(const char* op) {
   throw Error("ZeroDivisionError", std::string("integer ") + op + " by zero");
 }
