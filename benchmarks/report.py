@@ -229,14 +229,18 @@ def chart(result: dict, path: Path) -> Optional[str]:
         return "matplotlib is not installed (pip install -e '.[bench]')"
 
     settings = result["settings"]
-    fig, axes = plt.subplots(len(settings), 1, figsize=(13, 4.2 * len(settings)), squeeze=False)
+    fig, axes = plt.subplots(len(settings), 1, figsize=(13, 4.2 * len(settings) + 0.8), squeeze=False)
     colors = plt.get_cmap("tab10")
+    keys = [c for c in COLUMNS if c not in ("vm", KERNELS)]
+    handles: dict[str, Any] = {}
     for ax, setting in zip(axes[:, 0], settings):
         records = setting["records"]
         pairs = by_pair(records)
         workloads = workloads_of(records)
-        bars = [c for c in _columns(records) if c not in ("vm", KERNELS)]
+        present = {r["executor"] for r in records}
+        bars = [k for k in keys if k in present]
         width = 0.8 / max(1, len(bars))
+        values = [1.0]
         for i, key in enumerate(bars):
             xs, ys, wrong = [], [], []
             for x, workload in enumerate(workloads):
@@ -247,31 +251,32 @@ def chart(result: dict, path: Path) -> Optional[str]:
                     wrong.append(record["status"] == "mismatch")
             if not xs:
                 continue
-            drawn = ax.bar(xs, ys, width, label=LABELS[key], color=colors(i))
+            values += ys
+            drawn = ax.bar(xs, ys, width, label=LABELS[key], color=colors(keys.index(key)))
+            handles.setdefault(LABELS[key], drawn)
             for bar, bad in zip(drawn, wrong):
                 if bad:
                     bar.set_hatch("xx")
                     bar.set_edgecolor("red")
-        floor_x, floor_y = [], []
-        for x, workload in enumerate(workloads):
-            record = pairs.get((workload, KERNELS))
-            if record is not None and "vs_vm" in record:
-                floor_x.append(x)
-                floor_y.append(record["vs_vm"])
-        if floor_x:
-            ax.scatter(floor_x, floor_y, marker="_", s=900, color="black", zorder=3,
-                       label="kernels only (ceiling)")
+        floor = [(x, pairs[(w, KERNELS)]["vs_vm"]) for x, w in enumerate(workloads) if "vs_vm" in pairs.get((w, KERNELS), {})]
+        if floor:
+            drawn = ax.scatter(*zip(*floor), marker="_", s=1200, linewidths=2, color="black", zorder=3,
+                               label="kernels only (the ceiling)")
+            handles.setdefault("kernels only (the ceiling)", drawn)
+            values += [v for _, v in floor]
         ax.axhline(1.0, color="gray", linewidth=0.8)
         ax.set_yscale("log")
+        ax.set_ylim(min(values) / 2, max(values) * 2)
+        ax.set_xlim(-0.5, len(workloads) - 0.5)
         ax.set_xticks(range(len(workloads)))
         ax.set_xticklabels(workloads, rotation=15)
         ax.set_ylabel("speedup over Relay VM (log)")
         ax.set_title(setting["setting"]["label"])
-        ax.grid(axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=4, loc="upper left")
+        ax.grid(axis="y", which="major", alpha=0.4)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(7, len(handles)), fontsize=8)
     fig.suptitle("Median time per call, relative to the Relay VM (higher is faster; hatched = wrong result)\n"
                  + caption(result), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return None
