@@ -29,7 +29,7 @@ from typing import Any, Optional
 from . import executors as executors_mod
 from . import machine, report
 from . import workloads as workloads_mod
-from .suite import KERNELS, Options, options_json
+from .suite import KERNELS, Options, options_json, setting_label
 from .timing import Budget
 
 ROOT = machine.ROOT
@@ -62,7 +62,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                         help="thread settings to run: TVM's default, TVM_NUM_THREADS=1, or both (default)")
     parser.add_argument("--quick", action="store_true", help="few short runs (a smoke test, not a measurement)")
     parser.add_argument("--runs", type=int, help="at most this many timed runs per executor (default 15; quick 3)")
-    parser.add_argument("--budget", type=float, help="seconds of timing per executor and workload (default 1.0)")
+    parser.add_argument("--budget", type=float, help="seconds of timing per executor and workload (default 1.5)")
     parser.add_argument("--no-kernels", action="store_true", help="skip the kernel-only floor")
     parser.add_argument("--target", default="llvm", help="TVM target for every executor (default llvm)")
     parser.add_argument("--output-dir", type=Path,
@@ -97,6 +97,15 @@ def _died(code: int) -> str:
     return f"the worker process exited with status {code}"
 
 
+def _log_tail(log: Path, start: int, lines: int = 20) -> list[str]:
+    """The last lines a crashed worker wrote to stderr, without TVM's routine warnings."""
+    with open(log, encoding="utf-8", errors="replace") as f:
+        f.seek(start)
+        text = f.read().splitlines()
+    noise = ("letlist not used", "have not been tuned")
+    return [line for line in text if not any(n in line for n in noise)][-lines:]
+
+
 def run_setting(
     name: str, args: argparse.Namespace, options: Options, env: dict[str, str], work_dir: Path
 ) -> dict[str, Any]:
@@ -125,6 +134,7 @@ def run_setting(
         ]
         if args.no_kernels:
             command.append("--no-kernels")
+        log_start = log.stat().st_size if log.exists() else 0
         with open(log, "a", encoding="utf-8") as stderr:
             code = subprocess.call(command, cwd=ROOT, env=env, stderr=stderr)
         current = None
@@ -147,12 +157,12 @@ def run_setting(
         workload, executor = current
         print(f"  [{name}] {workload} / {executor}: {_died(code)}; restarting without it", flush=True)
         records.append({"workload": workload, "executor": executor, "status": "crashed",
-                        "reason": f"{_died(code)} (the harness went on without it)"})
+                        "reason": f"{_died(code)} (the harness went on without it)",
+                        "log_tail": _log_tail(log, log_start)})
         crashed.append(current)
     setting["wall_s"] = time.perf_counter() - start
-    if not setting.get("label"):
-        setting["label"] = "default threading (TVM_NUM_THREADS unset)" if value is None else f"TVM_NUM_THREADS={value}"
-        setting["TVM_NUM_THREADS"] = value
+    if not setting.get("label"):  # the worker died before it could say
+        setting.update(label=setting_label(value), TVM_NUM_THREADS=value)
     order = {w: i for i, w in enumerate(args.workload_list)}
     columns = {c: i for i, c in enumerate(report.COLUMNS)}
     records.sort(key=lambda r: (order.get(r["workload"], 99), columns.get(r["executor"], 99)))

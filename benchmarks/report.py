@@ -211,7 +211,12 @@ def markdown_report(result: dict, chart_name: Optional[str]) -> str:
     if chart_name:
         parts.append(f"![speedup over the Relay VM]({chart_name})")
     parts.append(summary(result, markdown=True))
-    parts += [f"### {s['setting']['label']}\n\n" + setting_tables(s, markdown=True) for s in result["settings"]]
+    for s in result["settings"]:
+        info = s["setting"]
+        note = f"TVM runtime threads reported: {info.get('tvm_runtime_num_threads', '?')}"
+        if "wall_s" in info:
+            note += f"; this setting took {info['wall_s']:.0f} s"
+        parts.append(f"### {info['label']}\n\n{note}.\n\n" + setting_tables(s, markdown=True))
     issues = problems(result)
     if issues:
         parts.append("### Not measured or wrong\n\n" + "\n".join(f"- {line}" for line in issues))

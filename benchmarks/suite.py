@@ -1,10 +1,11 @@
 """Run workloads on executors in this process: prepare, check, time; one record per pair.
 
-For each workload the module is built once, then every selected executor prepares it, makes a
-first call whose result is checked against the reference executor's (the VM's, or the
-interpreter's where the VM cannot run the program), is warmed up and timed, and makes a last
-call that is checked again (so state carried between calls cannot hide). The kernel-only floor
-(``kernel_floor.py``) is one more pseudo-executor, ``kernels``.
+For each workload the module is built once, then every selected executor prepares it and makes
+a first call whose result is checked against the reference executor's (the VM's, or the
+interpreter's where the VM cannot run the program) and a warm-up call. Then all of them are
+timed in interleaved rounds (``timing.interleave``), and each makes a last call that is checked
+again (so state carried between calls cannot hide). The kernel-only floor (``kernel_floor.py``)
+is one more pseudo-executor, ``kernels``.
 
 Executors run on a thread with a 1 GiB stack: TVM's interpreter and py_converter recurse on
 the C and Python stacks and crash on the main thread's 8 MiB at about 1,500 nested calls.
@@ -30,7 +31,7 @@ from relay_aot import testing
 
 from . import executors as executors_mod
 from . import kernel_floor, workloads as workloads_mod
-from .timing import Budget, measure, timed
+from .timing import Budget, Plan, interleave, timed
 
 #: Key of the kernel-only pseudo-executor.
 KERNELS = "kernels"
@@ -44,7 +45,7 @@ class Options:
     """How to time: budgets per executor and for the kernel floor, and the TVM target."""
 
     target: str = "llvm"
-    budget: Budget = Budget()
+    budget: Budget = Budget(seconds=1.5)
     kernel_budget: Budget = Budget(min_runs=5, min_run_s=0.02)
 
     @staticmethod
@@ -91,8 +92,8 @@ class WorkloadRun:
             return str(err)[:500]
         return None
 
-    def run(self, executor: executors_mod.Executor) -> dict[str, Any]:
-        """Prepare, check and time one executor."""
+    def prepare(self, executor: executors_mod.Executor) -> dict[str, Any]:
+        """Prepare one executor and check its first call; a record, with ``plan`` if it can be timed."""
         name, key = self.workload.name, executor.key
         reason = executor.unsupported(self.workload)
         if reason:
@@ -102,24 +103,55 @@ class WorkloadRun:
             first, first_call_s = timed(call)
         except Exception as err:  # noqa: BLE001 - any failure makes this executor n/a, reported
             return _record(name, key, "n/a", reason=_error(err))
-        fields: dict[str, Any] = {"prepare_s": prepare_s, "first_call_s": first_call_s}
+        record = _record(name, key, "ok", prepare_s=prepare_s, first_call_s=first_call_s)
         if self.reference is None and key in executors_mod.REFERENCES:
             self.reference = (key, testing.normalize(first))
-            fields["reference"] = True
+            record["reference"] = True
         else:
-            fields["checked_against"] = self.reference[0] if self.reference else None
+            record["checked_against"] = self.reference[0] if self.reference else None
         mismatch = self.check(key, first)
         try:
             _, estimate = timed(call)  # warm-up; estimates the cost of one call
-            budget = self.options.budget.capped(executor.max_runs, executor.min_runs)
-            fields["timing"] = measure(call, budget, estimate).to_json()
-            last = call()
         except Exception as err:  # noqa: BLE001
-            return _record(name, key, "n/a", reason=f"failed on a repeated call: {_error(err)}", **fields)
-        mismatch = mismatch or self.check(key, last)
+            return _record(name, key, "n/a", reason=f"failed on a second call: {_error(err)}")
         if mismatch:
-            return _record(name, key, "mismatch", reason=mismatch, **fields)
-        return _record(name, key, "ok", **fields)
+            record.update(status="mismatch", reason=mismatch)
+        budget = self.options.budget.capped(executor.max_runs, executor.min_runs)
+        record["plan"] = Plan.of(call, budget, estimate)
+        return record
+
+    def run_all(
+        self, executors: Iterable[executors_mod.Executor], on_start: Callable[[str, str], None] = lambda w, e: None
+    ) -> list[dict[str, Any]]:
+        """Prepare and check each executor, time them all in interleaved rounds, check again."""
+        name = self.workload.name
+        records = []
+        for executor in ordered(executors):
+            on_start(name, executor.key)
+            records.append(self.prepare(executor))
+        timed_records = [r for r in records if "plan" in r]
+        owner = {id(r["plan"]): r["executor"] for r in timed_records}
+        interleave([r["plan"] for r in timed_records], lambda plan: on_start(name, owner[id(plan)]))
+        for record in timed_records:
+            plan = record.pop("plan")
+            if plan.error is not None:
+                record.update(status="n/a", reason=f"failed on a repeated call: {_error(plan.error)}")
+                continue
+            record["timing"] = plan.timing().to_json()
+            on_start(name, record["executor"])
+            try:
+                last = plan.call()
+            except Exception as err:  # noqa: BLE001
+                record.update(status="n/a", reason=f"failed on the last call: {_error(err)}")
+                continue
+            mismatch = self.check(record["executor"], last)
+            if mismatch and record["status"] == "ok":
+                record.update(status="mismatch", reason=mismatch)
+        return records
+
+    def run(self, executor: executors_mod.Executor) -> dict[str, Any]:
+        """Prepare, check and time one executor."""
+        return self.run_all([executor])[0]
 
     def kernels(self) -> dict[str, Any]:
         """The kernel-only floor of one call (from the VM's kernel calls)."""
@@ -165,14 +197,12 @@ def run_workload(
     holds executors that crashed the process on this workload: they do not run at all.
     """
     run = WorkloadRun(workload, options)
-    for executor in ordered(executors):
-        if executor.key in exclude:
-            continue
-        if executor.key in skip and executor.key not in executors_mod.REFERENCES:
-            continue
-        on_start(workload.name, executor.key)
-        record = run.run(executor)
-        if executor.key not in skip:
+    chosen = [
+        e for e in executors
+        if e.key not in exclude and (e.key not in skip or e.key in executors_mod.REFERENCES)
+    ]
+    for record in run.run_all(chosen, on_start):
+        if record["executor"] not in skip:
             yield record
     if with_kernels and KERNELS not in skip | exclude:
         on_start(workload.name, KERNELS)
@@ -191,6 +221,13 @@ def progress_line(record: dict[str, Any]) -> str:
     return head
 
 
+def setting_label(tvm_num_threads: Optional[str]) -> str:
+    """How a thread setting is named in reports."""
+    if tvm_num_threads:
+        return f"TVM_NUM_THREADS={tvm_num_threads}"
+    return "default threading (TVM_NUM_THREADS unset)"
+
+
 def thread_setting() -> dict[str, Any]:
     """The threading this process runs under."""
     import tvm
@@ -198,7 +235,7 @@ def thread_setting() -> dict[str, Any]:
     env = os.environ.get("TVM_NUM_THREADS")
     return {
         "TVM_NUM_THREADS": env,
-        "label": f"TVM_NUM_THREADS={env}" if env else "default threading (TVM_NUM_THREADS unset)",
+        "label": setting_label(env),
         "tvm_runtime_num_threads": int(tvm.get_global_func("runtime.NumThreads")()),
     }
 

@@ -4,7 +4,8 @@ A *run* is ``number`` back-to-back calls, with ``number`` chosen so a run lasts 
 ``Budget.min_run_s`` (timer resolution and loop overhead vanish for microsecond calls). The
 number of runs fits ``Budget.seconds`` but stays within ``[min_runs, max_runs]``. Each run's
 time divided by ``number`` is one per-call sample; the median and the range of the samples
-are reported. Python's garbage collector is paused during runs, as ``timeit`` does.
+are reported. Several executors are timed in interleaved rounds (:func:`interleave`). Python's
+garbage collector is paused during runs, as ``timeit`` does.
 """
 
 from __future__ import annotations
@@ -52,25 +53,51 @@ class Timing:
         return Timing(statistics.median(samples), min(samples), max(samples), len(samples), number)
 
 
-def measure(call: Callable[[], Any], budget: Budget, first_call_s: float) -> Timing:
-    """Time ``call`` (already warmed up; its last call took ``first_call_s`` seconds)."""
-    estimate = max(first_call_s, 1e-7)
-    number = max(1, int(budget.min_run_s / estimate))
-    runs = int(budget.seconds / (number * estimate))
-    runs = max(budget.min_runs, min(budget.max_runs, runs))
-    samples = []
+@dataclasses.dataclass
+class Plan:
+    """How one executor is timed: ``runs`` runs of ``number`` calls; samples collect here."""
+
+    call: Callable[[], Any]
+    number: int
+    runs: int
+    samples: list[float] = dataclasses.field(default_factory=list)
+    error: Optional[BaseException] = None
+
+    @staticmethod
+    def of(call: Callable[[], Any], budget: Budget, estimate: float) -> "Plan":
+        """Calibrate from ``estimate``, the seconds one warmed-up call took."""
+        estimate = max(estimate, 1e-7)
+        number = max(1, int(budget.min_run_s / estimate))
+        runs = int(budget.seconds / (number * estimate))
+        return Plan(call, number, max(budget.min_runs, min(budget.max_runs, runs)))
+
+    def timing(self) -> Timing:
+        """The summary of the samples taken."""
+        return Timing.of_samples(self.samples, self.number)
+
+
+def interleave(plans: list[Plan], before_run: Callable[[Plan], None] = lambda plan: None) -> None:
+    """Time every plan, one run of each in turn, so that load that comes and goes on the machine
+    falls on all executors alike instead of on whichever ran at the time. A plan whose call
+    raises keeps the error and takes no more runs."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(runs):
-            start = time.perf_counter()
-            for _ in range(number):
-                call()
-            samples.append((time.perf_counter() - start) / number)
+        for round_index in range(max((p.runs for p in plans), default=0)):
+            for plan in plans:
+                if round_index >= plan.runs or plan.error is not None:
+                    continue
+                before_run(plan)
+                try:
+                    start = time.perf_counter()
+                    for _ in range(plan.number):
+                        plan.call()
+                    plan.samples.append((time.perf_counter() - start) / plan.number)
+                except Exception as err:  # noqa: BLE001 - reported by the caller
+                    plan.error = err
     finally:
         if enabled:
             gc.enable()
-    return Timing.of_samples(samples, number)
 
 
 def timed(call: Callable[[], Any]) -> tuple[Any, float]:
