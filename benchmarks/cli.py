@@ -67,6 +67,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--target", default="llvm", help="TVM target for every executor (default llvm)")
     parser.add_argument("--output-dir", type=Path,
                         help="where results go (default docs/benchmarks for the full suite, else .cache/benchmarks)")
+    parser.add_argument("--render", type=Path, metavar="RESULTS_JSON",
+                        help="print the tables and redraw the chart of an earlier run's JSON (runs nothing)")
     parser.add_argument("--keep-cache", action="store_true",
                         help="use $RELAY_AOT_CACHE_DIR (or the user cache) instead of a fresh build cache")
     args = parser.parse_args(argv)
@@ -170,7 +172,7 @@ def run_setting(
     return {"setting": setting, "records": records}
 
 
-def write_outputs(result: dict, output_dir: Path) -> list[Path]:
+def write_outputs(result: dict, output_dir: Path, write_json: bool = True) -> list[Path]:
     """results.json, results.md and speedup.png; the paths written."""
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -180,16 +182,24 @@ def write_outputs(result: dict, output_dir: Path) -> list[Path]:
         print(f"no chart: {why_not}", file=sys.stderr)
     else:
         written.append(chart_path)
-    json_path = output_dir / "results.json"
-    json_path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if write_json:
+        json_path = output_dir / "results.json"
+        json_path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        written.append(json_path)
     md_path = output_dir / "results.md"
     md_path.write_text(report.markdown_report(result, None if why_not else chart_path.name), encoding="utf-8")
-    return [json_path, md_path, *written]
+    return [*written, md_path]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``python -m benchmarks``."""
     args = parse_args(argv)
+    if args.render:
+        result = json.loads(args.render.read_text(encoding="utf-8"))
+        print(report.text_report(result))
+        for path in write_outputs(result, args.output_dir or args.render.parent, write_json=False):
+            print(f"wrote {path}")
+        return 0
     options = make_options(args)
     full = (not args.quick and args.workload_list == list(workloads_mod.by_name())
             and set(args.executor_list) == set(executors_mod.by_key()) and args.threads == "both"

@@ -105,6 +105,12 @@ def _ratio_cell(record: Optional[dict], field: str) -> str:
     return _status_cell(record, "") if _timed(record) is None else ""
 
 
+def _prepare_cell(record: Optional[dict]) -> str:
+    if record is None or "prepare_s" not in record:
+        return _status_cell(record, "")
+    return f"{record['prepare_s']:.2f} + {record.get('first_call_s', 0.0):.2f}"
+
+
 def table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
     """An aligned text table, or a Markdown table."""
     if markdown:
@@ -131,6 +137,7 @@ def setting_tables(setting: dict, markdown: bool = False) -> str:
     speedups = [[w] + [_ratio_cell(pairs.get((w, c)), "vs_vm") for c in columns] for w in workloads_of(records)]
     floors = [[w] + [_ratio_cell(pairs.get((w, c)), "x_kernels") for c in columns if c != KERNELS]
               for w in workloads_of(records)]
+    prepare = [[w] + [_prepare_cell(pairs.get((w, c))) for c in columns if c != KERNELS] for w in workloads_of(records)]
     title = setting["setting"]["label"]
     heading = (lambda text: f"#### {text}\n") if markdown else (lambda text: f"{text}\n")
     return "\n\n".join([
@@ -140,6 +147,8 @@ def setting_tables(setting: dict, markdown: bool = False) -> str:
         + table(["workload", *names], speedups, markdown),
         heading(f"{title}: multiple of the kernel-only time (median / kernels median; 1× = no overhead)")
         + table(["workload", *[n for n, c in zip(names, columns) if c != KERNELS]], floors, markdown),
+        heading(f"{title}: preparation (compile, build, convert) + first call, seconds")
+        + table(["workload", *[n for n, c in zip(names, columns) if c != KERNELS]], prepare, markdown),
     ])
 
 
@@ -266,8 +275,8 @@ def chart(result: dict, path: Path) -> Optional[str]:
         floor = [(x, pairs[(w, KERNELS)]["vs_vm"]) for x, w in enumerate(workloads) if "vs_vm" in pairs.get((w, KERNELS), {})]
         if floor:
             drawn = ax.scatter(*zip(*floor), marker="_", s=1200, linewidths=2, color="black", zorder=3,
-                               label="kernels only (the ceiling)")
-            handles.setdefault("kernels only (the ceiling)", drawn)
+                               label="the VM's kernels alone")
+            handles.setdefault("the VM's kernels alone", drawn)
             values += [v for _, v in floor]
         ax.axhline(1.0, color="gray", linewidth=0.8)
         ax.set_yscale("log")
