@@ -18,6 +18,7 @@ Evaluation order follows TVM's Relay interpreter: call arguments left to right, 
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Optional, Union
 
@@ -35,6 +36,11 @@ Result = Union[ir.Var, ir.TailCall]
 
 #: Python frames needed per nesting level of a Relay expression (lowering recurses on nesting).
 _RECURSION_LIMIT = 20000
+
+# Relay passes (ANF) name new variables with TVM's Var::GenSym, "x_<n>" from a process-wide
+# counter. Kept as hints, they would make the generated source -- and so the build cache key --
+# depend on what the process compiled before.
+_GENSYM = re.compile(r"x_[0-9]+")
 
 
 def is_primitive(func: relay.Function) -> bool:
@@ -83,8 +89,8 @@ class ProgramLowering:
     # -- naming --------------------------------------------------------------------------
 
     def new_var(self, ty: ir.Type, hint: str = "") -> ir.Var:
-        """A fresh variable."""
-        var = ir.Var(self._var_count, ty, hint)
+        """A fresh variable. Names TVM made up (``x_<n>``) are dropped: see ``_GENSYM``."""
+        var = ir.Var(self._var_count, ty, "" if _GENSYM.fullmatch(hint) else hint)
         self._var_count += 1
         return var
 
