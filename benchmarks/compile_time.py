@@ -12,7 +12,9 @@ functions, each measurement runs in a fresh process with a private cache directo
 
 Times cover ``relay_aot.compile`` (or ``relay.vm.compile``) only, not importing TVM, which
 is the same for both (printed separately). Each is the median over ``--repeat`` processes, and
-the ratios to the VM's compile time follow. ``--profile`` prints where a warm compile spends
+the ratios to the VM's compile time follow; a second line gives CPU seconds (this process and
+the compilers it ran), which a loaded machine inflates less than wall time, and ``load`` the
+1-minute load average. ``--profile`` prints where a warm compile spends
 its time (cProfile, in-process).
 """
 
@@ -63,6 +65,14 @@ PROGRAMS = {
 }
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the compilers)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def child(program: str, what: str) -> None:
     """Runs in a fresh process: time one compile, print JSON."""
     import time
@@ -78,9 +88,9 @@ def child(program: str, what: str) -> None:
     mod = tvm.relay.parse(PROGRAMS[program]())
     result = {"import": t1 - t0}
     if what == "vm":
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds()
         relay.vm.compile(mod, target="llvm")
-        result["time"] = time.perf_counter() - start
+        result["time"], result["cpu"] = time.perf_counter() - start, cpu_seconds() - cpu
     elif what == "profile":
         import cProfile
         import pstats
@@ -90,11 +100,11 @@ def child(program: str, what: str) -> None:
         relay_aot.compile(mod)
         profiler.disable()
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
-        result["time"] = 0.0
+        result["time"] = result["cpu"] = 0.0
     else:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds()
         compiled = relay_aot.compile(mod)
-        result["time"] = time.perf_counter() - start
+        result["time"], result["cpu"] = time.perf_counter() - start, cpu_seconds() - cpu
         result["cached"] = compiled.build_result.cached
         result["builds"] = build.stats.builds
     print(json.dumps(result))
@@ -120,7 +130,8 @@ def run_child(program: str, what: str, cache: Path, cxxflags: str) -> dict:
 
 def measure(program: str, repeat: int, cxxflags: str) -> dict:
     """Median times of first/cold/warm/vm for ``program``."""
-    times: dict[str, list[float]] = {"first": [], "cold": [], "warm": [], "vm": [], "import": []}
+    times: dict[str, list[float]] = {"first": [], "cold": [], "warm": [], "vm": [], "import": [], "load": []}
+    times.update({f"{name} cpu": [] for name in ("first", "cold", "warm", "vm")})
     for _ in range(repeat):
         cache = Path(tempfile.mkdtemp(prefix="relay_aot-bench-"))
         try:
@@ -134,7 +145,9 @@ def measure(program: str, repeat: int, cxxflags: str) -> dict:
         assert not first["cached"] and not cold["cached"] and warm["cached"] and warm["builds"] == 0, (first, cold, warm)
         for name, result in (("first", first), ("cold", cold), ("warm", warm), ("vm", vm)):
             times[name].append(result["time"])
+            times[f"{name} cpu"].append(result["cpu"])
         times["import"].append(warm["import"])
+        times["load"].append(os.getloadavg()[0])
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -151,8 +164,8 @@ def main() -> int:
         return 0
     print(f"cpus: {os.cpu_count()}, jobs: {os.environ.get('RELAY_AOT_JOBS', os.cpu_count())}, "
           f"cxxflags: {args.cxxflags or '(default)'}, median of {args.repeat}")
-    header = f"{'program':8} {'first':>7} {'cold':>7} {'warm':>7} {'vm':>7} {'import':>7}  cold/vm  warm/vm"
-    print(header)
+    header = f"{'program':8} {'first':>7} {'cold':>7} {'warm':>7} {'vm':>7} {'import':>7}  cold/vm  warm/vm  load"
+    print(header + "\n" + " " * 9 + "(second line: CPU seconds, compilers included)")
     for program in args.programs.split(","):
         if args.profile:
             cache = Path(tempfile.mkdtemp(prefix="relay_aot-bench-"))
@@ -165,7 +178,11 @@ def main() -> int:
         t = measure(program, args.repeat, args.cxxflags)
         print(
             f"{program:8} {t['first']:6.2f}s {t['cold']:6.2f}s {t['warm']:6.2f}s {t['vm']:6.2f}s {t['import']:6.2f}s"
-            f"  {t['cold'] / t['vm']:7.2f}  {t['warm'] / t['vm']:7.2f}"
+            f"  {t['cold'] / t['vm']:7.2f}  {t['warm'] / t['vm']:7.2f}  {t['load']:4.1f}"
+        )
+        print(
+            f"{'  cpu':8} {t['first cpu']:6.2f}s {t['cold cpu']:6.2f}s {t['warm cpu']:6.2f}s {t['vm cpu']:6.2f}s"
+            f"          {t['cold cpu'] / t['vm cpu']:7.2f}  {t['warm cpu'] / t['vm cpu']:7.2f}"
         )
     return 0
 

@@ -7,6 +7,7 @@ passes (``passes.py``) -> kernels and control IR (``kernels.py``, ``lower.py``) 
 from __future__ import annotations
 
 import hashlib
+import math
 import sys
 from typing import Mapping, Optional
 
@@ -14,13 +15,17 @@ import numpy as np
 import tvm
 
 from . import __version__, build, names, passes
-from .emit_cpp import CppSources, constants_blob, emit_cpp
+from .emit_cpp import FUNCTIONS_PER_UNIT, CppSources, constants_blob, emit_cpp
 from .errors import CompileError, UnsupportedError
 from .lower import lower_program
 from .metadata import Signature
 from .runtime import CompiledModule, read_signature
 
 BACKENDS = ("cpp", "python")
+
+# Pin the digest of relay_aot's code (part of every module-index key) to the code this process
+# imported, before anyone edits the files on disk.
+build.package_digest()
 
 
 def _target(target) -> tvm.target.Target:
@@ -49,6 +54,11 @@ def compile(  # noqa: A001 - the name users expect
     ``params`` binds named parameters of ``main`` to constants, like ``relay.build``. ``name``
     prefixes every exported symbol of the library. ``cache=False`` builds in a private
     directory instead of the shared cache; ``verbose=True`` shows the build's commands.
+
+    The C++ backend caches libraries (see ``docs/build.md``): a module compiled before with the
+    same parameters, options, flags and relay_aot/TVM versions is loaded without running any
+    pass. The result's ``build_result`` (:class:`relay_aot.build.BuildResult`) tells whether
+    it came from the cache (``.cached``) and its key.
     """
     names.check_model_name(name)
     if backend not in BACKENDS:
@@ -123,6 +133,14 @@ def _load_indexed(module_key: str, name: str, verbose: bool) -> Optional[Compile
     return compiled
 
 
+def _functions_per_unit(count: int) -> int:
+    """Functions per translation unit: at most ``FUNCTIONS_PER_UNIT``, in groups of equal size
+    (50 functions compile as 25 + 25 in parallel, not 48 + 2). Not tied to the number of CPUs,
+    so that the generated code, and the cache key, are the same on every machine."""
+    units = max(1, math.ceil(count / FUNCTIONS_PER_UNIT))
+    return max(1, math.ceil(count / units))
+
+
 def _compile_cpp(
     program, kernels, name: str, flags: build.BuildFlags, cache: bool, verbose: bool, module_key: Optional[str]
 ) -> CompiledModule:
@@ -136,7 +154,7 @@ def _compile_cpp(
             lines.append("// Included by every translation unit of the program.")
         return "\n".join(lines)
 
-    sources = emit_cpp(program, name, banner)
+    sources = emit_cpp(program, name, banner, functions_per_unit=_functions_per_unit(len(program.functions)))
     inputs = build.BuildInputs(
         model=name,
         files=sources.files,
