@@ -193,9 +193,10 @@ def cache_dir() -> Path:
     """The cache directory: ``$RELAY_AOT_CACHE_DIR``, else ``$XDG_CACHE_HOME/relay_aot`` or ``~/.cache/relay_aot``."""
     env = os.environ.get("RELAY_AOT_CACHE_DIR")
     if env:
-        return Path(env).expanduser()
+        # Absolute: compile commands run inside build directories, libraries outlive a chdir.
+        return Path(os.path.abspath(os.path.expanduser(env)))
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "relay_aot"
+    return Path(os.path.abspath(base)) / "relay_aot"
 
 
 def cache_root() -> Path:
@@ -534,7 +535,7 @@ class Reporter:
         try:
             sys.stderr.write(text)
             sys.stderr.flush()
-        except (OSError, ValueError):
+        except (AttributeError, OSError, ValueError):  # no stderr (pythonw), or closed
             pass
 
     def message(self, text: str) -> None:
