@@ -126,14 +126,17 @@ class KernelTable:
             parts.append(f"{kernel.symbol}:{tvm.ir.structural_hash(func)}")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
-    def lower_all(self) -> tvm.IRModule:
-        """TE-lower every kernel into one module of PrimFuncs named by kernel symbols."""
-        with _quiet_autotvm():
-            return self._lower_all()
+    def lower_all(self, progress: Optional[Callable[[int, int], None]] = None) -> tvm.IRModule:
+        """TE-lower every kernel into one module of PrimFuncs named by kernel symbols.
 
-    def _lower_all(self) -> tvm.IRModule:
+        ``progress(done, total)`` is called after each kernel (builds show it on a terminal).
+        """
+        with _quiet_autotvm():
+            return self._lower_all(progress)
+
+    def _lower_all(self, progress: Optional[Callable[[int, int], None]]) -> tvm.IRModule:
         merged = tvm.IRModule()
-        for kernel, func in zip(self.kernels, self._funcs):
+        for done, (kernel, func) in enumerate(zip(self.kernels, self._funcs), 1):
             what = "fused kernel of " + (", ".join(dict.fromkeys(kernel.ops)) or "no operators")
             try:
                 cached = te_compiler.get().lower(func, self.target, names.TE_MOD_NAME)
@@ -142,21 +145,23 @@ class KernelTable:
             for gvar, prim in cached.funcs.functions.items():
                 name = kernel.symbol if gvar.same_as(cached.prim_fn_var) else f"{kernel.symbol}_{gvar.name_hint}"
                 merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim).with_attr("global_symbol", name)
+            if progress is not None:
+                progress(done, len(self.kernels))
         return merged
 
-    def build(self) -> Optional[tvm.runtime.Module]:
+    def build(self, progress: Optional[Callable[[int, int], None]] = None) -> Optional[tvm.runtime.Module]:
         """Build every kernel into one LLVM module (None when the program has no kernels)."""
         if not self.kernels:
             return None
-        merged = self.lower_all()
+        merged = self.lower_all(progress)
         try:
             return tvm.build(merged, target=self.target)
         except tvm.error.TVMError as err:
             raise CompileError(f"TVM failed to build the kernels: {_first_line(err)}") from None
 
-    def write_object(self, path) -> bool:
+    def write_object(self, path, progress: Optional[Callable[[int, int], None]] = None) -> bool:
         """Build the kernels into the object file ``path``; False when there are none."""
-        module = self.build()
+        module = self.build(progress)
         if module is None:
             return False
         module.save(str(path))

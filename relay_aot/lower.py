@@ -34,10 +34,14 @@ from .relay_types import TypeLowering
 Binding = Union[ir.Var, ir.Kernel]
 Result = Union[ir.Var, ir.TailCall]
 
-_GENERATED_NAME = re.compile(r"x_[0-9]+")
-
 #: Python frames needed per nesting level of a Relay expression (lowering recurses on nesting).
 _RECURSION_LIMIT = 20000
+
+# Relay passes (ANF) name new variables with TVM's Var::GenSym, "x_<n>" from a process-wide
+# counter. Kept as hints, they would make the generated source -- and so the build cache key --
+# depend on what the process compiled before. (A user's own variable named like that loses its
+# name in comments too: the source must not depend on guessing which is which.)
+_GENSYM = re.compile(r"x_[0-9]+")
 
 
 def is_primitive(func: relay.Function) -> bool:
@@ -70,9 +74,8 @@ def pattern_text(pat) -> str:
 class ProgramLowering:
     """Lowers a prepared module: one instance per compilation."""
 
-    def __init__(self, mod: tvm.IRModule, model: str, target: tvm.target.Target, user_names: frozenset = frozenset()):
+    def __init__(self, mod: tvm.IRModule, model: str, target: tvm.target.Target):
         self.mod = mod
-        self.user_names = user_names
         self.types = TypeLowering(mod)
         self.kernels = KernelTable(model, target, self.types.lower)
         self.functions: list[ir.Function] = []
@@ -93,17 +96,10 @@ class ProgramLowering:
         return var
 
     def name_of(self, var: Optional[relay.Var]) -> str:
-        """The Relay name of ``var`` for comments; "" for names the passes generated.
-
-        A-normal form names its variables ``x_<n>`` from a process-wide counter; showing them
-        would make the generated source (and so the build cache key) differ between processes.
-        """
-        if var is None:
+        """The Relay name of ``var`` for comments; "" for names TVM's passes made up (``_GENSYM``)."""
+        if var is None or _GENSYM.fullmatch(var.name_hint):
             return ""
-        name = var.name_hint
-        if _GENERATED_NAME.fullmatch(name) and name not in self.user_names:
-            return ""
-        return name
+        return var.name_hint
 
     def new_func_id(self) -> str:
         """A fresh function id."""
@@ -502,13 +498,8 @@ class FunctionLowering:
         return var
 
 
-def lower_program(
-    mod: tvm.IRModule, model: str, target: tvm.target.Target, user_names: frozenset = frozenset()
-) -> tuple[ir.Program, KernelTable]:
-    """Lower a prepared module (see ``passes.prepare``) to a control-IR program.
-
-    ``user_names`` are the variable names of the program as written (``passes.var_names``).
-    """
-    lowering = ProgramLowering(mod, model, target, user_names)
+def lower_program(mod: tvm.IRModule, model: str, target: tvm.target.Target) -> tuple[ir.Program, KernelTable]:
+    """Lower a prepared module (see ``passes.prepare``) to a control-IR program."""
+    lowering = ProgramLowering(mod, model, target)
     program = lowering.run()
     return program, lowering.kernels
