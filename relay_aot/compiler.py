@@ -6,18 +6,26 @@ passes (``passes.py``) -> kernels and control IR (``kernels.py``, ``lower.py``) 
 
 from __future__ import annotations
 
+import hashlib
+import math
+import sys
 from typing import Mapping, Optional
 
+import numpy as np
 import tvm
 
-from . import __version__, build, names, passes
-from .emit_cpp import constants_blob, emit_cpp
-from .errors import UnsupportedError
+from . import __version__, build, kernels as kernel_stage, names, passes, scalars
+from .emit_cpp import FUNCTIONS_PER_UNIT, CppSources, constants_blob, emit_cpp
+from .errors import CompileError, UnsupportedError
 from .lower import lower_program
 from .metadata import Signature
-from .runtime import CompiledModule
+from .runtime import CompiledModule, load_library, read_signature
 
 BACKENDS = ("cpp", "python")
+
+# Pin the digest of relay_aot's code (part of every module-index key) to the code this process
+# imported, before anyone edits the files on disk.
+build.package_digest()
 
 
 def _target(target) -> tvm.target.Target:
@@ -28,6 +36,11 @@ def _target(target) -> tvm.target.Target:
     if target.kind.name != "llvm":
         raise UnsupportedError(f"target {target.kind.name!r} is not supported; relay_aot targets the CPU (llvm)")
     return target
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
 
 
 def compile(  # noqa: A001 - the name users expect
@@ -46,24 +59,121 @@ def compile(  # noqa: A001 - the name users expect
     ``params`` binds named parameters of ``main`` to constants, like ``relay.build``. ``name``
     prefixes every exported symbol of the library. ``cache=False`` builds in a private
     directory instead of the shared cache; ``verbose=True`` shows the build's commands.
+
+    The C++ backend caches libraries (see ``docs/build.md``): a module compiled before with the
+    same parameters, options, flags and relay_aot/TVM versions is loaded without running any
+    pass. The result's ``build_result`` (:class:`relay_aot.build.BuildResult`) tells whether
+    it came from the cache (``.cached``) and its key.
     """
     names.check_model_name(name)
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    _check_backend(backend)
     target = _target(target)
+    flags = module_key = None
+    if backend == "cpp":
+        flags = build.BuildFlags.default()
+        flags = flags.with_pch(build.pch_directory(flags))
+        module_key = _module_key(mod, params, target, name, opt_level, flags) if cache else None
+        found = _load_indexed(module_key, name, verbose) if module_key is not None else None
+        if found is not None:
+            return found
     with tvm.transform.PassContext(opt_level=opt_level):
-        prepared = passes.prepare(mod, params, opt_level)
-        program, kernels = lower_program(prepared, name, target)
+        program, kernels = _lower(mod, params, name, target, opt_level)
         if backend == "python":
             from .emit_python import compile_python
 
             return compile_python(program, kernels, name, cache=cache, verbose=verbose)
-        return _compile_cpp(program, kernels, name, cache, verbose)
+        return _compile_cpp(program, kernels, name, flags, cache, verbose, module_key)
 
 
-def _compile_cpp(program, kernels, name: str, cache: bool, verbose: bool) -> CompiledModule:
-    flags = build.BuildFlags.default()
+def generate_source(
+    mod: tvm.IRModule,
+    target="llvm",
+    params: Optional[Mapping[str, object]] = None,
+    backend: str = "cpp",
+    name: str = "default",
+    opt_level: int = 3,
+) -> str:
+    """The source :func:`compile` generates for ``mod``, without building a C++ library.
 
+    The Python backend's source comes from compiling (it builds no library, only kernels).
+    """
+    _check_backend(backend)
+    if backend == "python":
+        return compile(mod, target, params, backend, name, opt_level).source
+    names.check_model_name(name)
+    target = _target(target)
+    with tvm.transform.PassContext(opt_level=opt_level):
+        program, _ = _lower(mod, params, name, target, opt_level)
+    return _cpp_sources(program, name, build.BuildFlags.default()).text()
+
+
+def _lower(mod, params, name: str, target, opt_level: int):
+    prepared = passes.prepare(mod, params, opt_level, target)
+    return lower_program(prepared, name, target)
+
+
+def _params_text(params: Optional[Mapping[str, object]]) -> Optional[str]:
+    """A digest of ``params`` for the module key (None if a value is not plain tensor data)."""
+    if not params:
+        return ""
+    digest = hashlib.sha256()
+    try:
+        for key in sorted(params):
+            value = params[key]
+            array = value.numpy() if isinstance(value, tvm.nd.NDArray) else np.asarray(value)
+            if array.dtype == object:
+                return None
+            digest.update(f"{key}\0{array.dtype}\0{array.shape}\0".encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+    except (TypeError, ValueError, tvm.error.TVMError):
+        return None
+    return digest.hexdigest()
+
+
+def _module_key(mod, params, target, name: str, opt_level: int, flags: build.BuildFlags) -> Optional[str]:
+    """The module-index key of this compile, or None when the input cannot be keyed (then the
+    pipeline runs and reports what is wrong with it)."""
+    if not isinstance(mod, tvm.IRModule):
+        return None
+    params_text = _params_text(params)
+    try:
+        text = mod.astext()  # functions and types sorted by name; constants in its metadata
+    except tvm.error.TVMError:
+        return None
+    if params_text is None:
+        return None
+    # Settings read from the environment change the generated code: they are part of the key.
+    settings = f"scalar fast path {scalars.enabled()}; parallel threshold {kernel_stage.PARALLEL_THRESHOLD}"
+    return build.module_key([text, params_text, str(target), name, str(opt_level), "cpp", settings], flags)
+
+
+def _load_indexed(module_key: str, name: str, verbose: bool) -> Optional[CompiledModule]:
+    """The compiled module from the index, without running any pass (None: not there)."""
+    entry = build.lookup_index(module_key)
+    if entry is None:
+        return None
+    try:
+        module = load_library(entry.result.library)
+        signature = read_signature(module, name)
+        source = CppSources(entry.read_files(), entry.units).text()
+    except (OSError, ValueError, tvm.error.TVMError):
+        return None  # the full pipeline finds the entry again, and evicts it if it is damaged
+    if verbose:
+        print(f"[relay_aot] cache hit: {entry.result.library}", file=sys.stderr)
+    compiled = CompiledModule(module, signature, name, backend="cpp", source=source, library_path=entry.result.library)
+    compiled.build_result = entry.result
+    return compiled
+
+
+def _functions_per_unit(count: int) -> int:
+    """Functions per translation unit: at most ``FUNCTIONS_PER_UNIT``, in groups of equal size
+    (50 functions compile as 25 + 25 in parallel, not 48 + 2). Not tied to the number of CPUs,
+    so that the generated code, and the cache key, are the same on every machine."""
+    units = max(1, math.ceil(count / FUNCTIONS_PER_UNIT))
+    return max(1, math.ceil(count / units))
+
+
+def _cpp_sources(program, name: str, flags: build.BuildFlags) -> CppSources:
     def banner(file_name: str) -> str:
         lines = [f"// Generated by relay_aot {__version__} for model {name}: {file_name}. Do not edit."]
         if file_name.endswith(".cc"):
@@ -73,19 +183,36 @@ def _compile_cpp(program, kernels, name: str, cache: bool, verbose: bool) -> Com
             lines.append("// Included by every translation unit of the program.")
         return "\n".join(lines)
 
-    sources = emit_cpp(program, name, banner)
+    return emit_cpp(program, name, banner, functions_per_unit=_functions_per_unit(len(program.functions)))
+
+
+def _compile_cpp(
+    program, kernels, name: str, flags: build.BuildFlags, cache: bool, verbose: bool, module_key: Optional[str]
+) -> CompiledModule:
+    sources = _cpp_sources(program, name, flags)
     inputs = build.BuildInputs(
         model=name,
         files=sources.files,
         units=sources.units,
         blobs={"constants.bin": constants_blob(program.constants)} if program.constants else {},
         kernel_digest=kernels.digest(),
+        has_kernels=bool(kernels.kernels),
         build_kernels=kernels.write_object,
         flags=flags,
     )
     result = build.build_library(inputs, cache=cache, verbose=verbose)
-    module = tvm.runtime.load_module(str(result.library))
-    return CompiledModule(
+    try:
+        module = load_library(result.library)
+    except tvm.error.TVMError as err:
+        if not result.cached:
+            raise CompileError(f"the built library {result.library} cannot be loaded: {err}") from None
+        # A damaged cache entry (e.g. truncated by a full disk) is rebuilt, not trusted forever.
+        build.evict(result)
+        result = build.build_library(inputs, cache=cache, verbose=verbose)
+        module = load_library(result.library)
+    if module_key is not None:
+        build.record_index(module_key, result, sources.files, sources.units)
+    compiled = CompiledModule(
         module,
         Signature.of_program(program, name),
         name,
@@ -93,3 +220,6 @@ def _compile_cpp(program, kernels, name: str, cache: bool, verbose: bool) -> Com
         source=sources.text(),
         library_path=result.library,
     )
+    # How the library was obtained (``.cached``: from the cache, no C++ compiled; ``.key``).
+    compiled.build_result = result
+    return compiled

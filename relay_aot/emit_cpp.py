@@ -5,7 +5,9 @@ Output layout (see :class:`CppSources`):
 * ``program.h`` -- kernel symbols, closure classes, function prototypes; included by every unit;
 * ``unit<N>.cc`` -- the functions, one C++ function per Relay function (global or lifted
   closure), in groups so that large programs compile in parallel; ``unit0.cc`` also holds the
-  exported entry points and the constant table.
+  exported entry points and the constant table;
+* ``exports.map`` -- the linker version script listing the exported symbols (see
+  :func:`version_script`).
 
 Static types map to C++ types (tensor: ``NDArray``, tuple/ADT: ``ADT``, function: ``Closure``,
 reference: ``Ref``, erased type variable: ``ObjectRef``); values read out of containers or
@@ -24,6 +26,7 @@ from . import ir, names
 from .dispatch import dispatch
 from .emitter import Emitter, cpp_string_literal, escape_comment
 from .metadata import Signature
+from .scalars import NATIVE_DTYPES, hex_literal, is_native_scalar
 
 _CTYPES = {
     ir.TensorType: "NDArray",
@@ -41,15 +44,29 @@ FUNCTIONS_PER_UNIT = 48
 
 
 def ctype(ty: ir.Type) -> str:
-    """The C++ type holding values of static type ``ty``."""
+    """The C++ type holding values of static type ``ty`` (0-d numeric tensors are unboxed)."""
+    if is_native_scalar(ty):
+        return NATIVE_DTYPES[ty.dtype]
     return _CTYPES[type(ty)]
 
 
 def convert(expr: str, src: ir.Type, dst: ir.Type) -> str:
     """C++ expression for ``expr`` (static type ``src``) used where ``dst`` is expected."""
-    if ctype(dst) in ("ObjectRef", ctype(src)):
+    source, target = ctype(src), ctype(dst)
+    if source == target:
         return expr
-    return f"as<{ctype(dst)}>({expr})"
+    if is_native_scalar(dst):
+        return f"unbox<{target}>({expr})"
+    if is_native_scalar(src):
+        return f"box({expr})"
+    if target == "ObjectRef":
+        return expr
+    return f"as<{target}>({expr})"
+
+
+def boxed(v: "ir.Var") -> str:
+    """Variable ``v`` as a runtime object (boxing an unboxed scalar)."""
+    return convert(var(v), v.type, ir.AnyType())
 
 
 def dtype_literal(dtype: str) -> str:
@@ -72,6 +89,83 @@ def path_expr(root: str, path: tuple[int, ...]) -> str:
     return expr
 
 
+def _float(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+def _arith(symbol: str):
+    return lambda a, d, t: f"static_cast<{t}>({a[0]} {symbol} {a[1]})"
+
+
+def _compare(symbol: str):
+    return lambda a, d, t: f"({a[0]} {symbol} {a[1]})"
+
+
+def _integer_or_float(int_helper: str, float_form: str):
+    def emit(a, d, t):
+        if _float(d):
+            return float_form.format(*a)
+        return f"{int_helper}<{NATIVE_DTYPES[d]}>({a[0]}, {a[1]})"
+
+    return emit
+
+
+#: C++ for each scalar operator: (operands, operand dtype, result C type) -> expression.
+#: Semantics follow TVM's LLVM code generator (src/target/llvm/codegen_llvm.cc).
+_SCALAR_OPS = {
+    "add": _arith("+"),
+    "subtract": _arith("-"),
+    "multiply": _arith("*"),
+    "divide": _integer_or_float("int_div", "({0} / {1})"),
+    "floor_divide": _integer_or_float("int_floor_div", "std::floor({0} / {1})"),
+    "mod": _integer_or_float("int_mod", "std::fmod({0}, {1})"),
+    "floor_mod": _integer_or_float("int_floor_mod", "({0} - std::floor({0} / {1}) * {1})"),
+    "maximum": lambda a, d, t: f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})",
+    "minimum": lambda a, d, t: f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})",
+    "equal": _compare("=="),
+    # LLVM's ordered not-equal for floats: false when either side is NaN
+    "not_equal": lambda a, d, t: f"({a[0]} < {a[1]} || {a[0]} > {a[1]})" if _float(d) else f"({a[0]} != {a[1]})",
+    "less": _compare("<"),
+    "less_equal": _compare("<="),
+    "greater": _compare(">"),
+    "greater_equal": _compare(">="),
+    "logical_and": _compare("&&"),
+    "logical_or": _compare("||"),
+    "logical_not": lambda a, d, t: f"(!{a[0]})",
+    "negative": lambda a, d, t: f"static_cast<{t}>(-{a[0]})",
+    "abs": lambda a, d, t: (f"std::fabs({a[0]})" if _float(d) else
+                            f"static_cast<{t}>({a[0]} < 0 ? -{a[0]} : {a[0]})" if d.startswith("int") else a[0]),
+    "copy": lambda a, d, t: a[0],
+    "cast": lambda a, d, t: (f"({a[0]} < 0 || {a[0]} > 0)" if t == "bool" and _float(d) else
+                             f"({a[0]} != 0)" if t == "bool" else f"static_cast<{t}>({a[0]})"),
+    "where": lambda a, d, t: f"({a[0]} ? {a[1]} : {a[2]})",
+}
+
+_INT_MIN = {"int8": -(2**7), "int16": -(2**15), "int32": -(2**31), "int64": -(2**63)}
+
+
+def _scalar_const(c: ir.ScalarConst) -> str:
+    t = NATIVE_DTYPES[c.dtype]
+    if c.dtype == "bool":
+        return "true" if c.value else "false"
+    if _float(c.dtype):
+        return hex_literal(c.value, c.dtype)
+    if c.value == _INT_MIN.get(c.dtype):
+        return f"std::numeric_limits<{t}>::min()"
+    return f"{t}({int(c.value)}{'ULL' if c.dtype.startswith('u') else 'LL'})"
+
+
+def scalar_cpp(expr: ir.ScalarExpr, operands: list[str]) -> str:
+    """Native C++ for a scalar kernel body, with ``operands`` naming its parameters."""
+    if isinstance(expr, ir.ScalarParam):
+        return operands[expr.index]
+    if isinstance(expr, ir.ScalarConst):
+        return _scalar_const(expr)
+    args = [scalar_cpp(a, operands) for a in expr.args]
+    operand_dtype = expr.args[-1].dtype if expr.op == "where" else expr.args[0].dtype
+    return _SCALAR_OPS[expr.op](args, operand_dtype, NATIVE_DTYPES[expr.dtype])
+
+
 @dataclasses.dataclass
 class CppSources:
     """Generated C++ files by name; ``units`` are the translation units to compile."""
@@ -82,6 +176,89 @@ class CppSources:
     def text(self) -> str:
         """All files, concatenated with separators (for display)."""
         return "".join(f"// ===== {name} =====\n{text}\n" for name, text in self.files.items())
+
+
+class TypeTable:
+    """The descriptors of every type whose values cross the library boundary (see check.h).
+
+    Types are numbered on first use; a recursive ADT instance refers to its own index.
+    """
+
+    _NO_TENSOR = "DLDataType{kDLInt, 0, 0}, 0, nullptr"
+    _NONE = "0, nullptr"
+
+    def __init__(self, adts: list[ir.AdtDef]):
+        self.adts = adts
+        self.types: list[ir.Type] = []
+        self._index: dict[ir.Type, int] = {}
+        self._children = {
+            ir.TupleType: lambda t: list(t.fields),
+            ir.RefType: lambda t: [t.value],
+            ir.AdtType: lambda t: [ir.instantiate(f, t.args) for c in self.adts[t.adt].ctors for f in c.fields],
+        }
+        self._rows = {
+            ir.TensorType: self._tensor_row,
+            ir.TupleType: lambda e, i, t: self._fields_row(e, i, t, "kTuple"),
+            ir.RefType: lambda e, i, t: self._fields_row(e, i, t, "kRef"),
+            ir.AdtType: self._adt_row,
+            ir.FuncType: lambda e, i, t: f"Kind::kFunc, {{}}, {self._NO_TENSOR}, {self._NONE}, {self._NONE}",
+            ir.AnyType: lambda e, i, t: f"Kind::kAny, {{}}, {self._NO_TENSOR}, {self._NONE}, {self._NONE}",
+        }
+
+    def index(self, ty: ir.Type) -> int:
+        """The index of ``ty``, adding it (and the types inside it) on first use."""
+        if ty in self._index:
+            return self._index[ty]
+        index = len(self.types)
+        self._index[ty] = index
+        self.types.append(ty)
+        for child in self.children(ty):
+            self.index(child)
+        return index
+
+    def children(self, ty: ir.Type) -> list[ir.Type]:
+        """The types directly inside ``ty`` that a check descends into."""
+        get = self._children.get(type(ty))
+        return get(ty) if get is not None else []
+
+    def emit(self, e: Emitter) -> None:
+        """Print the table's arrays and ``kTypes`` (rows are ``{kind, text, tensor, fields, ctors}``)."""
+        e.comment("Types of the values that cross the library boundary, checked on entry (see check.h).")
+        rows = []
+        for i, ty in enumerate(self.types):
+            text = cpp_string_literal(ir.format_type(ty, self.adts))
+            rows.append("{" + self._rows[type(ty)](e, i, ty).replace("{}", text, 1) + f"}},  // {i}")
+        e.line(f"const TypeDesc {names.TYPE_TABLE}[] = {{")
+        e.lines(rows)
+        e.line("};")
+
+    def _tensor_row(self, e: Emitter, i: int, ty: ir.TensorType) -> str:
+        shape = "nullptr"
+        if ty.shape:
+            shape = f"{names.TYPE_SHAPE}{i}"
+            e.line(f"const int64_t {shape}[] = {{{', '.join(str(d) for d in ty.shape)}}};")
+        return f"Kind::kTensor, {{}}, {dtype_literal(ty.dtype)}, {len(ty.shape)}, {shape}, {self._NONE}, {self._NONE}"
+
+    def _fields_row(self, e: Emitter, i: int, ty: ir.Type, kind: str) -> str:
+        fields = self._int_array(e, f"{names.TYPE_FIELDS}{i}", [self.index(c) for c in self.children(ty)])
+        return f"Kind::{kind}, {{}}, {self._NO_TENSOR}, {fields}, {self._NONE}"
+
+    def _adt_row(self, e: Emitter, i: int, ty: ir.AdtType) -> str:
+        descs = []
+        for c, ctor in enumerate(self.adts[ty.adt].ctors):
+            types = [self.index(ir.instantiate(f, ty.args)) for f in ctor.fields]
+            fields = self._int_array(e, f"{names.TYPE_FIELDS}{i}_{c}", types)
+            descs.append(f"{{{ctor.tag}, {fields}, {cpp_string_literal(ctor.name)}}}")
+        e.line(f"const CtorDesc {names.TYPE_CTORS}{i}[] = {{{', '.join(descs)}}};")
+        return f"Kind::kAdt, {{}}, {self._NO_TENSOR}, {self._NONE}, {len(descs)}, {names.TYPE_CTORS}{i}"
+
+    @staticmethod
+    def _int_array(e: Emitter, name: str, values: list[int]) -> str:
+        """Print ``const int name[]`` (unless empty) and return "count, name" for a descriptor."""
+        if not values:
+            return "0, nullptr"
+        e.line(f"const int {name}[] = {{{', '.join(str(v) for v in values)}}};")
+        return f"{len(values)}, {name}"
 
 
 class CppEmitter:
@@ -103,12 +280,32 @@ class CppEmitter:
             ir.MakeClosure: self._make_closure,
             ir.CallGlobal: self._call_global,
             ir.CallClosure: self._call_closure,
+            ir.CallKnown: self._call_known,
             ir.RefNew: self._ref_new,
             ir.RefRead: self._ref_read,
             ir.RefWrite: self._ref_write,
         }
         self.out = Emitter()
         self.func: Optional[ir.Function] = None
+        self.types = TypeTable(program.adts)
+        self.shapes: dict[tuple[int, ...], int] = {}
+        self._collect_tables()
+
+    def _collect_tables(self) -> None:
+        """Number every output shape and every type checked at the boundary, before printing."""
+        for kernel in self.program.kernels:
+            for out in kernel.outputs:
+                if not is_native_scalar(out):
+                    self.shapes.setdefault(out.shape, len(self.shapes))
+        for p in self.program.params:
+            self.types.index(p.type)
+        for f in self.program.functions:
+            if f.is_closure:
+                for p in f.params:
+                    self.types.index(p.type)
+            for stmt in ir.walk(f.body):
+                if isinstance(stmt, ir.Let) and isinstance(stmt.rhs, ir.CallClosure):
+                    self.types.index(stmt.var.type)
 
     # -- files ---------------------------------------------------------------------------
 
@@ -132,6 +329,8 @@ class CppEmitter:
         e.decl("using namespace relay_aot;")
         e.decl()
         e.decl("const std::vector<NDArray>& constants();")
+        e.decl("const std::vector<ShapeTuple>& shapes();")
+        e.decl(f"extern const TypeDesc {names.TYPE_TABLE}[];")
         closures = [f for f in self.program.functions if f.is_closure]
         for f in closures:
             e.decl(f"ObjectRef {names.CLOSURE_ENTRY}{f.id}(const ClosureObj* self, const ObjectRef* args);")
@@ -145,9 +344,13 @@ class CppEmitter:
             params = ", ".join(f"{ctype(c.type)} {names.CAPTURE}{i}" for i, c in enumerate(f.captures))
             inits = "".join(f", {names.CAPTURE}{i}(std::move({names.CAPTURE}{i}))" for i in range(len(f.captures)))
             explicit = "explicit " if len(f.captures) == 1 else ""
-            e.decl(
-                f"  {explicit}{cls}({params}) : ClosureObj(&{names.CLOSURE_ENTRY}{f.id}, {len(f.params)}){inits} {{}}"
-            )
+            param_types = "nullptr"
+            if f.params:
+                param_types = names.CLOSURE_PARAM_TYPES
+                indices = ", ".join(str(self.types.index(p.type)) for p in f.params)
+                e.decl(f"  static constexpr int {param_types}[] = {{{indices}}};")
+            base = f"ClosureObj(&{names.CLOSURE_ENTRY}{f.id}, {len(f.params)}, {names.TYPE_TABLE}, {param_types})"
+            e.decl(f"  {explicit}{cls}({params}) : {base}{inits} {{}}")
             e.decl("};")
         e.decl()
         for f in self.program.functions:
@@ -166,6 +369,7 @@ class CppEmitter:
         e.line(f"namespace {self.namespace} {{")
         if with_entry:
             self.emit_constants()
+            self.emit_shapes()
         for f in functions:
             e.line()
             self.emit_function(f)
@@ -180,10 +384,10 @@ class CppEmitter:
 
     def prototype(self, f: ir.Function) -> str:
         """The C++ signature of ``f``."""
-        if f.has_tail_call:
-            params = [f"{ctype(p.type)} {var(p)}" for p in f.params]
-        else:
-            params = [f"const {ctype(p.type)}& {var(p)}" for p in f.params]
+        params = [
+            f"{ctype(p.type)} {var(p)}" if f.has_tail_call or is_native_scalar(p.type) else f"const {ctype(p.type)}& {var(p)}"
+            for p in f.params
+        ]
         if f.is_closure:
             params.insert(0, f"const {names.CLOSURE_CLASS}{f.id}* self")
         return f"{ctype(f.ret)} {f.id}({', '.join(params)})"
@@ -194,8 +398,11 @@ class CppEmitter:
         self.func = f
         e.comment(f.signature or f.hint)
         e.line(self.prototype(f) + " {")
+        args = ", ".join((["self"] if f.is_closure else []) + [var(p) for p in f.params])
+        e.line(f"if (stack_low()) return on_new_stack([&] {{ return {f.id}({args}); }});", comment="deep recursion")
         for i, cap in enumerate(f.captures):
-            e.line(f"const {ctype(cap.type)}& {var(cap)} = self->{names.CAPTURE}{i};")
+            ref = "" if is_native_scalar(cap.type) else "&"
+            e.line(f"const {ctype(cap.type)}{ref} {var(cap)} = self->{names.CAPTURE}{i};")
         if f.self_var is not None:
             e.line(f"Closure {var(f.self_var)} = closure_ref(self);", comment=f"%{f.self_var.hint} (itself)")
         if f.has_tail_call:
@@ -210,7 +417,8 @@ class CppEmitter:
             e.line()
             e.line(f"ObjectRef {names.CLOSURE_ENTRY}{f.id}(const ClosureObj* self, const ObjectRef* args) {{")
             sep = ", " if args else ""
-            e.line(f"return {f.id}(static_cast<const {cls}*>(self){sep}{args});")
+            call = f"{f.id}(static_cast<const {cls}*>(self){sep}{args})"
+            e.line(f"return {convert(call, f.ret, ir.AnyType())};")
             e.line("}")
 
     def emit_block(self, block: ir.Block, on_result: Callable[[ir.Var], None]) -> None:
@@ -242,8 +450,9 @@ class CppEmitter:
     def _if(self, stmt: ir.If) -> None:
         e = self.out
         r = stmt.result
-        e.line(f"{ctype(r.type)} {var(r)};", comment=f"{self.hint_of(r)}if")
-        e.line(f"if (truthy({var(stmt.cond)})) {{")
+        e.line(f"{ctype(r.type)} {var(r)};", comment=self.describe(r, "if"))
+        cond = var(stmt.cond) if is_native_scalar(stmt.cond.type) else f"truthy({var(stmt.cond)})"
+        e.line(f"if ({cond}) {{")
         self.emit_block(stmt.then, self.assign_to(r))
         e.line("} else {")
         self.emit_block(stmt.else_, self.assign_to(r))
@@ -253,7 +462,7 @@ class CppEmitter:
         e = self.out
         r = stmt.result
         s = var(stmt.scrutinee)
-        e.line(f"{ctype(r.type)} {var(r)};", comment=f"{self.hint_of(r)}match")
+        e.line(f"{ctype(r.type)} {var(r)};", comment=self.describe(r, "match"))
         for i, clause in enumerate(stmt.clauses):
             tests = [f"tag({path_expr(s, t.path)}) == {t.tag}" for t in clause.tests]
             keyword = "if" if i == 0 else "} else if"
@@ -275,8 +484,11 @@ class CppEmitter:
         return lambda v: self.out.line(f"{var(result)} = {convert(var(v), v.type, result.type)};")
 
     @staticmethod
-    def hint_of(v: ir.Var) -> str:
-        return f"%{v.hint} = " if v.hint else ""
+    def describe(v: ir.Var, note: str) -> str:
+        """Comment for a definition of ``v``: its Relay name and the construct it came from."""
+        if not note:
+            return f"%{v.hint}" if v.hint else ""
+        return f"%{v.hint} = {note}" if v.hint else note
 
     # -- right-hand sides ------------------------------------------------------------------
 
@@ -284,58 +496,77 @@ class CppEmitter:
         """Print ``T v = expr;`` converting from ``src`` (default: the variable's own type)."""
         v = stmt.var
         value = convert(expr, src, v.type) if src is not None else expr
-        note = self.hint_of(v) + stmt.note
-        self.out.line(f"{ctype(v.type)} {var(v)} = {value};", comment=note)
+        self.out.line(f"{ctype(v.type)} {var(v)} = {value};", comment=self.describe(v, stmt.note))
 
     def _constant(self, rhs: ir.Constant, stmt: ir.Let) -> None:
         v = stmt.var
-        self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=f"{self.hint_of(v)}constant")
+        if is_native_scalar(v.type):
+            value = convert(f"constants()[{rhs.index}]", ir.AnyType(), v.type)
+            self.out.line(f"const {ctype(v.type)} {var(v)} = {value};", comment=self.describe(v, "constant"))
+        else:
+            self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=self.describe(v, "constant"))
 
     def _kernel_call(self, rhs: ir.KernelCall, stmt: ir.Let) -> None:
         e = self.out
         kernel = self.program.kernels[rhs.kernel]
+        v = stmt.var
+        note = self.describe(v, f"{stmt.note} (k{kernel.index})" if stmt.note else f"k{kernel.index}")
+        if kernel.scalar is not None and is_native_scalar(v.type):
+            value = scalar_cpp(kernel.scalar, [var(a) for a in rhs.args])
+            e.line(f"{ctype(v.type)} {var(v)} = {value};", comment=note)
+            return
         inputs: list[str] = []
         for arg, ptype in zip(rhs.args, kernel.params):
-            self.flatten(convert(var(arg), arg.type, ptype), ptype, inputs)
-        v = stmt.var
+            self.flatten(var(arg), arg.type, ptype, inputs)
         single = isinstance(kernel.result, ir.TensorType)
         outputs = [var(v)] if single else [f"{var(v)}_{j}" for j in range(len(kernel.outputs))]
-        e.comment(f"{self.hint_of(v)}{stmt.note} (k{kernel.index})")
+        e.comment(note)
+        out_args = []
         for name, out in zip(outputs, kernel.outputs):
-            shape = ", ".join(str(d) for d in out.shape)
-            e.line(f"NDArray {name} = empty({{{shape}}}, {dtype_literal(out.dtype)});")
-        call_args = ", ".join(inputs + outputs)
+            if is_native_scalar(out):
+                e.line(f"{ctype(out)} {name};")
+                out_args.append(f"scalar_arg(&{name}).get()")
+            else:
+                shape = f"shapes()[{self.shapes[out.shape]}]"
+                e.line(f"NDArray {name} = alloc_tensor({shape}, {dtype_literal(out.dtype)});", comment=str(out.shape))
+                out_args.append(f"arg({name})")
+        call_args = ", ".join(inputs + out_args)
         e.line(f"call_kernel(&{kernel.symbol}, {cpp_string_literal(kernel.symbol)}, {call_args});")
         if not single:
-            rest = iter(outputs)
+            rest = iter(zip(outputs, kernel.outputs))
             e.line(f"ADT {var(v)} = {self.rebuild(kernel.result, rest)};")
 
-    def flatten(self, expr: str, ty: ir.Type, out: list[str]) -> None:
-        """Append the tensors of ``expr`` (a tensor or nested tuple of tensors) to ``out``."""
+    def flatten(self, expr: str, src: ir.Type, ty: ir.Type, out: list[str]) -> None:
+        """Append the kernel arguments for ``expr`` (a tensor or nested tuple of tensors)."""
         if isinstance(ty, ir.TupleType):
             for i, f in enumerate(ty.fields):
-                self.flatten(convert(f"field({expr}, {i})", ir.AnyType(), f), f, out)
+                self.flatten(f"field({expr}, {i})", ir.AnyType(), f, out)
+        elif is_native_scalar(src):
+            out.append(f"scalar_arg(&{expr}).get()")
+        elif isinstance(src, ir.AnyType):  # a field of a tuple: always a boxed tensor
+            out.append(f"arg({expr})")
         else:
-            out.append(expr)
+            out.append(f"arg({expr})")
 
     def rebuild(self, ty: ir.Type, outputs) -> str:
-        """The (nested) tuple of type ``ty`` made of the next names in ``outputs``."""
+        """The (nested) tuple of type ``ty`` made of the next (name, type) pairs in ``outputs``."""
         if isinstance(ty, ir.TupleType):
-            return f"ADT(0, std::vector<ObjectRef>{{{', '.join(self.rebuild(f, outputs) for f in ty.fields)}}})"
-        return next(outputs)
+            return f"make_adt(0, {{{', '.join(self.rebuild(f, outputs) for f in ty.fields)}}})"
+        name, out = next(outputs)
+        return convert(name, out, ir.AnyType())
 
     def _make_tuple(self, rhs: ir.MakeTuple, stmt: ir.Let) -> None:
-        fields = ", ".join(var(f) for f in rhs.fields)
-        self.define(stmt, f"ADT(0, std::vector<ObjectRef>{{{fields}}})")
+        fields = ", ".join(boxed(f) for f in rhs.fields)
+        self.define(stmt, f"make_adt(0, {{{fields}}})")
 
     def _proj(self, rhs: ir.Proj, stmt: ir.Let) -> None:
         self.define(stmt, f"field({var(rhs.value)}, {rhs.index})", ir.AnyType())
 
     def _make_adt(self, rhs: ir.MakeAdt, stmt: ir.Let) -> None:
         ctor = self.program.adts[rhs.adt].ctors[rhs.ctor]
-        fields = ", ".join(var(f) for f in rhs.fields)
+        fields = ", ".join(boxed(f) for f in rhs.fields)
         stmt = dataclasses.replace(stmt, note=ctor.name)
-        self.define(stmt, f"ADT({ctor.tag}, std::vector<ObjectRef>{{{fields}}})")
+        self.define(stmt, f"make_adt({ctor.tag}, {{{fields}}})")
 
     def _make_closure(self, rhs: ir.MakeClosure, stmt: ir.Let) -> None:
         captures = ", ".join(var(c) for c in rhs.captures)
@@ -349,19 +580,27 @@ class CppEmitter:
     def _call_closure(self, rhs: ir.CallClosure, stmt: ir.Let) -> None:
         args = var(stmt.var) + "_args"
         if rhs.args:
-            self.out.line(f"ObjectRef {args}[] = {{{', '.join(var(a) for a in rhs.args)}}};")
+            self.out.line(f"ObjectRef {args}[] = {{{', '.join(boxed(a) for a in rhs.args)}}};")
         else:
             args = "nullptr"
-        self.define(stmt, f"call_closure({var(rhs.closure)}, {args}, {len(rhs.args)})", ir.AnyType())
+        ret_type = self.types.index(stmt.var.type)
+        call = f"call_closure({var(rhs.closure)}, {args}, {len(rhs.args)}, {names.TYPE_TABLE}, {ret_type})"
+        self.define(stmt, call, ir.AnyType())
+
+    def _call_known(self, rhs: ir.CallKnown, stmt: ir.Let) -> None:
+        callee = self.functions[rhs.func]
+        env = f"static_cast<const {names.CLOSURE_CLASS}{callee.id}*>({var(rhs.closure)}.get())"
+        args = "".join(f", {convert(var(a), a.type, p.type)}" for a, p in zip(rhs.args, callee.params))
+        self.define(stmt, f"{callee.id}({env}{args})", callee.ret)
 
     def _ref_new(self, rhs: ir.RefNew, stmt: ir.Let) -> None:
-        self.define(stmt, f"ref_new({var(rhs.value)})")
+        self.define(stmt, f"ref_new({boxed(rhs.value)})")
 
     def _ref_read(self, rhs: ir.RefRead, stmt: ir.Let) -> None:
         self.define(stmt, f"ref_read({var(rhs.ref)})", ir.AnyType())
 
     def _ref_write(self, rhs: ir.RefWrite, stmt: ir.Let) -> None:
-        self.out.line(f"ref_write({var(rhs.ref)}, {var(rhs.value)});")
+        self.out.line(f"ref_write({var(rhs.ref)}, {boxed(rhs.value)});")
         self.define(stmt, "unit()")
 
     # -- constants and entry points ------------------------------------------------------
@@ -406,6 +645,19 @@ class CppEmitter:
         e.line("return *table;")
         e.line("}")
 
+    def emit_shapes(self) -> None:
+        """The table of kernel output shapes, shared by every tensor of that shape."""
+        e = self.out
+        e.line()
+        e.comment("Shapes of kernel outputs (one shared ShapeTuple each: allocation only allocates data).")
+        e.line("const std::vector<ShapeTuple>& shapes() {")
+        e.line("static const std::vector<ShapeTuple>* table = new std::vector<ShapeTuple>{")
+        for shape, index in sorted(self.shapes.items(), key=lambda item: item[1]):
+            e.line(f"ShapeTuple(std::vector<int64_t>{{{', '.join(str(d) for d in shape)}}}),", comment=str(index))
+        e.line("};")
+        e.line("return *table;")
+        e.line("}")
+
     def emit_main_adapter(self) -> None:
         """``call_main``: the entry function's body, converting arguments to their static types."""
         e = self.out
@@ -413,8 +665,21 @@ class CppEmitter:
         args = ", ".join(convert(f"a[{i}]", ir.AnyType(), p.type) for i, p in enumerate(main.params))
         e.line()
         e.line("ObjectRef call_main(const ObjectRef* a) {")
-        e.line(f"return {main.id}({args});")
+        e.line(f"return {convert(f'{main.id}({args})', main.ret, ir.AnyType())};")
         e.line("}")
+        e.line()
+        self.types.emit(e)
+        e.line()
+        params = main.params
+        param_types, param_names = "nullptr", "nullptr"
+        if params:
+            param_types, param_names = "kMainParamTypes", "kMainParamNames"
+            e.line(f"const int {param_types}[] = {{{', '.join(str(self.types.index(p.type)) for p in params)}}};")
+            names_list = ", ".join(cpp_string_literal(p.name) for p in self.program.params)
+            e.line(f"const char* const {param_names}[] = {{{names_list}}};")
+        e.line(
+            f"const EntrySignature {names.ENTRY_SIGNATURE}{{{len(params)}, {names.TYPE_TABLE}, {param_types}, {param_names}}};"
+        )
         signature = Signature.of_program(self.program, self.model).to_json().encode()
         e.line()
         e.comment("The program's signature as JSON (see relay_aot/metadata.py).")
@@ -429,12 +694,16 @@ class CppEmitter:
         main = self.functions[self.program.main]
         packed = "(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code, void* resource)"
         ns = self.namespace
-        exported = 'extern "C" __attribute__((visibility("default"))) int'
+        visible = 'extern "C" __attribute__((visibility("default")))'
+        exported = f"{visible} int"
         e.line()
         e.comment("Exported entry points, in TVM's packed C calling convention.")
         e.line(f'{exported} relay_aot_main{packed} __asm__("{self.model}");')
         e.line(f"int relay_aot_main{packed} {{")
-        e.line(f"return relay_aot::packed_entry(args, type_codes, num_args, ret, ret_type_code, {len(main.params)}, {ns}::call_main);")
+        e.line(
+            f"return relay_aot::packed_entry(args, type_codes, num_args, ret, ret_type_code, "
+            f"{ns}::{names.ENTRY_SIGNATURE}, {ns}::call_main);"
+        )
         e.line("}")
         e.line()
         meta = names.metadata_symbol(self.model)
@@ -442,6 +711,10 @@ class CppEmitter:
         e.line(f"int relay_aot_metadata{packed} {{")
         e.line(f"return relay_aot::packed_metadata({ns}::kMetadata, sizeof({ns}::kMetadata), ret, ret_type_code);")
         e.line("}")
+        e.line()
+        e.comment("TVM's name of the entry function: load_module(path).entry_func is the program.")
+        e.comment("(Overrides the weak one TVM's kernel object defines when there is one kernel.)")
+        e.line(f"{visible} const char __tvm_main__[] = {cpp_string_literal(self.model)};")
 
 
 def _aligned(nbytes: int, alignment: int = 64) -> int:
@@ -479,4 +752,26 @@ def emit_cpp(
         name = f"unit{index}.cc"
         files[name] = emitter.unit(banner(name), group, with_entry=index == 0)
         units.append(name)
+    files[VERSION_SCRIPT] = version_script(model)
     return CppSources(files, units)
+
+
+#: The linker version script among the generated files (``build.BuildFlags`` passes it to ``ld``).
+VERSION_SCRIPT = "exports.map"
+
+
+def version_script(model: str) -> str:
+    """The linker version script: what the library of ``model`` exports; everything else is local.
+
+    Exported: the entry and metadata functions, the kernels (``<model>_k*``, so
+    ``load_module(path)[kernel]`` works as for any TVM library) and TVM's loader protocol
+    symbols (``names.TVM_LOADER_SYMBOLS``). This hides what would otherwise leak with default
+    visibility -- libstdc++ template instantiations from TVM's headers, LLVM's float16 helpers
+    in the kernel object -- so every exported name but the protocol's carries the model prefix.
+    Exact names are quoted (no globbing, and a model may be called ``local``).
+    """
+    exact = [model, names.metadata_symbol(model), *names.TVM_LOADER_SYMBOLS]
+    lines = [f"/* Generated by relay_aot: the symbols the library of model {model} exports. */", "{", "  global:"]
+    lines += [f'    "{symbol}";' for symbol in exact]
+    lines += [f"    {model}_{names.KERNEL}*;", "  local:", "    *;", "};", ""]
+    return "\n".join(lines)

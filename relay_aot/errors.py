@@ -42,3 +42,8 @@ class KernelError(tvm.error.TVMError):
 @tvm.error.register_error
 class RecursionDepthError(tvm.error.TVMError):
     """The program recursed deeper than relay_aot's documented limit."""
+
+
+@tvm.error.register_error("ZeroDivisionError")
+class IntegerDivisionByZero(tvm.error.TVMError, ZeroDivisionError):
+    """Integer ``divide``/``mod`` by zero in 0-d arithmetic (TVM's kernels would trap instead)."""

@@ -13,9 +13,8 @@ ADT types keep their arguments so the Python layer can convert and check values.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Iterator, Optional, Sequence, Union
 
 # ----------------------------------------------------------------------------------------
 # Types
@@ -174,6 +173,19 @@ class CallClosure(Rhs):
 
 
 @dataclass(eq=False)
+class CallKnown(Rhs):
+    """Apply ``closure``, statically known to be a closure of lifted function ``func``.
+
+    Emitters may call ``func`` directly with the closure as its environment (no boxing of
+    arguments, no indirect call); calling ``closure`` like :class:`CallClosure` is also correct.
+    """
+
+    func: str
+    closure: Var
+    args: list[Var]
+
+
+@dataclass(eq=False)
 class RefNew(Rhs):
     """``ref(value)``"""
 
@@ -300,12 +312,42 @@ class Function:
 
 
 @dataclass(frozen=True)
+class ScalarParam:
+    """Parameter ``index`` of a scalar kernel."""
+
+    index: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ScalarConst:
+    """A constant in a scalar kernel."""
+
+    value: Union[bool, int, float]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ScalarOp:
+    """An elementwise operator (by Relay name, e.g. ``"add"``) applied to scalar operands."""
+
+    op: str
+    args: tuple
+    dtype: str
+
+
+ScalarExpr = Union[ScalarParam, ScalarConst, ScalarOp]
+
+
+@dataclass(frozen=True)
 class Kernel:
     """A compiled fused primitive function.
 
     ``params`` are its Relay parameter types (tensors, or tuples of tensors); ``inputs`` and
     ``outputs`` are the flattened tensor types of its parameters and results; ``result`` is the
-    Relay result type (a tensor, or a tuple of tensors).
+    Relay result type (a tensor, or a tuple of tensors). ``scalar`` is set when every parameter
+    and the result are 0-d and every operator is elementwise arithmetic, comparison, logic or
+    cast: emitters may then compute it natively instead of calling the kernel.
     """
 
     index: int
@@ -315,6 +357,7 @@ class Kernel:
     outputs: tuple[TensorType, ...]
     result: Type
     ops: tuple[str, ...]
+    scalar: Optional[ScalarExpr] = None  # the same computation on 0-d values, if expressible
 
 
 @dataclass(frozen=True)
@@ -361,13 +404,30 @@ def format_type(ty: Type, adts: Sequence[AdtDef]) -> str:
     return _FORMATTERS[type(ty)](ty, adts)
 
 
-def uses_of(rhs: Rhs) -> Sequence[Var]:
-    """The variables a right-hand side reads."""
-    out = []
-    for f in dataclasses.fields(rhs):
-        value = getattr(rhs, f.name)
-        if isinstance(value, Var):
-            out.append(value)
-        elif isinstance(value, list):
-            out.extend(v for v in value if isinstance(v, Var))
-    return out
+def walk(block: Block) -> Iterator[Stmt]:
+    """Every statement of ``block``, including those nested in ``If`` and ``Match`` (pre-order)."""
+    pending = [block]
+    while pending:
+        current = pending.pop()
+        for stmt in current.stmts:
+            yield stmt
+            if isinstance(stmt, If):
+                pending += [stmt.else_, stmt.then]
+            elif isinstance(stmt, Match):
+                pending += [c.body for c in reversed(stmt.clauses)]
+
+
+def instantiate(ty: Type, args: tuple) -> Type:
+    """Substitute ADT type parameters in ``ty`` by ``args`` (missing ones become AnyType)."""
+    return _INSTANTIATE[type(ty)](ty, args)
+
+
+_INSTANTIATE = {
+    TypeParam: lambda t, args: args[t.index] if t.index < len(args) else AnyType(),
+    TupleType: lambda t, args: TupleType(tuple(instantiate(f, args) for f in t.fields)),
+    AdtType: lambda t, args: AdtType(t.adt, tuple(instantiate(a, args) for a in t.args)),
+    FuncType: lambda t, args: FuncType(tuple(instantiate(p, args) for p in t.params), instantiate(t.ret, args)),
+    RefType: lambda t, args: RefType(instantiate(t.value, args)),
+    TensorType: lambda t, args: t,
+    AnyType: lambda t, args: t,
+}

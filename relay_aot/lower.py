@@ -18,6 +18,7 @@ Evaluation order follows TVM's Relay interpreter: call arguments left to right, 
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Optional, Union
 
@@ -35,6 +36,12 @@ Result = Union[ir.Var, ir.TailCall]
 
 #: Python frames needed per nesting level of a Relay expression (lowering recurses on nesting).
 _RECURSION_LIMIT = 20000
+
+# Relay passes (ANF) name new variables with TVM's Var::GenSym, "x_<n>" from a process-wide
+# counter. Kept as hints, they would make the generated source -- and so the build cache key --
+# depend on what the process compiled before. (A user's own variable named like that loses its
+# name in comments too: the source must not depend on guessing which is which.)
+_GENSYM = re.compile(r"x_[0-9]+")
 
 
 def is_primitive(func: relay.Function) -> bool:
@@ -87,6 +94,12 @@ class ProgramLowering:
         var = ir.Var(self._var_count, ty, hint)
         self._var_count += 1
         return var
+
+    def name_of(self, var: Optional[relay.Var]) -> str:
+        """The Relay name of ``var`` for comments; "" for names TVM's passes made up (``_GENSYM``)."""
+        if var is None or _GENSYM.fullmatch(var.name_hint):
+            return ""
+        return var.name_hint
 
     def new_func_id(self) -> str:
         """A fresh function id."""
@@ -162,7 +175,7 @@ class ProgramLowering:
     def signature(self, name: str, func: relay.Function) -> str:
         """Relay-like signature text of ``func``, for comments."""
         fmt = lambda ty: ir.format_type(self.types.lower(ty), self.types.adts)  # noqa: E731
-        params = ", ".join(f"%{p.name_hint}: {fmt(p.checked_type)}" for p in func.params)
+        params = ", ".join(f"%{self.name_of(p)}: {fmt(p.checked_type)}" for p in func.params)
         ret = func.ret_type if func.ret_type is not None else func.body.checked_type
         return f"{name}({params}) -> {fmt(ret)}"
 
@@ -172,7 +185,7 @@ class ProgramLowering:
         if key not in self._wrappers:
             callee = self.global_id(gvar)
             func = self.mod[gvar.name_hint]
-            params = [self.new_var(self.types.lower(p.checked_type), p.name_hint) for p in func.params]
+            params = [self.new_var(self.types.lower(p.checked_type), self.name_of(p)) for p in func.params]
             ret = self.types.lower(func.ret_type)
             result = self.new_var(ret)
             body = ir.Block([ir.Let(result, ir.CallGlobal(callee, list(params)))], result)
@@ -212,6 +225,8 @@ class FunctionLowering:
         self.self_global = self_global
         self.self_closure = self_closure
         self.env: dict[relay.Var, Binding] = {}
+        #: variables known to hold a closure of a given lifted function (by variable id)
+        self.known: dict[int, str] = {}
         self.params: list[ir.Var] = []
         self.has_tail_call = False
         self._handlers = {
@@ -241,7 +256,7 @@ class FunctionLowering:
 
     def bind_param(self, param: relay.Var) -> ir.Var:
         """Bind a Relay parameter to a fresh variable."""
-        var = self.prog.new_var(self.prog.types.lower(param.checked_type), param.name_hint)
+        var = self.prog.new_var(self.prog.types.lower(param.checked_type), self.prog.name_of(param))
         self.env[param] = var
         self.params.append(var)
         return var
@@ -255,7 +270,7 @@ class FunctionLowering:
 
     def result_var(self, expr: relay.Expr, dest: Optional[relay.Var]) -> ir.Var:
         """A fresh variable for the value of ``expr``, named after ``dest`` if given."""
-        return self.prog.new_var(self.prog.types.lower(expr.checked_type), dest.name_hint if dest is not None else "")
+        return self.prog.new_var(self.prog.types.lower(expr.checked_type), self.prog.name_of(dest))
 
     def emit(self, stmts: list[ir.Stmt], expr, rhs: ir.Rhs, dest, note: str = "") -> ir.Var:
         """Append ``let v = rhs`` for the value of ``expr`` and return ``v``."""
@@ -370,6 +385,9 @@ class FunctionLowering:
             self.has_tail_call = True
             return ir.TailCall(args)
         closure = self.value(op, stmts)
+        if closure.id in self.known:
+            func = self.known[closure.id]
+            return self.emit(stmts, expr, ir.CallKnown(func, closure, args), dest, f"call of {func}")
         return self.emit(stmts, expr, ir.CallClosure(closure, args), dest, "closure call")
 
     def _kernel_call(self, kernel: ir.Kernel, expr, stmts, dest):
@@ -414,7 +432,7 @@ class FunctionLowering:
         pass
 
     def _pattern_var(self, pat, path, tests, binds):
-        var = self.prog.new_var(self.prog.types.lower(pat.var.checked_type), pat.var.name_hint)
+        var = self.prog.new_var(self.prog.types.lower(pat.var.checked_type), self.prog.name_of(pat.var))
         self.env[pat.var] = var
         binds.append(ir.Bind(var, path))
 
@@ -433,7 +451,7 @@ class FunctionLowering:
     def closure(self, func: relay.Function, stmts, dest: Optional[relay.Var], recursive: bool) -> ir.Var:
         """Lift ``func`` into its own function and bind a closure value over its free variables."""
         func_id = self.prog.new_func_id()
-        name = f"%{dest.name_hint}" if dest is not None else "fn"
+        name = f"%{self.prog.name_of(dest)}" if self.prog.name_of(dest) else "fn"
         hint = f"{name} in {self.hint}"
         inner = FunctionLowering(self.prog, hint, self_closure=dest if recursive else None)
         captured_outer: list[ir.Var] = []
@@ -447,13 +465,16 @@ class FunctionLowering:
                 continue
             captured = self.prog.new_var(binding.type, binding.hint)
             inner.env[free] = captured
+            if binding.id in self.known:
+                inner.known[captured.id] = self.known[binding.id]
             captured_outer.append(binding)
             captured_inner.append(captured)
         func_type = self.prog.types.lower(func.checked_type)
         self_var = None
         if recursive:
-            self_var = self.prog.new_var(func_type, dest.name_hint)
+            self_var = self.prog.new_var(func_type, self.prog.name_of(dest))
             inner.env[dest] = self_var
+            inner.known[self_var.id] = func_id
         params = [inner.bind_param(p) for p in func.params]
         body = inner.block(func.body, tail=True)
         ret = self.prog.types.lower(func.ret_type if func.ret_type is not None else func.body.checked_type)
@@ -471,8 +492,9 @@ class FunctionLowering:
                 signature=self.prog.signature(name, func),
             )
         )
-        var = self.prog.new_var(func_type, dest.name_hint if dest is not None else "")
+        var = self.prog.new_var(func_type, self.prog.name_of(dest))
         stmts.append(ir.Let(var, ir.MakeClosure(func_id, captured_outer), f"closure {name}"))
+        self.known[var.id] = func_id
         return var
 
 

@@ -152,10 +152,51 @@ def inline_pure_lets(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return mod
 
 
+def _runtime_layout_transforms(mod: tvm.IRModule) -> int:
+    """How many ``layout_transform`` calls of ``mod`` transform something other than a constant."""
+    count = 0
+
+    def visit(node):
+        nonlocal count
+        if (
+            isinstance(node, relay.Call)
+            and isinstance(node.op, tvm.ir.Op)
+            and node.op.name == "layout_transform"
+            and not isinstance(node.args[0], relay.Constant)
+        ):
+            count += 1
+
+    for func in mod.functions.values():
+        if isinstance(func, relay.Function):
+            relay.analysis.post_order_visit(func, visit)
+    return count
+
+
+@tvm.transform.module_pass(opt_level=0, name="AlterOpLayoutForConstants")
+def alter_layout_for_constants(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """``AlterOpLayout`` + ``FoldConstant``, kept only if every layout change folds away.
+
+    Packed layouts pay when weights are constants: they are transformed once, here. When a weight
+    is a parameter (an LSTM cell's weights passed to @main), the transform would run at every
+    call -- inside a loop body, every iteration -- so the module is left as it was.
+    """
+    before = _runtime_layout_transforms(mod)
+    altered = relay.transform.FoldConstant()(relay.transform.AlterOpLayout()(mod))
+    return altered if _runtime_layout_transforms(altered) <= before else mod
+
+
 def prepare(
-    mod: tvm.IRModule, params: Optional[Mapping[str, object]] = None, opt_level: int = 3
+    mod: tvm.IRModule,
+    params: Optional[Mapping[str, object]] = None,
+    opt_level: int = 3,
+    target: Optional[tvm.target.Target] = None,
 ) -> tvm.IRModule:
-    """Run the pass pipeline: type check, bind params, simplify, fuse, A-normal form."""
+    """Run the pass pipeline: type check, bind params, simplify, fuse, A-normal form.
+
+    At ``opt_level`` 3, ``AlterOpLayout`` picks the target's preferred data layouts (packed
+    weights for ``dense`` on x86, as ``relay.build`` does) when constant weights can be
+    transformed once, at compile time (see :func:`alter_layout_for_constants`).
+    """
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"expected a tvm.IRModule, got {type(mod).__name__}")
     if "main" not in [g.name_hint for g in mod.get_global_vars()]:
@@ -168,6 +209,8 @@ def prepare(
     sequence = [relay.transform.InferType(), relay.transform.SimplifyInference()]
     if opt_level >= 2:
         sequence.append(relay.transform.FoldConstant())
+    if opt_level >= 3 and target is not None:
+        sequence += [relay.transform.InferType(), alter_layout_for_constants]
     sequence += [
         relay.transform.ToANormalForm(),
         inline_pure_lets,
@@ -177,7 +220,7 @@ def prepare(
         relay.transform.ToANormalForm(),
         relay.transform.InferType(),
     ]
-    with tvm.transform.PassContext(opt_level=opt_level):
+    with tvm.transform.PassContext(opt_level=opt_level), (target or tvm.target.Target("llvm")):
         try:
             return tvm.transform.Sequential(sequence)(mod)
         except tvm.error.DiagnosticError as err:

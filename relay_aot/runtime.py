@@ -3,13 +3,15 @@
 A library exports ``<model>`` (the program's entry, a PackedFunc taking and returning TVM
 runtime values) and ``<model>__metadata`` (its signature as JSON, see ``metadata.py``).
 :class:`CompiledModule` wraps the entry with argument conversion; :func:`load` opens an
-exported library in any process, without compiling anything.
+exported library in any process, without compiling anything, finding the model name in the
+library's ELF dynamic symbol table when it is not given (docs/deployment.md).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import struct
 from pathlib import Path
 from typing import Optional
 
@@ -18,6 +20,24 @@ import tvm
 from . import names
 from .metadata import Signature
 from .values import Converter
+
+
+#: Every library this process loaded. Libraries are never unloaded: objects the generated code
+#: allocated (ADTs, closures, reference cells) carry deleters that live in the library's code,
+#: and such objects can outlive the CompiledModule that made them (a result kept by the caller).
+_LOADED_LIBRARIES: list = []
+
+
+def load_library(path) -> tvm.runtime.Module:
+    """``tvm.runtime.load_module(path)``, kept loaded for the life of the process.
+
+    (The libraries are also linked with ``-z nodelete``, which keeps them mapped for any
+    client, C++ or plain ``tvm.runtime.load_module``; see ``build.BuildFlags``.) The format
+    is given, so a library's file name need not end in ``.so``.
+    """
+    module = tvm.runtime.load_module(str(path), "so")
+    _LOADED_LIBRARIES.append(module)
+    return module
 
 
 class CompiledModule:
@@ -91,12 +111,78 @@ def read_signature(module: tvm.runtime.Module, name: str) -> Signature:
     return Signature.from_json(str(meta()))
 
 
-def load(path, name: str = "default") -> CompiledModule:
-    """Load a library written by ``CompiledModule.export_library`` (no compilation happens)."""
-    names.check_model_name(name)
+# -- reading a library's exported symbols -------------------------------------------------------
+
+_SHT_DYNSYM = 11
+_SHN_UNDEF = 0
+_EXPORTED_BINDINGS = (1, 2, 10)  # STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE
+
+
+def exported_symbols(path) -> set[str]:
+    """The symbols a shared library defines and exports (its ELF dynamic symbol table).
+
+    Read from the file, without loading it (loading runs the library's initializers), so a
+    file that is not a library gives a clear error instead of a ``dlopen`` failure.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        raise ValueError(f"{path} is not an ELF shared library")
+    is64 = data[4] == 2
+    order = "<" if data[5] == 1 else ">"
+    try:
+        if is64:
+            shoff, = struct.unpack_from(order + "Q", data, 0x28)
+            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
+            section, symbol = order + "IIQQQQIIQQ", order + "IBBHQQ"
+        else:
+            shoff, = struct.unpack_from(order + "I", data, 0x20)
+            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
+            section, symbol = order + "IIIIIIIIII", order + "IIIBBH"
+        sections = [struct.unpack_from(section, data, shoff + i * shentsize) for i in range(shnum)]
+        found = set()
+        for sh in sections:
+            if sh[1] != _SHT_DYNSYM:
+                continue
+            offset, size, link, entsize = sh[4], sh[5], sh[6], sh[9]
+            strtab = sections[link][4]
+            for pos in range(offset + entsize, offset + size, entsize):  # entry 0 is the null symbol
+                fields = struct.unpack_from(symbol, data, pos)
+                name, info, shndx = (fields[0], fields[1], fields[3]) if is64 else (fields[0], fields[3], fields[5])
+                if shndx != _SHN_UNDEF and info >> 4 in _EXPORTED_BINDINGS:
+                    end = data.index(b"\0", strtab + name)
+                    found.add(data[strtab + name : end].decode("utf-8", "replace"))
+        return found
+    except (struct.error, IndexError, ValueError):
+        raise ValueError(f"{path} is not a valid ELF shared library (truncated or corrupt)") from None
+
+
+def model_names(path) -> list[str]:
+    """The relay_aot models a library holds: names ``m`` exporting both ``m`` and ``m__metadata``."""
+    symbols = exported_symbols(path)
+    models = (names.model_of_metadata_symbol(s) for s in symbols)
+    return sorted(m for m in models if m is not None and m in symbols)
+
+
+def load(path, name: Optional[str] = None) -> CompiledModule:
+    """Load a library written by ``CompiledModule.export_library`` (no compilation happens).
+
+    ``name`` is the model name it was compiled with; by default it is read from the library's
+    exported symbols (which must then hold exactly one model).
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such library: {path}")
-    module = tvm.runtime.load_module(str(path))
+    models = model_names(path)
+    if name is None:
+        if len(models) != 1:
+            held = f"models {', '.join(models)}; pass name=" if models else "no relay_aot model"
+            raise ValueError(f"{path}: the library holds {held}")
+        name = models[0]
+    names.check_model_name(name)
+    if name not in models:
+        held = ", ".join(models) if models else "none"
+        raise ValueError(f"{path}: the library holds no relay_aot model named {name!r} (models: {held})")
+    module = load_library(path)
     signature = read_signature(module, name)
     return CompiledModule(module, signature, name, backend="cpp", library_path=path)

@@ -15,7 +15,7 @@ import tvm
 from tvm.runtime.container import ADT
 
 from . import ir
-from .ir import format_type
+from .ir import format_type, instantiate
 from .dispatch import method_for
 from .metadata import Signature
 
@@ -28,21 +28,6 @@ def _describe(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"numpy array of shape {value.shape} and dtype {value.dtype}"
     return type(value).__name__
-
-
-def instantiate(ty: ir.Type, args: tuple[ir.Type, ...]) -> ir.Type:
-    """Substitute ADT type parameters in ``ty`` by ``args`` (missing ones become AnyType)."""
-    if isinstance(ty, ir.TypeParam):
-        return args[ty.index] if ty.index < len(args) else ir.AnyType()
-    if isinstance(ty, ir.TupleType):
-        return ir.TupleType(tuple(instantiate(f, args) for f in ty.fields))
-    if isinstance(ty, ir.AdtType):
-        return ir.AdtType(ty.adt, tuple(instantiate(a, args) for a in ty.args))
-    if isinstance(ty, ir.FuncType):
-        return ir.FuncType(tuple(instantiate(p, args) for p in ty.params), instantiate(ty.ret, args))
-    if isinstance(ty, ir.RefType):
-        return ir.RefType(instantiate(ty.value, args))
-    return ty
 
 
 class Converter:

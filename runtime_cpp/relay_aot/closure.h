@@ -20,7 +20,10 @@
 #include <string>
 #include <utility>
 
+#include "check.h"
 #include "errors.h"
+#include "memory.h"
+#include "scalar.h"
 #include "values.h"
 
 namespace relay_aot {
@@ -32,8 +35,12 @@ using tvm::runtime::TVMArgsSetter;
 using tvm::runtime::TVMArgValue;
 using tvm::runtime::TVMRetValue;
 
-/*! \brief Convert one packed argument to a runtime value; tensors passed as DLTensor* are copied. */
-inline ObjectRef object_from_arg(const TVMArgValue& arg, int index) {
+/*!
+ * \brief Convert one packed argument to a runtime value of type \p expected (an entry of a type
+ *        table): tensors passed as DLTensor* are copied, and a Python or C++ number passed where
+ *        a 0-d tensor is expected becomes one of the expected dtype.
+ */
+inline ObjectRef object_from_arg(const TVMArgValue& arg, int index, const TypeDesc& expected) {
   switch (arg.type_code()) {
     case kTVMNDArrayHandle:
     case kTVMObjectHandle:
@@ -44,9 +51,21 @@ inline ObjectRef object_from_arg(const TVMArgValue& arg, int index) {
       DLTensor* tensor = arg.operator DLTensor*();
       return NDArray::NewFromDLTensor(tensor, tensor->device);
     }
+    case kDLInt:
+    case kDLFloat:
+    case kTVMArgBool:
+      if (expected.kind == Kind::kTensor && expected.ndim == 0) {
+      {
+        bool is_real = arg.type_code() == kDLFloat;
+        std::string what = "argument " + std::to_string(index);
+        return scalar_of_dtype(expected.dtype, is_real ? arg.value().v_float64 : 0.0,
+                               is_real ? 0 : arg.value().v_int64, is_real, what.c_str());
+      }
+      }
+      [[fallthrough]];
     default:
-      raise_type_error("argument " + std::to_string(index) +
-                       " is not a tensor, tuple, ADT or function value (TVM type code " +
+      raise_type_error("argument " + std::to_string(index) + ": expected " + expected.text +
+                       ", got a value that is not a tensor, tuple, ADT or function (TVM type code " +
                        std::to_string(arg.type_code()) + ")");
   }
 }
@@ -59,6 +78,9 @@ class ClosureObj : public PackedFuncObj {
 
   Entry entry;
   int arity;
+  /*! \brief The program's type table and the types of the parameters (checked for foreign callers). */
+  const TypeDesc* types;
+  const int* param_types;
 
   /*! \brief Whether \p obj (a PackedFuncObj) is a closure made by this library. */
   static bool IsNative(const Object* obj) {
@@ -68,7 +90,8 @@ class ClosureObj : public PackedFuncObj {
   }
 
  protected:
-  ClosureObj(Entry entry, int arity) : PackedFuncObj(&ClosureObj::CallPacked), entry(entry), arity(arity) {}
+  ClosureObj(Entry entry, int arity, const TypeDesc* types, const int* param_types)
+      : PackedFuncObj(&ClosureObj::CallPacked), entry(entry), arity(arity), types(types), param_types(param_types) {}
 
  private:
   /*! \brief The packed view of the closure, used by Python and other foreign callers. */
@@ -80,7 +103,10 @@ class ClosureObj : public PackedFuncObj {
     }
     std::vector<ObjectRef> values;
     values.reserve(args.size());
-    for (int i = 0; i < args.size(); ++i) values.push_back(object_from_arg(args[i], i));
+    for (int i = 0; i < args.size(); ++i) {
+      values.push_back(object_from_arg(args[i], i, self->types[self->param_types[i]]));
+      check_value(values.back(), self->param_types[i], self->types, "closure argument " + std::to_string(i));
+    }
     *rv = self->entry(self, values.data());
   }
 };
@@ -91,14 +117,18 @@ class Closure : public ObjectRef {
   TVM_DEFINE_OBJECT_REF_METHODS(Closure, ObjectRef, PackedFuncObj);
 };
 
-/*! \brief Wrap a generated closure object. */
+/*! \brief A new closure of generated class \p T over the captured values \p args. */
 template <typename T, typename... Args>
 inline Closure make_closure(Args&&... args) {
-  return Closure(tvm::runtime::make_object<T>(std::forward<Args>(args)...));
+  return Closure(make_iterative<T>(std::forward<Args>(args)...));
 }
 
-/*! \brief Call a function value that did not come from this library. */
-inline ObjectRef call_foreign(const Closure& fn, const ObjectRef* args, int count) {
+/*!
+ * \brief Call a function value that did not come from this library, checking its result
+ *        against type \p ret_type of \p types.
+ */
+inline ObjectRef call_foreign(const Closure& fn, const ObjectRef* args, int count, const TypeDesc* types,
+                              int ret_type) {
   std::vector<TVMValue> values(count);
   std::vector<int> codes(count);
   TVMArgsSetter setter(values.data(), codes.data());
@@ -110,17 +140,23 @@ inline ObjectRef call_foreign(const Closure& fn, const ObjectRef* args, int coun
     raise_type_error("a function passed to the program returned a value that is not a tensor, "
                      "tuple, ADT or function (TVM type code " + std::to_string(code) + ")");
   }
-  return rv.operator ObjectRef();
+  ObjectRef result = rv.operator ObjectRef();
+  check_value(result, ret_type, types, "the result of a function passed to the program");
+  return result;
 }
 
-/*! \brief Apply a function value to \p count arguments. */
-inline ObjectRef call_closure(const Closure& fn, const ObjectRef* args, int count) {
+/*!
+ * \brief Apply a function value to \p count arguments; \p ret_type (an index of \p types) is the
+ *        static type of the result, checked when the function is not one of ours.
+ */
+inline ObjectRef call_closure(const Closure& fn, const ObjectRef* args, int count, const TypeDesc* types,
+                              int ret_type) {
   const Object* obj = fn.get();
   if (ClosureObj::IsNative(obj)) {
     const auto* closure = static_cast<const ClosureObj*>(obj);
     return closure->entry(closure, args);
   }
-  return call_foreign(fn, args, count);
+  return call_foreign(fn, args, count, types, ret_type);
 }
 
 /*! \brief The closure a generated function body is running in, as a value. */

@@ -17,28 +17,40 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "closure.h"
 #include "errors.h"
 
 namespace relay_aot {
 
+/*! \brief The parameters of a program's entry function, for checking its arguments. */
+struct EntrySignature {
+  int arity;
+  const TypeDesc* types;     //!< the program's type table
+  const int* param_types;    //!< type index of each parameter
+  const char* const* names;  //!< Relay name of each parameter
+};
+
 /*!
- * \brief Run \p body on the converted packed arguments and hand its result back to TVM.
- * \param arity The number of parameters of the program's main function.
+ * \brief Check and convert the packed arguments, run \p body on them and hand its result to TVM.
  * \return 0 on success, -1 with TVM's last error set otherwise.
  */
 template <typename Body>
 inline int packed_entry(TVMValue* args, int* type_codes, int num_args, TVMValue* ret,
-                        int* ret_type_code, int arity, Body body) {
+                        int* ret_type_code, const EntrySignature& signature, Body body) {
   try {
-    if (num_args != arity) {
-      raise_type_error("the program takes " + std::to_string(arity) + " arguments, got " +
+    if (num_args != signature.arity) {
+      raise_type_error("the program takes " + std::to_string(signature.arity) + " arguments, got " +
                        std::to_string(num_args));
     }
     TVMArgs packed(args, type_codes, num_args);
     std::vector<ObjectRef> values;
     values.reserve(num_args);
-    for (int i = 0; i < num_args; ++i) values.push_back(object_from_arg(packed[i], i));
+    for (int i = 0; i < num_args; ++i) {
+      values.push_back(object_from_arg(packed[i], i, signature.types[signature.param_types[i]]));
+      check_value(values.back(), signature.param_types[i], signature.types,
+                  "argument " + std::to_string(i) + " (%" + signature.names[i] + ")");
+    }
     TVMRetValue rv;
     rv = body(values.data());
     rv.MoveToCHost(ret, ret_type_code);

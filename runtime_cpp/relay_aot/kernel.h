@@ -13,10 +13,15 @@
 #include <tvm/runtime/ndarray.h>
 
 #include <initializer_list>
+#include <type_traits>
 
 #include "errors.h"
 
 namespace relay_aot {
+
+using tvm::runtime::NDArray;
+using tvm::runtime::Object;
+using tvm::runtime::ObjectRef;
 
 /*! \brief The packed signature TVM's LLVM backend gives every kernel. */
 using KernelFn = int (*)(TVMValue* args, int* type_codes, int num_args, TVMValue* ret,
@@ -25,9 +30,15 @@ using KernelFn = int (*)(TVMValue* args, int* type_codes, int num_args, TVMValue
 /*! \brief The device every tensor of a compiled program lives on. */
 constexpr DLDevice kDevice{kDLCPU, 0};
 
-/*! \brief A new, uninitialised tensor on the CPU. */
-inline NDArray empty(std::initializer_list<int64_t> shape, DLDataType dtype) {
-  return NDArray::Empty(tvm::runtime::ShapeTuple(shape), dtype, kDevice);
+/*! \brief The DLTensor of a tensor, as a kernel argument. */
+inline DLTensor* arg(const NDArray& tensor) { return const_cast<DLTensor*>(tensor.operator->()); }
+
+/*!
+ * \brief The DLTensor of a value statically known to be a tensor (a tuple field), without
+ *        touching its reference count.
+ */
+inline DLTensor* arg(const ObjectRef& tensor) {
+  return &static_cast<NDArray::Container*>(const_cast<Object*>(tensor.get()))->dl_tensor;
 }
 
 /*!
@@ -35,14 +46,13 @@ inline NDArray empty(std::initializer_list<int64_t> shape, DLDataType dtype) {
  * \param name The kernel's symbol, for the error message.
  */
 template <typename... Tensors>
-inline void call_kernel(KernelFn fn, const char* name, const Tensors&... tensors) {
+inline void call_kernel(KernelFn fn, const char* name, Tensors... tensors) {
   constexpr int kCount = sizeof...(Tensors);
+  static_assert((std::is_same_v<Tensors, DLTensor*> && ...), "kernel arguments are DLTensor pointers");
   TVMValue values[kCount];
   int codes[kCount];
   int i = 0;
-  ((values[i].v_handle = const_cast<DLTensor*>(tensors.operator->()),
-    codes[i++] = kTVMDLTensorHandle),
-   ...);
+  ((values[i].v_handle = tensors, codes[i++] = kTVMDLTensorHandle), ...);
   TVMValue ret;
   int ret_code = kTVMNullptr;
   if (fn(values, codes, kCount, &ret, &ret_code, nullptr) != 0) raise_kernel_failure(name);

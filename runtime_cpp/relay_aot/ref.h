@@ -14,6 +14,8 @@
 
 #include <utility>
 
+#include "memory.h"
+
 namespace relay_aot {
 
 using tvm::runtime::ArrayNode;
@@ -26,7 +28,11 @@ class Ref : public ObjectRef {
 };
 
 /*! \brief `ref(value)` */
-inline Ref ref_new(const ObjectRef& value) { return Ref(ArrayNode::CreateRepeated(1, value)); }
+inline Ref ref_new(const ObjectRef& value) {
+  auto cell = ArrayNode::CreateRepeated(1, value);
+  DeleterAccess::Set(cell.get(), &iterative_deleter<SimpleObjAllocator::ArrayHandler<ArrayNode, ObjectRef>>);
+  return Ref(std::move(cell));
+}
 
 /*! \brief `!ref` */
 inline ObjectRef ref_read(const Ref& ref) { return ref->at(0); }

@@ -5,12 +5,17 @@
 #ifndef RELAY_AOT_RUNTIME_H_
 #define RELAY_AOT_RUNTIME_H_
 
+#include "check.h"
 #include "closure.h"
 #include "constants.h"
 #include "entry.h"
 #include "errors.h"
 #include "kernel.h"
+#include "memory.h"
 #include "ref.h"
+#include "scalar.h"
+#include "stack.h"
+#include "tensor.h"
 #include "values.h"
 
 #endif  // RELAY_AOT_RUNTIME_H_

@@ -47,7 +47,7 @@ inline const ObjectRef& field(const ObjectRef& adt, int i) {
 inline int32_t tag(const ObjectRef& adt) { return static_cast<const ADTObj*>(adt.get())->tag; }
 
 /*! \brief The unit value `()`. */
-inline ADT unit() { return ADT::Tuple(std::vector<ObjectRef>()); }
+inline ADT unit() { return ADT(0, std::vector<ObjectRef>()); }
 
 /*! \brief Read a 0-d tensor of bool (stored as one byte per element) as a C++ bool. */
 inline bool truthy(const NDArray& cond) {

@@ -1,0 +1,205 @@
+"""The executors the suite compares, each behind one small adapter.
+
+An adapter's ``prepare`` does everything that happens once per program (compiling, building,
+converting the inputs to the executor's own values) and returns a function that makes one
+call of ``@main`` on the prepared inputs through the executor's ordinary public API. The
+harness times ``prepare`` as the preparation cost and the returned function as the per-call
+cost. ``unsupported`` names why an executor cannot run a workload at all (graph and AOT
+executors reject anything but a static dataflow ``@main``); an executor that raises while
+preparing or on its first call is reported "n/a" with the error, so an executor that does
+not exist yet (relay_aot's Python backend on an old checkout) shows up as such.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import tvm
+from tvm import relay
+
+from .workloads import Workload
+
+#: Executors that other executors' results are checked against, in order of preference.
+REFERENCES = ("vm", "interpreter")
+
+Call = Callable[[], Any]
+
+
+def _device() -> tvm.runtime.Device:
+    return tvm.cpu(0)
+
+
+def _nd_args(args: Sequence[np.ndarray]) -> list[tvm.nd.NDArray]:
+    return [tvm.nd.array(np.asarray(a), device=_device()) for a in args]
+
+
+class Executor:
+    """Base adapter: a key (used on the command line and in the JSON) and a label."""
+
+    key = ""
+    label = ""
+    #: At most / at least this many timed runs (for executors too slow to repeat much).
+    max_runs: Optional[int] = None
+    min_runs: Optional[int] = None
+
+    def unsupported(self, workload: Workload) -> Optional[str]:
+        """Why this executor cannot run ``workload``, or None."""
+        return None
+
+    def prepare(self, mod: tvm.IRModule, args: Sequence[np.ndarray], target: str) -> Call:
+        """Compile ``mod`` and convert ``args``; return one call of ``@main``."""
+        raise NotImplementedError
+
+
+class Interpreter(Executor):
+    """TVM's Relay interpreter (``create_executor("debug")``); kernels are compiled on first use."""
+
+    key = "interpreter"
+    label = "Relay interpreter"
+
+    def prepare(self, mod, args, target):
+        with tvm.transform.PassContext(opt_level=3):
+            func = relay.create_executor("debug", mod=mod, device=_device(), target=target).evaluate()
+        inputs = _nd_args(args)
+        return lambda: func(*inputs)
+
+
+class VirtualMachine(Executor):
+    """TVM's Relay VM: ``relay.vm.compile`` then ``VirtualMachine.invoke``."""
+
+    key = "vm"
+    label = "Relay VM"
+
+    def prepare(self, mod, args, target):
+        with tvm.transform.PassContext(opt_level=3):
+            exe = relay.vm.compile(mod, target=target)
+        vm = tvm.runtime.vm.VirtualMachine(exe, _device())
+        inputs = _nd_args(args)
+        return lambda: vm.invoke("main", *inputs)
+
+
+def _static_only(workload: Workload) -> Optional[str]:
+    if workload.static:
+        return None
+    return "graph and AOT executors run only static dataflow programs (no ADTs, closures or global functions)"
+
+
+class _FactoryExecutor(Executor):
+    """Shared by the graph and AOT executors: ``relay.build``, then set inputs, run, get outputs."""
+
+    def unsupported(self, workload):
+        return _static_only(workload)
+
+    def build_options(self) -> dict[str, Any]:
+        """Extra keyword arguments of ``relay.build``."""
+        return {}
+
+    def module(self, factory) -> Any:
+        """The runtime module that ``set_input``/``run``/``get_output``."""
+        raise NotImplementedError
+
+    def prepare(self, mod, args, target):
+        with tvm.transform.PassContext(opt_level=3):
+            factory = relay.build(mod, target=target, **self.build_options())
+        module = self.module(factory)
+        names = [p.name_hint for p in mod["main"].params]
+        inputs = dict(zip(names, _nd_args(args)))
+        outputs = range(module.get_num_outputs())
+
+        def call():
+            for name, value in inputs.items():
+                module.set_input(name, value)
+            module.run()
+            results = tuple(module.get_output(i) for i in outputs)
+            return results[0] if len(results) == 1 else results
+
+        return call
+
+
+class GraphExecutor(_FactoryExecutor):
+    """TVM's graph executor (static programs only)."""
+
+    key = "graph"
+    label = "graph executor"
+
+    def module(self, factory):
+        return tvm.contrib.graph_executor.GraphModule(factory["default"](_device()))
+
+
+class AotExecutor(_FactoryExecutor):
+    """TVM's AOT executor with the packed C++ interface (static programs only)."""
+
+    key = "aot"
+    label = "AOT executor"
+
+    def build_options(self):
+        from tvm.relay.backend import Executor as ExecutorConfig
+
+        return {"executor": ExecutorConfig("aot", {"interface-api": "packed", "unpacked-api": False})}
+
+    def module(self, factory):
+        return tvm.runtime.executor.AotModule(factory["default"](_device()))
+
+
+class PyConverter(Executor):
+    """``tvm.relay.testing.py_converter``: Relay to Python source calling TVM kernels.
+
+    It converts every global of a module, so the module is pruned to what ``@main`` reaches
+    first. Every Relay call goes through TVM's global function registry and Python, which is
+    why it is slow; its runs are capped. Recursion runs on Python's stack, so the recursion
+    limit is raised (the harness runs executors on a thread with a large stack).
+    """
+
+    key = "py_converter"
+    label = "TVM py_converter"
+    max_runs = 3
+    min_runs = 1
+
+    def prepare(self, mod, args, target):
+        from tvm.relay.testing import py_converter
+
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 200_000))
+        pruned = relay.transform.RemoveUnusedFunctions(["main"])(mod)
+        with tvm.transform.PassContext(opt_level=3):
+            tree = py_converter.to_python(pruned.get_global_var("main"), pruned, tvm.target.Target(target))
+        namespace: dict[str, Any] = {}
+        exec(compile(tree, "<py_converter>", "exec"), namespace, namespace)  # noqa: S102 - TVM's own output
+        main = namespace[py_converter.OUTPUT_VAR_NAME]
+        inputs = _nd_args(args)
+        return lambda: main(*inputs)
+
+
+class RelayAot(Executor):
+    """relay_aot's ``compile(mod, backend=...)`` called like ``mod["main"]``."""
+
+    def __init__(self, backend: str, key: str, label: str):
+        self.backend = backend
+        self.key = key
+        self.label = label
+
+    def prepare(self, mod, args, target):
+        import relay_aot
+
+        compiled = relay_aot.compile(mod, target=target, backend=self.backend)
+        inputs = _nd_args(args)
+        return lambda: compiled(*inputs)
+
+
+def all_executors() -> list[Executor]:
+    """Every executor, in report order."""
+    return [
+        Interpreter(),
+        VirtualMachine(),
+        GraphExecutor(),
+        AotExecutor(),
+        PyConverter(),
+        RelayAot("python", "relay_aot_python", "relay_aot Python backend"),
+        RelayAot("cpp", "relay_aot_cpp", "relay_aot C++ backend"),
+    ]
+
+
+def by_key() -> dict[str, Executor]:
+    """The executors keyed by ``key``."""
+    return {e.key: e for e in all_executors()}

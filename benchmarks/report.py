@@ -1,0 +1,296 @@
+"""Present results: ratios, text and Markdown tables, and the speedup chart.
+
+A result is the dict the command line writes as JSON: ``machine`` (see ``machine.py``),
+``options`` and ``settings``, one per thread setting, each with its ``records`` (see
+``suite.py``). :func:`add_ratios` adds to every timed record its speedup over the VM
+(``vs_vm``), over the graph executor for static workloads (``vs_graph``) and its multiple of
+the kernel-only floor (``x_kernels``); ratios are of medians.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from . import executors as executors_mod
+from .suite import KERNELS, KERNELS_LABEL
+
+COLUMNS = [e.key for e in executors_mod.all_executors()] + [KERNELS]
+SHORT = {
+    "interpreter": "interp",
+    "vm": "VM",
+    "graph": "graph",
+    "aot": "TVM AOT",
+    "py_converter": "py_conv",
+    "relay_aot_python": "ours:py",
+    "relay_aot_cpp": "ours:C++",
+    KERNELS: "kernels",
+}
+LABELS = {e.key: e.label for e in executors_mod.all_executors()} | {KERNELS: KERNELS_LABEL}
+
+
+def _timed(record: Optional[dict]) -> Optional[float]:
+    if record and record.get("status") in ("ok", "mismatch") and "timing" in record:
+        return record["timing"]["median"]
+    return None
+
+
+def by_pair(records: Iterable[dict]) -> dict[tuple[str, str], dict]:
+    """Records keyed by (workload, executor)."""
+    return {(r["workload"], r["executor"]): r for r in records}
+
+
+def workloads_of(records: Iterable[dict]) -> list[str]:
+    """Workload names in first-seen order."""
+    return list(dict.fromkeys(r["workload"] for r in records))
+
+
+def add_ratios(records: list[dict]) -> None:
+    """Add ``vs_vm``, ``vs_graph`` and ``x_kernels`` to every timed record."""
+    pairs = by_pair(records)
+    for record in records:
+        median = _timed(record)
+        if median is None:
+            continue
+        workload = record["workload"]
+        for field, base_key in (("vs_vm", "vm"), ("vs_graph", "graph")):
+            base = _timed(pairs.get((workload, base_key)))
+            if base is not None and record["executor"] != base_key:
+                record[field] = base / median
+        floor = _timed(pairs.get((workload, KERNELS)))
+        if floor is not None and record["executor"] != KERNELS:
+            record["x_kernels"] = median / floor
+
+
+def seconds(value: float) -> str:
+    """A duration with a unit: ``12.3 µs``, ``4.56 ms``, ``1.23 s``."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
+
+
+def ratio(value: Optional[float]) -> str:
+    """``12.3×`` (three significant digits)."""
+    return "" if value is None else f"{value:.3g}×"
+
+
+def _status_cell(record: Optional[dict], text: str) -> str:
+    if record is None:
+        return "-"
+    if record["status"] in ("n/a", "crashed"):
+        return record["status"]
+    if record["status"] == "mismatch":
+        return f"WRONG {text}"
+    return text
+
+
+def _time_cell(record: Optional[dict], markdown: bool) -> str:
+    if _timed(record) is None:
+        return _status_cell(record, "")
+    t = record["timing"]
+    if markdown:
+        text = f"{seconds(t['median'])} ({seconds(t['min'])}–{seconds(t['max'])})"
+    else:
+        spread = (t["max"] - t["min"]) / (2 * t["median"]) if t["median"] else 0.0
+        text = f"{seconds(t['median'])} ±{spread:.0%}"
+    return _status_cell(record, text)
+
+
+def _ratio_cell(record: Optional[dict], field: str) -> str:
+    if record is not None and field in record:
+        return _status_cell(record, ratio(record[field]))
+    if record is not None and record["executor"] == "vm" and field == "vs_vm" and _timed(record):
+        return "1×"
+    return _status_cell(record, "") if _timed(record) is None else ""
+
+
+def _prepare_cell(record: Optional[dict]) -> str:
+    if record is None or "prepare_s" not in record:
+        return _status_cell(record, "")
+    return f"{record['prepare_s']:.2f} + {record.get('first_call_s', 0.0):.2f}"
+
+
+def table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
+    """An aligned text table, or a Markdown table."""
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+    fmt = lambda row: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+
+
+def _columns(records: list[dict]) -> list[str]:
+    present = {r["executor"] for r in records}
+    return [c for c in COLUMNS if c in present]
+
+
+def setting_tables(setting: dict, markdown: bool = False) -> str:
+    """Per-call times and speedups over the VM for one thread setting."""
+    records = setting["records"]
+    pairs = by_pair(records)
+    columns = _columns(records)
+    names = [LABELS[c] if markdown else SHORT[c] for c in columns]
+    times = [[w] + [_time_cell(pairs.get((w, c)), markdown) for c in columns] for w in workloads_of(records)]
+    speedups = [[w] + [_ratio_cell(pairs.get((w, c)), "vs_vm") for c in columns] for w in workloads_of(records)]
+    floors = [[w] + [_ratio_cell(pairs.get((w, c)), "x_kernels") for c in columns if c != KERNELS]
+              for w in workloads_of(records)]
+    prepare = [[w] + [_prepare_cell(pairs.get((w, c))) for c in columns if c != KERNELS] for w in workloads_of(records)]
+    title = setting["setting"]["label"]
+    heading = (lambda text: f"#### {text}\n") if markdown else (lambda text: f"{text}\n")
+    return "\n\n".join([
+        heading(f"{title}: time per call, median ({'min–max' if markdown else '± half the min–max range'})")
+        + table(["workload", *names], times, markdown),
+        heading(f"{title}: speedup over the Relay VM (VM median / median; higher is faster)")
+        + table(["workload", *names], speedups, markdown),
+        heading(f"{title}: multiple of the kernel-only time (median / kernels median; 1× = no overhead)")
+        + table(["workload", *[n for n, c in zip(names, columns) if c != KERNELS]], floors, markdown),
+        heading(f"{title}: preparation (compile, build, convert) + first call, seconds")
+        + table(["workload", *[n for n, c in zip(names, columns) if c != KERNELS]], prepare, markdown),
+    ])
+
+
+def summary(result: dict, markdown: bool = False) -> str:
+    """relay_aot's ratios across thread settings: the numbers the README quotes."""
+    settings = result["settings"]
+    header = ["workload"]
+    for s in settings:
+        label = s["setting"]["TVM_NUM_THREADS"] or "default"
+        header += [f"C++ vs VM ({label})", f"C++ vs graph ({label})", f"py vs py_conv ({label})"]
+    rows = []
+    for workload in workloads_of(r for s in settings for r in s["records"]):
+        row = [workload]
+        for s in settings:
+            pairs = by_pair(s["records"])
+            cpp = pairs.get((workload, "relay_aot_cpp"))
+            row.append(_ratio_cell(cpp, "vs_vm"))
+            row.append(_ratio_cell(cpp, "vs_graph") if pairs.get((workload, "graph"), {}).get("status") == "ok" else "")
+            py, conv = pairs.get((workload, "relay_aot_python")), _timed(pairs.get((workload, "py_converter")))
+            row.append(_status_cell(py, ratio(conv / _timed(py))) if conv and _timed(py) else _status_cell(py, ""))
+        rows.append(row)
+    return ("### " if markdown else "") + "relay_aot speedups (ratios of medians)\n\n" + table(header, rows, markdown)
+
+
+def problems(result: dict) -> list[str]:
+    """One line per executor that was n/a, wrong or crashed, with its reason (deduplicated)."""
+    seen: dict[tuple[str, str, str], list[str]] = {}
+    for s in result["settings"]:
+        for r in s["records"]:
+            if r["status"] != "ok" and r.get("reason"):
+                seen.setdefault((r["executor"], r["status"], r["reason"]), []).append(r["workload"])
+    lines = []
+    for (executor, status, reason), workloads in seen.items():
+        names = ", ".join(dict.fromkeys(workloads))
+        lines.append(f"{LABELS.get(executor, executor)} {status} on {names}: {reason.splitlines()[0]}")
+    return lines
+
+
+def caption(result: dict) -> str:
+    """Date, machine and versions, one line."""
+    m = result["machine"]
+    return (f"{m['date'][:10]} · {m['cpu']}, {m['cores']} cores · TVM {m['tvm']} · relay_aot {m['relay_aot']}"
+            + (f" ({m['commit']})" if m.get("commit") else ""))
+
+
+def text_report(result: dict) -> str:
+    """Everything, for the terminal."""
+    parts = [caption(result)]
+    parts += [setting_tables(s) for s in result["settings"]]
+    parts.append(summary(result))
+    issues = problems(result)
+    if issues:
+        parts.append("Not measured or wrong:\n" + "\n".join(f"  - {line}" for line in issues))
+    return "\n\n".join(parts) + "\n"
+
+
+def markdown_report(result: dict, chart_name: Optional[str]) -> str:
+    """``results.md``: generated from the JSON, so the docs never quote numbers from memory."""
+    m = result["machine"]
+    parts = [
+        "# Benchmark results\n\n"
+        "Generated by `python -m benchmarks` (see `benchmarks/README.md`); do not edit by hand.\n\n"
+        f"- date: {m['date']}\n- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['platform']}\n"
+        f"- software: TVM {m['tvm']}, Python {m['python']}, numpy {m['numpy']}, relay_aot {m['relay_aot']}"
+        f" (commit {m['commit']}), C++ compiler {m['cxx']}\n"
+        f"- target: `{result['options']['target']}`; each executor is timed after a warm-up call, "
+        "in runs of back-to-back calls; times are per call.",
+    ]
+    if chart_name:
+        parts.append(f"![speedup over the Relay VM]({chart_name})")
+    parts.append(summary(result, markdown=True))
+    for s in result["settings"]:
+        info = s["setting"]
+        note = f"TVM runtime threads reported: {info.get('tvm_runtime_num_threads', '?')}"
+        if "wall_s" in info:
+            note += f"; this setting took {info['wall_s']:.0f} s"
+        parts.append(f"### {info['label']}\n\n{note}.\n\n" + setting_tables(s, markdown=True))
+    issues = problems(result)
+    if issues:
+        parts.append("### Not measured or wrong\n\n" + "\n".join(f"- {line}" for line in issues))
+    return "\n\n".join(parts) + "\n"
+
+
+def chart(result: dict, path: Path) -> Optional[str]:
+    """Write the speedup-over-the-VM chart (log scale); None, or why no chart was drawn."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install -e '.[bench]')"
+
+    settings = result["settings"]
+    fig, axes = plt.subplots(len(settings), 1, figsize=(13, 4.2 * len(settings) + 0.8), squeeze=False)
+    colors = plt.get_cmap("tab10")
+    keys = [c for c in COLUMNS if c not in ("vm", KERNELS)]
+    handles: dict[str, Any] = {}
+    for ax, setting in zip(axes[:, 0], settings):
+        records = setting["records"]
+        pairs = by_pair(records)
+        workloads = workloads_of(records)
+        present = {r["executor"] for r in records}
+        bars = [k for k in keys if k in present]
+        width = 0.8 / max(1, len(bars))
+        values = [1.0]
+        for i, key in enumerate(bars):
+            xs, ys, wrong = [], [], []
+            for x, workload in enumerate(workloads):
+                record = pairs.get((workload, key))
+                if record is not None and "vs_vm" in record:
+                    xs.append(x - 0.4 + width * (i + 0.5))
+                    ys.append(record["vs_vm"])
+                    wrong.append(record["status"] == "mismatch")
+            if not xs:
+                continue
+            values += ys
+            drawn = ax.bar(xs, ys, width, label=LABELS[key], color=colors(keys.index(key)))
+            handles.setdefault(LABELS[key], drawn)
+            for bar, bad in zip(drawn, wrong):
+                if bad:
+                    bar.set_hatch("xx")
+                    bar.set_edgecolor("red")
+        floor = [(x, pairs[(w, KERNELS)]["vs_vm"]) for x, w in enumerate(workloads) if "vs_vm" in pairs.get((w, KERNELS), {})]
+        if floor:
+            drawn = ax.scatter(*zip(*floor), marker="_", s=1200, linewidths=2, color="black", zorder=3,
+                               label="the VM's kernels alone")
+            handles.setdefault("the VM's kernels alone", drawn)
+            values += [v for _, v in floor]
+        ax.axhline(1.0, color="gray", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_ylim(min(values) / 2, max(values) * 2)
+        ax.set_xlim(-0.5, len(workloads) - 0.5)
+        ax.set_xticks(range(len(workloads)))
+        ax.set_xticklabels(workloads, rotation=15)
+        ax.set_ylabel("speedup over Relay VM (log)")
+        ax.set_title(setting["setting"]["label"])
+        ax.grid(axis="y", which="major", alpha=0.4)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(7, len(handles)), fontsize=8)
+    fig.suptitle("Median time per call, relative to the Relay VM (higher is faster; hatched = wrong result)\n"
+                 + caption(result), fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None

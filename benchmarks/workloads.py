@@ -1,0 +1,371 @@
+"""The benchmark workloads: Relay programs with their inputs, shared by the harness and the tests.
+
+Every workload is Relay text (parsed into a module that holds TVM's Prelude when it uses
+``List``, ``Tree``, ``@map`` or ``@foldl``), numpy arguments for ``@main``, and named weights
+that are bound into ``@main`` as constants before any executor sees the module -- so every
+executor runs exactly the same program, as a deployed model would (weights known at build).
+
+Sizes come from issue 8. The programs build their own data structures (lists, trees) from
+tensor inputs, so the arguments are plain tensors every executor accepts. ``depth`` is the
+deepest chain of nested Relay calls a run makes, for executors that recurse on the C stack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+from typing import Callable, Mapping
+
+import numpy as np
+import tvm
+from tvm import relay
+from tvm.relay.prelude import Prelude
+
+#: Inputs are drawn from this generator's seed so that every run computes the same values.
+SEED = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One benchmark program.
+
+    ``static`` workloads have no ADTs, closures, references or global functions besides
+    ``@main``, so TVM's graph and AOT executors can run them too.
+    """
+
+    name: str
+    description: str
+    source: str
+    make_inputs: Callable[[np.random.Generator], tuple[tuple, Mapping[str, np.ndarray]]]
+    prelude: bool = False
+    static: bool = False
+    depth: int = 0
+    rtol: float = 1e-5
+    atol: float = 1e-6
+
+    def module(self) -> tvm.IRModule:
+        """The parsed, type-checked module with the weights bound as constants."""
+        init = None
+        if self.prelude:
+            init = tvm.IRModule()
+            Prelude(init)
+        mod = tvm.relay.parse(self.source, source_name=f"benchmarks/{self.name}", init_module=init)
+        _, params = self.inputs()
+        if params:
+            arrays = {k: tvm.nd.array(v) for k, v in params.items()}
+            mod["main"] = relay.build_module.bind_params_by_name(mod["main"], arrays)
+        return relay.transform.InferType()(mod)
+
+    def inputs(self) -> tuple[tuple, Mapping[str, np.ndarray]]:
+        """(arguments of ``@main``, weights bound as constants), the same on every call."""
+        return self.make_inputs(np.random.default_rng(SEED))
+
+    def args(self) -> tuple:
+        """The arguments of ``@main`` (numpy arrays)."""
+        return self.inputs()[0]
+
+
+def _relay(template: str, **values) -> str:
+    return '#[version = "0.0.5"]\n' + string.Template(template).substitute(values)
+
+
+def _uniform(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
+    return rng.uniform(-scale, scale, size=shape).astype("float32")
+
+
+# -- recursion on scalars ---------------------------------------------------------------------
+
+_FIB = """
+def @fib(%n: int32) -> int32 {
+  if (less(%n, 2)) { %n } else { add(@fib(subtract(%n, 1)), @fib(subtract(%n, 2))) }
+}
+def @main(%n: int32) -> int32 { @fib(%n) }
+"""
+
+
+def fib(n: int) -> Workload:
+    """Doubly recursive Fibonacci on 0-d int32 tensors: calls and scalar kernels only."""
+    return Workload(
+        name=f"fib{n}",
+        description=f"recursive fib({n}) on 0-d int32",
+        source=_relay(_FIB),
+        make_inputs=lambda rng: ((np.array(n, dtype="int32"),), {}),
+        depth=n,
+    )
+
+
+# -- lists built recursively, mapped and folded with the Prelude ------------------------------
+
+_LIST_SCALARS = """
+def @build(%i: int32) -> List[int32] {
+  if (equal(%i, 0)) { Nil } else { Cons(%i, @build(subtract(%i, 1))) }
+}
+def @main(%n: int32) -> int32 {
+  let %xs = @build(%n);
+  let %ys = @map(fn (%x: int32) -> int32 { add(multiply(%x, 3), 1) }, %xs);
+  @foldl(fn (%acc: int32, %y: int32) -> int32 { add(%acc, %y) }, 0, %ys)
+}
+"""
+
+
+def list_of_scalars(n: int = 1000) -> Workload:
+    """A list of ``n`` 0-d int32 built by recursion, mapped and folded with the Prelude."""
+    return Workload(
+        name="list_scalars",
+        description=f"{n}-element list of int32 scalars: build, map, foldl",
+        source=_relay(_LIST_SCALARS),
+        make_inputs=lambda rng: ((np.array(n, dtype="int32"),), {}),
+        prelude=True,
+        depth=n,
+    )
+
+
+_LIST_TENSORS = """
+def @build(%x: Tensor[($size), float32], %i: int32) -> List[Tensor[($size), float32]] {
+  if (equal(%i, 0)) {
+    Nil
+  } else {
+    Cons(multiply(%x, cast(%i, dtype="float32")), @build(%x, subtract(%i, 1)))
+  }
+}
+def @main(%x: Tensor[($size), float32], %n: int32) -> Tensor[($size), float32] {
+  let %xs = @build(%x, %n);
+  let %ys = @map(fn (%t: Tensor[($size), float32]) -> Tensor[($size), float32] {
+    add(tanh(%t), multiply(%t, 0.5f))
+  }, %xs);
+  @foldl(fn (%acc: Tensor[($size), float32], %y: Tensor[($size), float32]) -> Tensor[($size), float32] {
+    add(%acc, %y)
+  }, zeros(shape=[$size], dtype="float32"), %ys)
+}
+"""
+
+
+def list_of_tensors(n: int = 1000, size: int = 16) -> Workload:
+    """The list workload with ``size``-element float32 tensors instead of scalars."""
+    return Workload(
+        name="list_tensors",
+        description=f"{n}-element list of {size}-element float32 tensors: build, map, foldl",
+        source=_relay(_LIST_TENSORS, size=size),
+        make_inputs=lambda rng: ((_uniform(rng, size, scale=1e-3), np.array(n, dtype="int32")), {}),
+        prelude=True,
+        depth=n,
+        rtol=1e-4,
+    )
+
+
+# -- closures ---------------------------------------------------------------------------------
+
+_CLOSURES = """
+def @twice(%f: fn (int32) -> int32, %x: int32) -> int32 { %f(%f(%x)) }
+def @loop(%i: int32, %n: int32, %acc: int32) -> int32 {
+  if (greater_equal(%i, %n)) {
+    %acc
+  } else {
+    let %add_i = fn (%x: int32) -> int32 { add(%x, %i) };
+    let %scaled = fn (%x: int32) -> int32 { %add_i(subtract(%x, %i)) };
+    @loop(add(%i, 1), %n, @twice(%add_i, %scaled(%acc)))
+  }
+}
+def @main(%n: int32) -> int32 { @loop(0, %n, 0) }
+"""
+
+
+def closures_loop(n: int = 1000) -> Workload:
+    """A self-recursive loop that builds two capturing closures per step and applies them."""
+    return Workload(
+        name="closures",
+        description=f"loop of {n} steps building and applying closures",
+        source=_relay(_CLOSURES),
+        make_inputs=lambda rng: ((np.array(n, dtype="int32"),), {}),
+        depth=n,
+    )
+
+
+# -- LSTM folded over a list ------------------------------------------------------------------
+
+_LSTM = """
+def @steps(%xs: Tensor[($steps, 1, $hidden), float32], %i: int32) -> List[Tensor[(1, $hidden), float32]] {
+  if (greater_equal(%i, $steps)) {
+    Nil
+  } else {
+    Cons(take(%xs, %i, axis=0), @steps(%xs, add(%i, 1)))
+  }
+}
+def @main(%xs: Tensor[($steps, 1, $hidden), float32], %w_ih: Tensor[($gates, $hidden), float32],
+          %w_hh: Tensor[($gates, $hidden), float32], %bias: Tensor[($gates), float32])
+          -> (Tensor[(1, $hidden), float32], Tensor[(1, $hidden), float32]) {
+  let %cell = fn (%state: (Tensor[(1, $hidden), float32], Tensor[(1, $hidden), float32]),
+                  %x: Tensor[(1, $hidden), float32]) -> (Tensor[(1, $hidden), float32], Tensor[(1, $hidden), float32]) {
+    let %h = %state.0;
+    let %c = %state.1;
+    let %gates = add(add(nn.dense(%x, %w_ih, units=$gates), nn.dense(%h, %w_hh, units=$gates)), %bias);
+    let %g = split(%gates, indices_or_sections=4, axis=1);
+    let %next_c = add(multiply(sigmoid(%g.1), %c), multiply(sigmoid(%g.0), tanh(%g.2)));
+    let %next_h = multiply(sigmoid(%g.3), tanh(%next_c));
+    (%next_h, %next_c)
+  };
+  let %zero = zeros(shape=[1, $hidden], dtype="float32");
+  @foldl(%cell, (%zero, %zero), @steps(%xs, 0))
+}
+"""
+
+
+def lstm(hidden: int, steps: int = 50) -> Workload:
+    """An LSTM cell (a closure over the weights) folded over a List of ``steps`` inputs."""
+
+    def make_inputs(rng):
+        scale = 1.0 / np.sqrt(hidden)
+        xs = _uniform(rng, steps, 1, hidden)
+        params = {
+            "w_ih": _uniform(rng, 4 * hidden, hidden, scale=scale),
+            "w_hh": _uniform(rng, 4 * hidden, hidden, scale=scale),
+            "bias": _uniform(rng, 4 * hidden, scale=scale),
+        }
+        return (xs,), params
+
+    return Workload(
+        name=f"lstm_h{hidden}",
+        description=f"LSTM cell folded over a List of {steps} inputs, hidden {hidden}",
+        source=_relay(_LSTM, steps=steps, hidden=hidden, gates=4 * hidden),
+        make_inputs=make_inputs,
+        prelude=True,
+        depth=steps,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+# -- TreeLSTM over a Rose tree ----------------------------------------------------------------
+
+_TREE_LSTM = """
+// Node %i of a complete binary tree of $nodes nodes has children 2i+1 and 2i+2.
+def @tree(%xs: Tensor[($nodes, 1, $hidden), float32], %i: int32) -> Tree[Tensor[(1, $hidden), float32]] {
+  let %left = add(multiply(%i, 2), 1);
+  let %children = if (less(%left, $nodes)) {
+    Cons(@tree(%xs, %left), Cons(@tree(%xs, add(%left, 1)), Nil))
+  } else {
+    Nil
+  };
+  Rose(take(%xs, %i, axis=0), %children)
+}
+// Child-sum TreeLSTM (Tai et al. 2015). A global rather than a recursive closure: the VM's
+// compiler fails on this function written as a let-bound recursive closure.
+def @node(%t: Tree[Tensor[(1, $hidden), float32]],
+          %w_iou: Tensor[($iou, $hidden), float32], %u_iou: Tensor[($iou, $hidden), float32],
+          %b_iou: Tensor[($iou), float32], %w_f: Tensor[($hidden, $hidden), float32],
+          %u_f: Tensor[($hidden, $hidden), float32], %b_f: Tensor[($hidden), float32])
+          -> (Tensor[(1, $hidden), float32], Tensor[(1, $hidden), float32]) {
+  match (%t) {
+    Rose(%x, %children) => {
+      let %zero = zeros(shape=[1, $hidden], dtype="float32");
+      let %states = @map(fn (%child: Tree[Tensor[(1, $hidden), float32]]) {
+        @node(%child, %w_iou, %u_iou, %b_iou, %w_f, %u_f, %b_f)
+      }, %children);
+      let %h_sum = @foldl(fn (%acc: Tensor[(1, $hidden), float32],
+                              %s: (Tensor[(1, $hidden), float32], Tensor[(1, $hidden), float32])) {
+        add(%acc, %s.0)
+      }, %zero, %states);
+      let %iou = add(add(nn.dense(%x, %w_iou, units=$iou), nn.dense(%h_sum, %u_iou, units=$iou)), %b_iou);
+      let %g = split(%iou, indices_or_sections=3, axis=1);
+      let %wfx = add(nn.dense(%x, %w_f, units=$hidden), %b_f);
+      let %fc = @foldl(fn (%acc: Tensor[(1, $hidden), float32],
+                           %s: (Tensor[(1, $hidden), float32], Tensor[(1, $hidden), float32])) {
+        add(%acc, multiply(sigmoid(add(%wfx, nn.dense(%s.0, %u_f, units=$hidden))), %s.1))
+      }, %zero, %states);
+      let %c = add(multiply(sigmoid(%g.0), tanh(%g.2)), %fc);
+      (multiply(sigmoid(%g.1), tanh(%c)), %c)
+    },
+  }
+}
+def @main(%xs: Tensor[($nodes, 1, $hidden), float32],
+          %w_iou: Tensor[($iou, $hidden), float32], %u_iou: Tensor[($iou, $hidden), float32],
+          %b_iou: Tensor[($iou), float32], %w_f: Tensor[($hidden, $hidden), float32],
+          %u_f: Tensor[($hidden, $hidden), float32], %b_f: Tensor[($hidden), float32])
+          -> (Tensor[(1, $hidden), float32], Tensor[(1, $hidden), float32]) {
+  @node(@tree(%xs, 0), %w_iou, %u_iou, %b_iou, %w_f, %u_f, %b_f)
+}
+"""
+
+
+def tree_lstm(hidden: int = 16, depth: int = 7) -> Workload:
+    """A child-sum TreeLSTM over a complete binary ``Tree`` of ``2**depth - 1`` nodes."""
+    nodes = 2**depth - 1
+
+    def make_inputs(rng):
+        scale = 1.0 / np.sqrt(hidden)
+        params = {
+            "w_iou": _uniform(rng, 3 * hidden, hidden, scale=scale),
+            "u_iou": _uniform(rng, 3 * hidden, hidden, scale=scale),
+            "b_iou": _uniform(rng, 3 * hidden, scale=scale),
+            "w_f": _uniform(rng, hidden, hidden, scale=scale),
+            "u_f": _uniform(rng, hidden, hidden, scale=scale),
+            "b_f": _uniform(rng, hidden, scale=scale),
+        }
+        return (_uniform(rng, nodes, 1, hidden),), params
+
+    return Workload(
+        name=f"treelstm_h{hidden}",
+        description=f"child-sum TreeLSTM over a Tree of {nodes} nodes, hidden {hidden}",
+        source=_relay(_TREE_LSTM, nodes=nodes, hidden=hidden, iou=3 * hidden),
+        make_inputs=make_inputs,
+        prelude=True,
+        depth=4 * depth,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+# -- a static MLP -----------------------------------------------------------------------------
+
+_MLP = """
+def @main(%x: Tensor[($batch, 784), float32],
+          %w1: Tensor[(256, 784), float32], %b1: Tensor[(256), float32],
+          %w2: Tensor[(256, 256), float32], %b2: Tensor[(256), float32],
+          %w3: Tensor[(10, 256), float32], %b3: Tensor[(10), float32]) -> Tensor[($batch, 10), float32] {
+  let %h1 = nn.relu(nn.bias_add(nn.dense(%x, %w1, units=256), %b1));
+  let %h2 = nn.relu(nn.bias_add(nn.dense(%h1, %w2, units=256), %b2));
+  nn.bias_add(nn.dense(%h2, %w3, units=10), %b3)
+}
+"""
+
+
+def mlp(batch: int) -> Workload:
+    """An MLP 784-256-256-10 (static: the graph and AOT executors run it too)."""
+
+    def make_inputs(rng):
+        params = {}
+        for i, (n_out, n_in) in enumerate([(256, 784), (256, 256), (10, 256)], start=1):
+            params[f"w{i}"] = _uniform(rng, n_out, n_in, scale=1.0 / np.sqrt(n_in))
+            params[f"b{i}"] = _uniform(rng, n_out, scale=0.1)
+        return (_uniform(rng, batch, 784),), params
+
+    return Workload(
+        name=f"mlp_b{batch}",
+        description=f"MLP 784-256-256-10, batch {batch}",
+        source=_relay(_MLP, batch=batch),
+        make_inputs=make_inputs,
+        static=True,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+def all_workloads() -> list[Workload]:
+    """Every workload of the suite, in report order."""
+    return [
+        fib(15),
+        fib(20),
+        list_of_scalars(),
+        list_of_tensors(),
+        closures_loop(),
+        lstm(16),
+        lstm(128),
+        tree_lstm(16),
+        mlp(1),
+        mlp(64),
+    ]
+
+
+def by_name() -> dict[str, Workload]:
+    """The workloads keyed by name."""
+    return {w.name: w for w in all_workloads()}

@@ -1,0 +1,418 @@
+"""The ``relay-aot`` command line: compile a model to a shared library, run one, show the source.
+
+::
+
+    relay-aot compile MODEL -o out.so [--name N] [--params p.npz] [--input-shapes S] ...
+    relay-aot run out.so [--inputs in.npz | --inputs a.npy b.npy ...] [--output out.npz]
+    relay-aot show MODEL [--backend cpp|python] ...
+
+MODEL is a Relay text file or, with the ``onnx`` extra installed, an ONNX file (by suffix
+``.onnx``, or ``--format``). ``run`` prints the result one line per tensor, tuple/ADT,
+reference or function -- the same lines ``examples/cpp_deploy`` prints (see
+docs/deployment.md). Mistakes in the command or the input files end with one line on stderr,
+``relay-aot: error: ...``, and exit status 2 (usage) or 1 (anything else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import logging
+import os
+import re
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+
+PROG = "relay-aot"
+FORMATS = ("relay", "onnx")
+OPT_LEVELS = (0, 1, 2, 3)
+
+
+class CliError(Exception):
+    """A user mistake or a failure, reported as one line; ``status`` is the exit status."""
+
+    def __init__(self, message: str, status: int = 1, prog: str = PROG):
+        super().__init__(message)
+        self.status = status
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (with a pointer to ``--help``), exit status 2."""
+
+    def error(self, message):
+        raise CliError(f"{message} (see {self.prog} --help)", status=2, prog=self.prog)
+
+
+# -- reading models and arrays ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[list]:
+    """Capture what native code writes to file descriptor 2 (TVM's diagnostics renderer).
+
+    Yields a list that holds the captured text once the block is left.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    captured: list = []
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            captured.append(tmp.read().decode("utf-8", "replace"))
+
+
+def _diagnostic(text: str) -> Optional[str]:
+    """The first error of TVM's rendered diagnostics as ``file:line:col: message``."""
+    match = re.search(r"^error: (.*)\n(?:.*\n)*? --> (\S+)", text, re.MULTILINE)
+    if match is None:
+        return None
+    return f"{match.group(2)}: {match.group(1).strip()}"
+
+
+def _one_line(err: BaseException) -> str:
+    """The meaningful line of an exception message (TVM's carry a backtrace and a note)."""
+    from .errors import CompileError
+
+    if isinstance(err, CompileError):  # a bug of ours: the compiler's words are what helps
+        return str(err)
+    lines = [l.strip() for l in str(err).splitlines() if l.strip() and not l.startswith("note: run with")]
+    if not lines:
+        return type(err).__name__
+    for line in reversed(lines):
+        if re.match(r"[A-Za-z]*(Error|Exception)\b", line):
+            return line
+    return lines[0] if not lines[0].startswith("Traceback") else lines[-1]
+
+
+_SHAPE_ENTRY = re.compile(r"(\S+?):\[([0-9,\s]*)\]")
+
+
+def _parse_shapes(text: Optional[str]) -> dict[str, list[int]]:
+    """``"x:[1,3,224,224] y:[10]"`` as ``{"x": [1, 3, 224, 224], "y": [10]}``."""
+    if not text:
+        return {}
+    entries = [(m.group(1), m.group(2)) for m in _SHAPE_ENTRY.finditer(text)]
+    if not entries or _SHAPE_ENTRY.sub("", text).strip(" ,;\t"):
+        raise CliError(f"--input-shapes {text!r}: expected entries like \"x:[1,3,224,224] y:[10]\"", status=2)
+    return {name: [int(d) for d in dims.replace(" ", "").split(",") if d] for name, dims in entries}
+
+
+def _read_relay(path: Path, shapes: dict) -> tuple:
+    import tvm
+
+    if shapes:
+        raise CliError("--input-shapes applies to ONNX models; a Relay model declares its parameter types", 2)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not a Relay text file (not UTF-8 text; use --format onnx for ONNX)") from None
+    # Parse and type-check here, where TVM's rendered diagnostics can become one line.
+    with _captured_stderr() as diagnostics:
+        try:
+            mod = tvm.relay.parse(text, source_name=str(path))
+            tvm.relay.transform.InferType()(mod)
+            return mod, {}
+        except tvm.error.DiagnosticError:
+            pass
+    raise CliError(_diagnostic(diagnostics[0]) or f"{path}: the Relay text does not parse or type-check")
+
+
+def _read_onnx(path: Path, shapes: dict) -> tuple:
+    try:
+        import onnx
+    except ImportError:
+        raise CliError("ONNX models need the onnx package: pip install 'relay_aot[onnx]'") from None
+    from tvm import relay
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as err:  # protobuf raises its own DecodeError, not a common base class
+        raise CliError(f"{path}: not an ONNX model ({_one_line(err)})") from None
+    initializers = {init.name for init in model.graph.initializer}
+    inputs = {i.name: i for i in model.graph.input if i.name not in initializers}
+    unknown = sorted(set(shapes) - set(inputs))
+    if unknown:
+        raise CliError(f"--input-shapes names {', '.join(unknown)}, but the model's inputs are {', '.join(inputs)}", 2)
+    for name, value in inputs.items():
+        dims = value.type.tensor_type.shape.dim
+        if name not in shapes and any(not d.HasField("dim_value") for d in dims):
+            spelled = ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
+            raise CliError(f"input {name!r} has the dynamic shape [{spelled}]: give it with --input-shapes \"{name}:[...]\"", 2)
+        if name in shapes and len(shapes[name]) != len(dims):
+            raise CliError(f"--input-shapes gives {name!r} {len(shapes[name])} dimensions, the model has {len(dims)}", 2)
+    return relay.frontend.from_onnx(model, shape=shapes or None, freeze_params=True)
+
+
+def read_model(path: str, fmt: Optional[str], input_shapes: Optional[str]) -> tuple:
+    """``(IRModule, params)`` for a Relay text or ONNX file."""
+    model = Path(path)
+    if not model.is_file():
+        raise CliError(f"{path}: no such file")
+    fmt = fmt or ("onnx" if model.suffix.lower() == ".onnx" else "relay")
+    shapes = _parse_shapes(input_shapes)
+    return (_read_onnx if fmt == "onnx" else _read_relay)(model, shapes)
+
+
+def _load_arrays(path: Path) -> dict:
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as data:
+                return {key: data[key] for key in data.files}
+        return {"": np.load(path, allow_pickle=False)}
+    except FileNotFoundError:
+        raise CliError(f"{path}: no such file") from None
+    except (OSError, ValueError, zipfile.BadZipFile):
+        raise CliError(f"{path}: not a NumPy .npy/.npz file") from None
+
+
+def read_params(path: Optional[str]) -> dict:
+    """The arrays of a ``.npz`` file, by name (``--params``)."""
+    if path is None:
+        return {}
+    if not path.endswith(".npz"):
+        raise CliError(f"--params {path}: expected a .npz file (numpy.savez)", 2)
+    return _load_arrays(Path(path))
+
+
+def read_inputs(files: Sequence[str], signature) -> list:
+    """The arguments of @main from one ``.npz`` (keys: parameter names, or numpy's ``arr_<i>``)
+    or from one ``.npy`` file per parameter, in order."""
+    from . import ir
+
+    params = signature.params
+    for p in params:
+        if not isinstance(p.type, ir.TensorType):
+            raise CliError(f"parameter %{p.name} has type {ir.format_type(p.type, signature.adts)}: "
+                           "relay-aot run passes tensors only")
+    if len(files) == 1 and files[0].endswith(".npz"):
+        arrays = _load_arrays(Path(files[0]))
+        by_name = [p.name for p in params]
+        for keys in (by_name, [f"arr_{i}" for i in range(len(params))]):
+            if set(arrays) == set(keys):
+                return [arrays[k] for k in keys]
+        raise CliError(f"{files[0]}: expected arrays named {', '.join(by_name) or '(none)'} "
+                       f"(or arr_0 ... arr_{len(params) - 1}), found {', '.join(sorted(arrays)) or 'none'}")
+    if any(not f.endswith(".npy") for f in files):
+        raise CliError("--inputs takes one .npz file or one .npy file per parameter", 2)
+    if len(files) != len(params):
+        given = f"{len(files)} .npy files" if files else "no --inputs"
+        raise CliError(f"@main takes {len(params)} parameters, got {given}")
+    return [_load_arrays(Path(f))[""] for f in files]
+
+
+# -- printing results --------------------------------------------------------------------------
+
+
+def _element_format(dtype: np.dtype):
+    """How elements of ``dtype`` print (as deploy.cc prints them); None for unsupported dtypes."""
+    if dtype.kind == "b":
+        return lambda x: "true" if x else "false"
+    if dtype.kind in "iu" and dtype.itemsize in (1, 2, 4, 8):
+        return lambda x: str(int(x))
+    if dtype.kind == "f" and dtype.itemsize in (4, 8):
+        spec = ".9g" if dtype.itemsize == 4 else ".17g"  # shortest widths that round-trip
+        return lambda x: "nan" if np.isnan(x) else format(float(x), spec)
+    return None
+
+
+def format_result(value, path: str = "result") -> list[str]:
+    """Lines describing a result, one per tensor, tuple/ADT, reference or function.
+
+    ``examples/cpp_deploy/deploy.cc`` prints the same lines (tuples are ADTs with tag 0 there,
+    so they are here too)::
+
+        result = adt tag 0, 2 fields
+        result[0] = float32[1, 16] 0.0769425705 0.0761797205 ...
+        result[1] = ref
+        result[1].value = int32[] 3
+    """
+    from .testing import normalize
+
+    return _format(normalize(value), path)
+
+
+def _format(value, path: str) -> list[str]:
+    if isinstance(value, np.ndarray):
+        element = _element_format(value.dtype) or (lambda x: "?")
+        dims = ", ".join(str(d) for d in value.shape)
+        elements = "".join(" " + element(x) for x in value.ravel())
+        return [f"{path} = {value.dtype}[{dims}]{elements}"]
+    kind = value[0]
+    if kind == "adt":
+        lines = [f"{path} = adt tag {value[1]}, {len(value[2])} fields"]
+        for i, field in enumerate(value[2]):
+            lines += _format(field, f"{path}[{i}]")
+        return lines
+    if kind == "ref":
+        return [f"{path} = ref"] + _format(value[1], f"{path}.value")
+    return [f"{path} = function"]
+
+
+def _tensors(value, path: str, out: dict) -> dict:
+    """The tensors inside a normalized value, by the path ``format_result`` prints."""
+    if isinstance(value, np.ndarray):
+        out[path] = value
+    elif value[0] == "adt":
+        for i, field in enumerate(value[2]):
+            _tensors(field, f"{path}[{i}]", out)
+    elif value[0] == "ref":
+        _tensors(value[1], f"{path}.value", out)
+    return out
+
+
+# -- sub-commands ------------------------------------------------------------------------------
+
+
+def _signature_line(signature) -> str:
+    from .ir import format_type
+
+    params = ", ".join(f"%{p.name}: {format_type(p.type, signature.adts)}" for p in signature.params)
+    return f"@main({params}) -> {format_type(signature.ret, signature.adts)}"
+
+
+def _compile_args(args) -> dict:
+    from . import names
+
+    try:
+        names.check_model_name(args.name)
+    except ValueError as err:
+        raise CliError(f"--name: {err}", 2) from None
+    mod, params = read_model(args.model, args.format, args.input_shapes)
+    params = {**params, **read_params(args.params)}
+    return dict(mod=mod, target=args.target, params=params, backend=args.backend, name=args.name,
+                opt_level=args.opt_level)
+
+
+def cmd_compile(args) -> int:
+    """``relay-aot compile``: build the model's shared library and write it to ``-o``."""
+    import relay_aot
+
+    if args.backend == "python":
+        raise CliError("the python backend builds no shared library (its generated Python calls kernels "
+                       "in the compiling process): compile with --backend cpp, or see its source with "
+                       "relay-aot show --backend python", 2)
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise CliError(f"-o {args.output}: directory {out.parent} does not exist")
+    compiled = relay_aot.compile(**_compile_args(args), verbose=args.verbose)
+    compiled.export_library(out)
+    print(f"wrote {out}: model {compiled.name}, {_signature_line(compiled.signature)}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    """``relay-aot run``: run a compiled library on inputs from files and print the result."""
+    import relay_aot
+    from .testing import normalize
+
+    module = relay_aot.load(args.library, args.name)
+    result = module(*read_inputs(args.inputs, module.signature))
+    print("\n".join(format_result(result)))
+    if args.output:
+        tensors = _tensors(normalize(result), "result", {})
+        with open(args.output, "wb") as out:
+            np.savez(out, **tensors)
+    return 0
+
+
+def cmd_show(args) -> int:
+    """``relay-aot show``: print the source the model compiles to."""
+    from .compiler import generate_source
+
+    if args.backend == "python" and importlib.util.find_spec("relay_aot.emit_python") is None:
+        raise CliError("the python backend is not available in this version of relay_aot")
+    print(generate_source(**_compile_args(args)))
+    return 0
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", help="a Relay text file, or an ONNX file (.onnx)")
+    parser.add_argument("--format", choices=FORMATS, help="the MODEL's format (default: by suffix, .onnx is ONNX)")
+    parser.add_argument("--name", default="default",
+                        help="model name, the prefix of every exported symbol (default: %(default)s)")
+    parser.add_argument("--params", metavar="P.npz", help="bind parameters of @main to these arrays (by name)")
+    parser.add_argument("--input-shapes", metavar="SHAPES",
+                        help='ONNX input shapes, e.g. "x:[1,3,224,224] y:[10]" (needed for dynamic ones)')
+    parser.add_argument("--backend", choices=("cpp", "python"), default="cpp", help="(default: %(default)s)")
+    parser.add_argument("--opt-level", type=int, choices=OPT_LEVELS, default=3,
+                        help="Relay optimization level (default: %(default)s)")
+    parser.add_argument("--target", default="llvm", help="TVM target of the kernels (default: %(default)s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``relay-aot`` and its sub-commands."""
+    parser = _Parser(prog=PROG, description="Ahead-of-time compiler for TVM Relay programs (see docs/deployment.md).")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    compile_ = commands.add_parser("compile", help="compile MODEL into a shared library",
+                                   description="Compile MODEL into one self-contained shared library, loadable "
+                                   "by tvm.runtime.load_module, relay_aot.load and TVM's C++ runtime.")
+    _model_options(compile_)
+    compile_.add_argument("-o", "--output", required=True, metavar="OUT.so", help="the library to write")
+    compile_.add_argument("-v", "--verbose", action="store_true", help="show the C++ build's commands")
+    compile_.set_defaults(run=cmd_compile)
+
+    run = commands.add_parser("run", help="run a compiled library on inputs from files",
+                              description="Run a library written by `relay-aot compile` and print its result "
+                              "(one line per tensor, tuple/ADT, reference or function).")
+    run.add_argument("library", metavar="LIBRARY", help="a .so written by relay-aot compile")
+    run.add_argument("--inputs", nargs="+", default=[], metavar="FILE",
+                     help="one .npz (arrays named after @main's parameters, or arr_0, arr_1, ...) "
+                     "or one .npy per parameter, in order")
+    run.add_argument("--name", help="the model name (default: the library's only model)")
+    run.add_argument("--output", metavar="OUT.npz", help="also save the result's tensors, named by their paths")
+    run.set_defaults(run=cmd_run)
+
+    show = commands.add_parser("show", help="print the source MODEL compiles to",
+                               description="Print the generated C++ (or Python) source of MODEL.")
+    _model_options(show)
+    show.set_defaults(run=cmd_show)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``relay-aot``; returns the exit status."""
+    os.environ.setdefault("TOPHUB_LOCATION", "NONE")
+    logging.getLogger("autotvm").setLevel(logging.ERROR)  # "operators have not been tuned": noise here
+    try:
+        args = build_parser().parse_args(argv)
+        return args.run(args)
+    except CliError as err:
+        print(f"{err.prog}: error: {err}", file=sys.stderr)
+        return err.status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `relay-aot show ... | head`: stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except Exception as err:  # noqa: BLE001 - sorted below: user-facing errors get one line
+        if not _is_user_facing(err):
+            raise
+        print(f"{PROG}: error: {_one_line(err)}", file=sys.stderr)
+        return 1
+
+
+def _is_user_facing(err: Exception) -> bool:
+    """Errors about the user's program, files or inputs (everything else is a bug: traceback)."""
+    import tvm
+
+    from .errors import RelayAotError
+
+    return isinstance(err, (OSError, ValueError, TypeError, RelayAotError, tvm.error.TVMError))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

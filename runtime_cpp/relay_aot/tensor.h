@@ -1,0 +1,129 @@
+/*!
+ * \file relay_aot/tensor.h
+ * \brief Allocating kernel outputs: one block per tensor, recycled per thread.
+ *
+ * NDArray::Empty makes three heap allocations (the container, its shape, its data, the last
+ * through the device API). Control-heavy programs allocate a small output for every kernel call
+ * (an LSTM step of hidden size 16 makes seven), so this matters: here the container and the data
+ * share one 64-byte-aligned block, shapes are shared constants of the program, and freed blocks
+ * go to a small per-thread cache keyed by size, from which the next allocation of that size is
+ * served without calling malloc.
+ */
+#ifndef RELAY_AOT_TENSOR_H_
+#define RELAY_AOT_TENSOR_H_
+
+#include <tvm/runtime/container/shape_tuple.h>
+#include <tvm/runtime/ndarray.h>
+
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "kernel.h"
+
+namespace relay_aot {
+
+using tvm::runtime::ShapeTuple;
+
+namespace detail {
+
+constexpr size_t kAlignment = 64;
+constexpr size_t kHeaderBytes = (sizeof(NDArray::Container) + kAlignment - 1) / kAlignment * kAlignment;
+/*! \brief Blocks larger than this are not cached (large tensors are rare and costly to keep). */
+constexpr size_t kMaxCachedBlock = size_t(1) << 20;
+/*! \brief Blocks kept per size, and distinct sizes kept, per thread. */
+constexpr size_t kBlocksPerSize = 64;
+constexpr size_t kCachedSizes = 32;
+
+/*! \brief Free blocks of one size. */
+struct SizeClass {
+  size_t bytes;
+  std::vector<void*> blocks;
+};
+
+/*! \brief The calling thread's cache of free blocks. */
+class BlockCache {
+ public:
+  ~BlockCache() {
+    for (SizeClass& c : classes_) {
+      for (void* block : c.blocks) std::free(block);
+    }
+  }
+
+  void* Take(size_t bytes) {
+    for (SizeClass& c : classes_) {
+      if (c.bytes == bytes && !c.blocks.empty()) {
+        void* block = c.blocks.back();
+        c.blocks.pop_back();
+        return block;
+      }
+    }
+    void* block = std::aligned_alloc(kAlignment, bytes);
+    if (block == nullptr) throw std::bad_alloc();
+    return block;
+  }
+
+  void Give(void* block, size_t bytes) {
+    if (bytes <= kMaxCachedBlock) {
+      for (SizeClass& c : classes_) {
+        if (c.bytes == bytes) {
+          if (c.blocks.size() < kBlocksPerSize) {
+            c.blocks.push_back(block);
+            return;
+          }
+          std::free(block);
+          return;
+        }
+      }
+      if (classes_.size() < kCachedSizes) {
+        classes_.push_back({bytes, {block}});
+        return;
+      }
+    }
+    std::free(block);
+  }
+
+ private:
+  std::vector<SizeClass> classes_;
+};
+
+inline BlockCache& block_cache() {
+  static thread_local BlockCache cache;
+  return cache;
+}
+
+inline size_t block_bytes(const DLTensor& t) {
+  size_t data = tvm::runtime::GetDataSize(t);
+  return kHeaderBytes + (data + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+inline void free_tensor_block(tvm::runtime::Object* obj) {
+  auto* container = static_cast<NDArray::Container*>(obj);
+  size_t bytes = block_bytes(container->dl_tensor);
+  container->~Container();
+  block_cache().Give(container, bytes);
+}
+
+}  // namespace detail
+
+/*! \brief A new, uninitialised CPU tensor; \p shape is shared (one of the program's constants). */
+inline NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype) {
+  DLTensor probe{nullptr, kDevice, static_cast<int>(shape.size()), dtype,
+                 const_cast<int64_t*>(shape.data()), nullptr, 0};
+  size_t bytes = detail::block_bytes(probe);
+  void* block = detail::block_cache().Take(bytes);
+  char* data = static_cast<char*>(block) + detail::kHeaderBytes;
+  auto* container = new (block) NDArray::Container(data, shape, dtype, kDevice);
+  container->SetDeleter(&detail::free_tensor_block);
+  return NDArray(tvm::runtime::GetObjectPtr<tvm::runtime::Object>(container));
+}
+
+/*! \brief The shape of 0-d tensors, shared. */
+inline const ShapeTuple& scalar_shape() {
+  static const ShapeTuple* shape = new ShapeTuple(std::vector<int64_t>());
+  return *shape;
+}
+
+}  // namespace relay_aot
+
+#endif  // RELAY_AOT_TENSOR_H_

@@ -1,0 +1,272 @@
+"""The public API: argument and result conversion, params, constants, and compile-time errors."""
+
+import re
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+from tvm.relay.prelude import Prelude
+from tvm.runtime.container import ADT
+
+import relay_aot
+from relay_aot import testing
+
+FIB_TEXT = """
+#[version = "0.0.5"]
+def @fib(%n: int32) -> int32 {
+  if (less(%n, 2)) {
+    %n
+  } else {
+    add(@fib(subtract(%n, 1)), @fib(subtract(%n, 2)))
+  }
+}
+def @main(%n: int32) -> int32 {
+  @fib(%n)
+}
+"""
+
+
+def fib_in_python() -> tvm.IRModule:
+    """The program of FIB_TEXT, built with the Python API."""
+    mod = tvm.IRModule()
+    fib = relay.GlobalVar("fib")
+    n = relay.var("n", shape=(), dtype="int32")
+    body = relay.If(
+        relay.less(n, relay.const(2)),
+        n,
+        relay.add(fib(relay.subtract(n, relay.const(1))), fib(relay.subtract(n, relay.const(2)))),
+    )
+    mod[fib] = relay.Function([n], body, relay.scalar_type("int32"))
+    m = relay.var("n", shape=(), dtype="int32")
+    mod["main"] = relay.Function([m], fib(m), relay.scalar_type("int32"))
+    return mod
+
+
+def test_text_and_python_programs_compile_alike(backend):
+    from_text = relay_aot.compile(tvm.relay.parse(FIB_TEXT), backend=backend)
+    from_python = relay_aot.compile(fib_in_python(), backend=backend)
+    assert from_text.source == from_python.source
+    assert from_text(np.int32(15)).numpy() == from_python(15).numpy() == 610
+
+
+def test_generated_cpp_is_readable():
+    source = relay_aot.compile(tvm.relay.parse(FIB_TEXT)).source
+    assert "// Compiled with: g++" in source or "// Compiled with: c++" in source
+    assert "// @fib(%n: Tensor[(), int32]) -> Tensor[(), int32]" in source
+    assert "// @main(%n: Tensor[(), int32]) -> Tensor[(), int32]" in source
+    # one C++ function per Relay function, each commented with what it computes
+    assert source.count("int32_t f0(int32_t v0) {") == 1
+    assert "kernel: less" in source and "@fib(...)" in source
+    # 0-d arithmetic runs natively on unboxed scalars
+    assert re.search(r"bool v\d+ = \(v\d+ < int32_t\(2LL\)\);", source)
+
+
+def test_argument_kinds(backend):
+    mod = tvm.relay.parse(
+        """
+        #[version = "0.0.5"]
+        type Opt { Some(Tensor[(2), float32]), Nothing }
+        def @main(%t: (Tensor[(2), float32], int64), %o: Opt, %s: float64) {
+          let %v = (match (%o) { Some(%x) => add(%x, %t.0), Nothing => %t.0 });
+          (%v, add(%t.1, 1i64), multiply(%s, 2f64))
+        }
+        """
+    )
+    compiled = relay_aot.compile(mod, backend=backend)
+    x = np.array([1, 2], "float32")
+    some_tag = mod.get_type("Opt")[1].tag
+    as_adt = ADT(some_tag, [tvm.nd.array(x)])
+    interpreter_value = testing.run_reference(
+        tvm.relay.parse(
+            """
+            #[version = "0.0.5"]
+            type Opt { Some(Tensor[(2), float32]), Nothing }
+            def @main(%x: Tensor[(2), float32]) -> Opt { Some(%x) }
+            """
+        ),
+        [x],
+    )
+    for opt in (as_adt, interpreter_value):
+        for tup in ((x, np.int64(4)), (tvm.nd.array(x), 4), ADT(0, [tvm.nd.array(x), tvm.nd.array(np.int64(4))])):
+            for scalar in (1.5, np.float64(1.5), tvm.nd.array(np.float64(1.5))):
+                result = compiled(tup, opt, scalar)
+                assert isinstance(result, ADT) and result.tag == 0
+                np.testing.assert_array_equal(result[0].numpy(), x + x)
+                assert result[1].numpy() == 5 and result[1].dtype == "int64"
+                assert result[2].numpy() == 3.0
+
+
+def test_results_and_returned_closures(backend):
+    mod = tvm.relay.parse(
+        """
+        #[version = "0.0.5"]
+        type Opt { Some(int32), Nothing }
+        def @main(%k: int32) {
+          let %f = fn (%x: int32) -> int32 { multiply(%x, %k) };
+          let %g = fn (%h: fn (int32) -> int32) -> int32 { %h(%k) };
+          (%f, %g, Some(%k), Nothing, ())
+        }
+        """
+    )
+    compiled = relay_aot.compile(mod, backend=backend)
+    f, g, some, nothing, unit = compiled(np.int32(3))
+    # closures inside a tuple are plain PackedFuncs over TVM runtime values
+    five = tvm.nd.array(np.int32(5))
+    assert f(five).numpy() == 15
+    assert g(f).numpy() == 9
+    # a Python function where the program expects a function value
+    assert g(lambda x: tvm.nd.array(x.numpy() * 7)).numpy() == 21
+    # a closure returned on its own converts its arguments and results like the program does
+    alone = relay_aot.compile(tvm.relay.parse(
+        """
+        #[version = "0.0.5"]
+        def @main(%k: int32) -> fn (fn (int32) -> int32) -> int32 {
+          fn (%h: fn (int32) -> int32) -> int32 { %h(%k) }
+        }
+        """), backend=backend)(4)
+    assert isinstance(alone, relay_aot.Closure)
+    assert alone(lambda x: x.numpy() * 2).numpy() == 8
+    assert isinstance(some, ADT) and some.tag == mod.get_type("Opt")[1].tag and some[0].numpy() == 3
+    assert isinstance(nothing, ADT) and nothing.tag == mod.get_type("Opt")[2].tag and len(nothing) == 0
+    assert isinstance(unit, ADT) and unit.tag == 0 and len(unit) == 0
+
+
+def test_params_bind_weights_as_constants(backend):
+    x = relay.var("x", shape=(1, 4), dtype="float32")
+    w = relay.var("w", shape=(3, 4), dtype="float32")
+    b = relay.var("b", shape=(3,), dtype="float32")
+    mod = tvm.IRModule.from_expr(relay.Function([x, w, b], relay.nn.bias_add(relay.nn.dense(x, w), b)))
+    weights = {"w": np.arange(12, dtype="float32").reshape(3, 4), "b": np.array([1, -1, 0.5], "float32")}
+    compiled = relay_aot.compile(mod, params=weights, backend=backend)
+    assert [p.name for p in compiled.signature.params] == ["x"]
+    data = np.array([[1, 0, -1, 2]], "float32")
+    np.testing.assert_allclose(compiled(data).numpy(), data @ weights["w"].T + weights["b"], rtol=1e-6)
+    with pytest.raises(relay_aot.RelayAotError, match="nope"):
+        relay_aot.compile(mod, params={"nope": weights["w"]}, backend=backend)
+
+
+def test_non_scalar_constants_of_every_dtype(backend):
+    values = {
+        "float32": np.array([1.5, -2], "float32"),
+        "float64": np.array([[0.25], [4]], "float64"),
+        "int32": np.array([7, -8, 9], "int32"),
+        "int64": np.array([2**40, -1], "int64"),
+        "int8": np.array([-128, 127], "int8"),
+        "bool": np.array([True, False, True]),
+    }
+    xs = [relay.var(f"x_{k}", shape=v.shape, dtype=k) for k, v in values.items()]
+    consts = [relay.const(v, dtype=str(v.dtype)) for v in values.values()]
+    outs = [
+        relay.logical_xor(x, c) if x.type_annotation.dtype == "bool" else relay.add(x, c)
+        for x, c in zip(xs, consts)
+    ]
+    # constants also flow through control code untouched (a tuple of them)
+    mod = tvm.IRModule.from_expr(relay.Function(xs, relay.Tuple(outs + [relay.Tuple(consts)])))
+    args = [v[::-1].copy() for v in values.values()]
+    testing.check_equivalence(mod, args, backends=[backend])
+
+
+def test_compile_errors_name_the_problem():
+    x = relay.var("x", shape=(relay.Any(), 2), dtype="float32")
+    dynamic = tvm.IRModule.from_expr(relay.Function([x], relay.add(x, x)))
+    with pytest.raises(relay_aot.UnsupportedError, match="dynamic dimension"):
+        relay_aot.compile(dynamic)
+    fib = tvm.relay.parse(FIB_TEXT)
+    with pytest.raises(relay_aot.UnsupportedError, match="cuda"):
+        relay_aot.compile(fib, target="cuda")
+    with pytest.raises(ValueError, match="backend"):
+        relay_aot.compile(fib, backend="rust")
+    for bad in ("", "9lives", "a-b", "x" * 65, "a b"):
+        with pytest.raises(ValueError, match="model name"):
+            relay_aot.compile(fib, name=bad)
+    no_main = tvm.IRModule({relay.GlobalVar("f"): fib["fib"]})
+    with pytest.raises(relay_aot.RelayAotError, match="no @main"):
+        relay_aot.compile(no_main)
+    with pytest.raises(TypeError, match="IRModule"):
+        relay_aot.compile(fib["main"])
+    y = relay.var("y", shape=(2,), dtype="float32")
+    ill_typed = tvm.IRModule({relay.GlobalVar("main"): relay.Function([y], relay.add(y, relay.const(1, "int32")))})
+    with pytest.raises(relay_aot.RelayAotError, match="type-check"):
+        relay_aot.compile(ill_typed)
+
+
+def test_argument_errors_are_clean(backend):
+    compiled = relay_aot.compile(tvm.relay.parse(FIB_TEXT), backend=backend)
+    with pytest.raises(TypeError, match="takes 1 arguments, got 0"):
+        compiled()
+    with pytest.raises(TypeError, match="dtype int32"):
+        compiled(np.float32(3))
+    with pytest.raises(ValueError, match=r"shape \(\)"):
+        compiled(np.array([1, 2], "int32"))
+    with pytest.raises(TypeError, match="expected Tensor"):
+        compiled("three")
+
+
+def test_prelude_module_compiles_only_what_main_reaches(backend):
+    mod = tvm.IRModule()
+    Prelude(mod)
+    mod = tvm.relay.parse(
+        """
+        #[version = "0.0.5"]
+        def @main(%x: int32) -> int32 { @length(Cons(%x, Cons(%x, Nil))) }
+        """,
+        init_module=mod,
+    )
+    assert len(mod.get_global_vars()) > 200
+    compiled = relay_aot.compile(mod, backend=backend)
+    assert compiled(np.int32(4)).numpy() == 2
+    if backend == "cpp":
+        # @main, @length (+ wrappers); not the 240 Prelude globals
+        assert compiled.source.count("// @") < 10
+
+
+def test_results_outlive_their_compiled_module():
+    """Objects made by a library (closures, ADTs, cells) survive dropping its CompiledModule."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import gc, numpy as np, tvm, relay_aot
+        mod = tvm.relay.parse('''
+        #[version = "0.0.5"]
+        type Box { Box(fn (int32) -> int32) }
+        def @main(%k: int32) {
+          let %f = fn (%x: int32) -> int32 { add(%x, %k) };
+          (Box(%f), %f, ref(%k))
+        }
+        ''')
+        compiled = relay_aot.compile(mod)
+        result = compiled(np.int32(2))
+        del compiled
+        gc.collect()
+        assert result[1](tvm.nd.array(np.int32(3))).numpy() == 5
+        del result
+        gc.collect()
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_scalar_fast_path_agrees_with_kernels(monkeypatch):
+    """Native scalar arithmetic gives what TVM's kernels give, on every operator and dtype."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from program_files import PROGRAM_DIR, read
+
+    program = read(PROGRAM_DIR / "scalar_ops.relay")
+    fast = relay_aot.compile(program.module())
+    monkeypatch.setenv("RELAY_AOT_SCALAR_FAST_PATH", "0")
+    slow = relay_aot.compile(program.module())
+    # every kernel of this program is scalar arithmetic: no kernel call is left in the fast path
+    assert "call_kernel(" not in fast.source and "call_kernel(" in slow.source
+    for case in program.cases:
+        args = program.args(case)
+        testing.assert_same(testing.normalize(fast(*args)), testing.normalize(slow(*args)),
+                            names=("scalar fast path", "TVM kernels"))

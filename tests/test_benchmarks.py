@@ -1,0 +1,102 @@
+"""Smoke tests of the benchmark harness (``benchmarks/``): it runs, and executors agree.
+
+Quick mode, two small workloads; nothing here asserts anything about speed.
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+from benchmarks import executors, report, suite, workloads
+from benchmarks.suite import KERNELS, Options
+from conftest import ROOT
+
+
+@pytest.mark.parametrize("workload", workloads.all_workloads(), ids=lambda w: w.name)
+def test_workload_arguments_match_main(workload):
+    """Every workload parses, type-checks, and its arguments fit ``@main``'s parameters."""
+    main = workload.module()["main"]
+    args = workload.args()
+    assert len(args) == len(main.params)
+    for arg, param in zip(args, main.params):
+        ty = param.checked_type
+        assert arg.shape == tuple(int(d) for d in ty.shape) and str(arg.dtype) == ty.dtype, param.name_hint
+    # Graph and AOT executors reject global functions: "static" must mean @main alone.
+    reachable = relay.transform.RemoveUnusedFunctions(["main"])(workload.module())
+    assert workload.static == (len(reachable.functions) == 1)
+
+
+def test_suite_runs_and_executors_agree():
+    """fib15 and mlp_b1 on every TVM executor and relay_aot's C++ backend: all agree with the VM."""
+    keys = ["vm", "interpreter", "graph", "aot", "relay_aot_cpp"]
+    records = suite.run_suite(["fib15", "mlp_b1"], keys, Options.quick())
+    pairs = report.by_pair(records)
+    for workload in ("fib15", "mlp_b1"):
+        for key in ("vm", "interpreter", "relay_aot_cpp"):
+            record = pairs[(workload, key)]
+            assert record["status"] == "ok", record
+            assert record["timing"]["median"] > 0 and record["timing"]["runs"] >= 2
+        assert pairs[(workload, "vm")]["reference"] is True
+        assert pairs[(workload, "relay_aot_cpp")]["checked_against"] == "vm"
+    for key in ("graph", "aot"):
+        assert pairs[("fib15", key)]["status"] == "n/a"
+        assert pairs[("mlp_b1", key)]["status"] == "ok", pairs[("mlp_b1", key)]
+    # fib(15) makes 1,973 calls: 986 evaluate less, two subtracts and an add, 987 only less.
+    assert pairs[("fib15", KERNELS)]["kernel_calls"] == 986 * 4 + 987
+    report.add_ratios(records)
+    assert pairs[("mlp_b1", "relay_aot_cpp")]["vs_graph"] > 0
+    text = report.text_report({"machine": _machine(), "settings": [{"setting": suite.thread_setting(), "records": records}]})
+    assert "fib15" in text and "mlp_b1" in text
+
+
+class _WrongAnswer(executors.Executor):
+    key = "relay_aot_cpp"
+    label = "an executor that returns fib(15) + 1"
+
+    def prepare(self, mod, args, target):
+        return lambda: tvm.nd.array(np.array(611, dtype="int32"))
+
+
+class _Raises(executors.Executor):
+    key = "relay_aot_python"
+    label = "an executor that cannot compile"
+
+    def prepare(self, mod, args, target):
+        raise NotImplementedError("no such backend yet")
+
+
+def test_wrong_results_and_failures_are_reported():
+    """A fast wrong answer is flagged as a mismatch; an executor that raises is n/a with the reason."""
+    run = suite.WorkloadRun(workloads.fib(15), Options.quick())
+    assert run.run(executors.VirtualMachine())["status"] == "ok"
+    wrong = run.run(_WrongAnswer())
+    assert wrong["status"] == "mismatch" and "611" in wrong["reason"] and "610" in wrong["reason"]
+    failed = run.run(_Raises())
+    assert failed == {"workload": "fib15", "executor": "relay_aot_python", "status": "n/a",
+                      "reason": "NotImplementedError: no such backend yet"}
+
+
+def test_command_line_writes_results(tmp_path):
+    """``python -m benchmarks`` in quick mode: a worker process, JSON, Markdown and the table."""
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--workloads", "fib15", "--executors", "vm,relay_aot_cpp",
+         "--threads", "1", "--no-kernels", "--keep-cache", "--output-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "results.json").read_text())
+    (setting,) = result["settings"]
+    assert setting["setting"]["TVM_NUM_THREADS"] == "1"
+    statuses = {r["executor"]: r["status"] for r in setting["records"]}
+    assert statuses == {"vm": "ok", "relay_aot_cpp": "ok"}
+    assert "relay_aot speedups" in out.stdout
+    assert "fib15" in (tmp_path / "results.md").read_text()
+
+
+def _machine():
+    return {"date": "2000-01-01T00:00:00", "cpu": "cpu", "cores": 2, "tvm": tvm.__version__, "relay_aot": "0", "commit": None}

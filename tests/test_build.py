@@ -1,0 +1,319 @@
+"""The build layer: cache hits across processes, misses, concurrent builds, killed builds,
+compiler errors, the precompiled header, progress and verbose output.
+
+Compiles are detected through a compiler wrapper (``CXX``) that logs every invocation, not
+through timing. Each test gets its own empty cache directory; most disable the precompiled
+header (``RELAY_AOT_PCH=0``) and compile at ``-O0``, so as not to spend CI time on building
+one PCH per test -- ``test_precompiled_header`` covers it, and every other test file uses the
+default flags and the PCH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+
+import relay_aot
+from relay_aot import build
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROGRAM = """#[version = "0.0.5"]
+def @main(%x: Tensor[(4), float32], %n: int32) -> Tensor[(4), float32] {
+  if (less(%n, 1)) { %x } else { multiply(add(%x, SALTf), 2f) }
+}
+"""
+
+#: A stand-in for the C++ compiler: logs each call, optionally stalls in a compile or link
+#: (to be killed there), then runs g++. Its path is part of the cache key, its environment not.
+WRAPPER = """#!/bin/sh
+[ -n "$RELAY_AOT_TEST_CXX_LOG" ] && echo "$$ $*" >> "$RELAY_AOT_TEST_CXX_LOG"
+case " $* " in
+  *" -c "*|*" -shared "*)
+    if [ -n "$RELAY_AOT_TEST_CXX_STALL" ]; then touch "$RELAY_AOT_TEST_CXX_STALL"; sleep 120; fi
+    [ -n "$RELAY_AOT_TEST_CXX_DELAY" ] && sleep "$RELAY_AOT_TEST_CXX_DELAY";;
+esac
+exec g++ "$@"
+"""
+
+#: Run in a new process: compile PROGRAM (salted), call it, report how the library was obtained.
+CHILD = """
+import json, sys
+import numpy as np, tvm, relay_aot
+from relay_aot import build
+mod = tvm.relay.parse(sys.argv[1])
+compiled = relay_aot.compile(mod)
+out = compiled(np.arange(4, dtype="float32"), np.int32(1)).numpy().tolist()
+print(json.dumps({"cached": compiled.build_result.cached, "builds": build.stats.builds,
+                  "library": str(compiled.library_path), "out": out}))
+"""
+
+
+def program(salt: float) -> str:
+    """A small program with a kernel and an ``if``; ``salt`` makes it a different module."""
+    return PROGRAM.replace("SALT", repr(float(salt)))
+
+
+def expected(salt: float) -> list:
+    return ((np.arange(4, dtype="float32") + np.float32(salt)) * 2).tolist()
+
+
+class Env:
+    """A private cache directory, the logging compiler wrapper, and helpers to compile."""
+
+    def __init__(self, tmp_path: Path, monkeypatch):
+        self.cache = tmp_path / "cache"
+        self.log = tmp_path / "cxx.log"
+        self.cxx = tmp_path / "cxx-wrapper"
+        self.cxx.write_text(WRAPPER)
+        self.cxx.chmod(0o755)
+        self.env = {
+            "RELAY_AOT_CACHE_DIR": str(self.cache),
+            "RELAY_AOT_TEST_CXX_LOG": str(self.log),
+            "CXX": str(self.cxx),
+            "RELAY_AOT_PCH": "0",
+            # Quicker C++ builds; the default flags are what every other test file uses.
+            "RELAY_AOT_CXXFLAGS": "-O0",
+            "TOPHUB_LOCATION": "NONE",
+        }
+        for key, value in self.env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("RELAY_AOT_PROGRESS", raising=False)
+
+    def calls(self, kind: str) -> list[str]:
+        """Logged compiler calls: ``compile`` (a unit), ``link`` or ``pch``."""
+        marker = {"compile": " -c ", "link": " -shared ", "pch": " c++-header "}[kind]
+        lines = self.log.read_text().splitlines() if self.log.exists() else []
+        return [line for line in lines if marker in f" {line} "]
+
+    def spawn(self, salt: float, **env) -> subprocess.Popen:
+        """Start compiling ``program(salt)`` in a new process (its own session, to kill it)."""
+        return subprocess.Popen(
+            [sys.executable, "-c", CHILD, program(salt)],
+            env={**os.environ, **self.env, **env},
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    def run(self, salt: float, **env) -> dict:
+        """Compile ``program(salt)`` in a new process and return its report."""
+        proc = self.spawn(salt, **env)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        return json.loads(out.strip().splitlines()[-1])
+
+    def libraries(self) -> list[Path]:
+        return sorted((self.cache / "lib").glob("*/*/*.so"))
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    return Env(tmp_path, monkeypatch)
+
+
+def compile_salted(salt: float, **options):
+    compiled = relay_aot.compile(tvm.relay.parse(program(salt)), **options)
+    assert compiled(np.arange(4, dtype="float32"), np.int32(1)).numpy().tolist() == expected(salt)
+    return compiled
+
+
+def test_new_process_hits_the_cache_without_compiling(env):
+    first = env.run(1.5)
+    assert first["out"] == expected(1.5)
+    assert not first["cached"] and first["builds"] == 1
+    compiles, links = len(env.calls("compile")), len(env.calls("link"))
+    assert compiles >= 1 and links == 1
+
+    second = env.run(1.5)
+    assert second == {**first, "cached": True, "builds": 0}
+    assert (len(env.calls("compile")), len(env.calls("link"))) == (compiles, links)
+
+    # A damaged library in the cache is rebuilt, not trusted.
+    Path(first["library"]).write_bytes(b"\x7fELF truncated")
+    third = env.run(1.5)
+    assert third["out"] == expected(1.5) and not third["cached"]
+    assert len(env.calls("link")) == links + 1
+
+
+def test_the_same_module_twice_in_one_process_hits(env):
+    """The generated source must not depend on what the process compiled before (TVM numbers
+    the variables that passes invent with a process-wide counter)."""
+    first = compile_salted(2.5)
+    compile_salted(3.5)
+    for path in (env.cache / "index").rglob("*.json"):
+        path.unlink()
+    again = compile_salted(2.5)
+    assert again.build_result.cached and again.build_result.key == first.build_result.key
+
+
+def test_changing_a_flag_or_the_program_misses(env, monkeypatch):
+    base = compile_salted(4.0)
+    assert not base.build_result.cached
+    assert compile_salted(4.0).build_result.cached
+
+    monkeypatch.setenv("RELAY_AOT_CXXFLAGS", "-O0 -DRELAY_AOT_TEST_FLAG=1")
+    flagged = compile_salted(4.0)
+    assert not flagged.build_result.cached
+    assert flagged.build_result.key != base.build_result.key
+    assert "-DRELAY_AOT_TEST_FLAG=1" in env.calls("compile")[-1]
+    monkeypatch.setenv("RELAY_AOT_CXXFLAGS", env.env["RELAY_AOT_CXXFLAGS"])
+
+    other = compile_salted(4.25)
+    assert not other.build_result.cached and other.build_result.key != base.build_result.key
+    assert len(env.calls("link")) == 3
+
+
+def test_four_processes_compiling_at_once_build_once(env):
+    # The delay keeps the first build running while the others reach its lock.
+    procs = [env.spawn(5.0, RELAY_AOT_TEST_CXX_DELAY="1") for _ in range(4)]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    assert all(r["out"] == expected(5.0) for r in reports)
+    assert len({r["library"] for r in reports}) == 1
+    assert sorted(r["cached"] for r in reports) == [False, True, True, True]
+    assert len(env.calls("link")) == 1
+    assert len(env.calls("compile")) == len(list(Path(reports[0]["library"]).parent.glob("unit*.cc")))
+
+
+def test_build_killed_midway_leaves_nothing_finished(env):
+    stall = env.cache.parent / "stalled"
+    proc = env.spawn(6.0, RELAY_AOT_TEST_CXX_STALL=str(stall))
+    try:
+        deadline = time.monotonic() + 120
+        while not stall.exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the build never reached the compiler"
+            time.sleep(0.05)
+        # Kill only the Python process: ninja and the compiler live on as orphans and must not
+        # keep its lock (or anything else) alive.
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        assert env.libraries() == []
+        leftovers = list((env.cache / "tmp").iterdir())
+        assert leftovers, "the killed build's directory should still be there"
+        old = time.time() - 7200
+        for path in leftovers:
+            os.utime(path, (old, old))
+
+        report = env.run(6.0)
+        assert report["out"] == expected(6.0) and not report["cached"]
+        assert len(env.libraries()) == 1
+        assert not any(path.exists() for path in leftovers), "the dead build was not swept"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the orphans of the killed build
+        except ProcessLookupError:
+            pass
+
+
+def test_compiler_errors_surface_with_their_message(env):
+    def inject(name: str, text: str) -> str:
+        return text + "\nint relay_aot_injected_error = ;\n" if name == "unit0.cc" else text
+
+    with build.source_hook(inject), pytest.raises(relay_aot.CompileError) as info:
+        compile_salted(7.0)
+    err = info.value
+    assert "relay_aot_injected_error" in err.output and "error" in err.output
+    assert err.output in str(err)
+    kept = Path(err.source_dir)
+    assert kept.parent == env.cache / "failed" and str(kept) in str(err)
+    assert "relay_aot_injected_error" in (kept / "unit0.cc").read_text()
+    assert (kept / "build.ninja").is_file()
+    assert env.libraries() == [] and list((env.cache / "tmp").iterdir()) == []
+    # The same program without the injected error builds normally.
+    assert not compile_salted(7.0).build_result.cached
+
+
+def test_waiting_for_a_lock_times_out_naming_the_lock_file(env, monkeypatch):
+    key = compile_salted(8.0).build_result.key
+    relay_aot.clear_cache()
+    lock_path = env.cache / "locks" / f"{key}.lock"
+    monkeypatch.setenv("RELAY_AOT_LOCK_TIMEOUT", "0.3")
+    with build._Lock(lock_path, 0):
+        with pytest.raises(relay_aot.CompileError, match="timed out") as info:
+            compile_salted(8.0)
+    assert str(lock_path) in str(info.value)
+    assert list((env.cache / "tmp").iterdir()) == []
+
+
+def test_cache_directory_is_private(env):
+    compiled = compile_salted(9.0)
+    assert stat.S_IMODE(env.cache.stat().st_mode) == 0o700
+    assert compiled.library_path.is_relative_to(env.cache / "lib")
+    env.cache.chmod(0o777)
+    try:
+        with pytest.raises(relay_aot.CompileError, match="writable by others"):
+            compile_salted(9.0)
+    finally:
+        env.cache.chmod(0o700)
+
+
+def test_cache_false_builds_outside_the_cache_and_clear_cache_empties_it(env):
+    private = compile_salted(10.0, cache=False)
+    assert not private.build_result.cached
+    assert not private.library_path.is_relative_to(env.cache / "lib")
+    assert env.libraries() == []
+    assert not compile_salted(10.0).build_result.cached  # cache=False did not fill the cache
+    assert compile_salted(10.0).build_result.cached
+    relay_aot.clear_cache()
+    assert env.libraries() == [] and not (env.cache / "index").exists()
+    assert private(np.zeros(4, "float32"), np.int32(0)).numpy().tolist() == [0.0] * 4
+
+
+def test_progress_on_request_and_quiet_otherwise(env, capsys, monkeypatch):
+    compile_salted(11.0)
+    assert capsys.readouterr().err == ""  # stderr is not a terminal under pytest
+
+    monkeypatch.setenv("RELAY_AOT_TEST_CXX_DELAY", "0.6")  # longer than the progress delay
+    monkeypatch.setenv("RELAY_AOT_PROGRESS", "1")
+    compile_salted(11.5)
+    err = capsys.readouterr().err
+    assert "relay_aot: " in err and "C++ [" in err and err.endswith("\r\033[K")
+
+
+def test_precompiled_header(env, monkeypatch, capsys):
+    monkeypatch.setenv("RELAY_AOT_PCH", "1")
+    compiled = compile_salted(13.0)
+    assert len(env.calls("pch")) == 1
+    gch = next((env.cache / "pch").glob("*/relay_aot/runtime.h.gch"))
+    header = compiled.source.split("// Compiled with: ", 1)[1].splitlines()[0]
+    assert f"-I{gch.parent.parent} -Winvalid-pch -include relay_aot/runtime.h" in header
+
+    compile_salted(13.5, verbose=True)  # uses it: no second PCH build, no complaint from GCC
+    err = capsys.readouterr().err
+    assert len(env.calls("pch")) == 1 and "[-Winvalid-pch]" not in err
+    assert f"{env.cxx} -I{gch.parent.parent} " in err and " -c unit0.cc -o unit0.o" in err  # verbose
+
+    gch.write_bytes(b"not a precompiled header")  # unusable: GCC reads the real header
+    compile_salted(14.0)
+    assert len(env.calls("pch")) == 1
+
+
+def test_an_interrupted_build_publishes_nothing(env, monkeypatch):
+    from relay_aot import kernels
+
+    def interrupted(self, path, progress=None):
+        raise KeyboardInterrupt  # while the C++ units compile in the background
+
+    monkeypatch.setattr(kernels.KernelTable, "write_object", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        compile_salted(15.0)
+    assert env.libraries() == [] and not (env.cache / "failed").exists()
+    assert list((env.cache / "tmp").iterdir()) == []
