@@ -34,7 +34,7 @@ from .metadata import Signature
 from .runtime import CompiledModule
 
 #: Runtime helpers the generated source imports from ``relay_aot.pyruntime``.
-_HELPERS = ("Adt", "call_kernel", "empty", "export_value", "import_value", "match_failure", "truthy")
+_HELPERS = ("Adt", "call_guarded", "call_kernel", "empty", "export_value", "import_value", "match_failure", "truthy")
 
 
 def var(v: ir.Var) -> str:
@@ -68,6 +68,7 @@ class PythonEmitter:
             ir.MakeClosure: self._make_closure,
             ir.CallGlobal: self._call_global,
             ir.CallClosure: self._call_closure,
+            ir.CallKnown: self._call_known,
             ir.RefNew: self._ref_new,
             ir.RefRead: self._ref_read,
             ir.RefWrite: self._ref_write,
@@ -116,8 +117,7 @@ class PythonEmitter:
             e.line(f"if len({names.ARGS}) != {arity}:")
             with e.indent():
                 e.line(f'raise TypeError(f"the program takes {arity} arguments, got {{len({names.ARGS})}}")')
-            converted = ", ".join(f"import_value({names.ARGS}[{i}])" for i in range(arity))
-            e.line(f"return export_value({main.id}({converted}), top=True)")
+            e.line(f"return export_value(call_guarded({main.id}, [import_value(a) for a in {names.ARGS}]), top=True)")
 
     # -- functions -----------------------------------------------------------------------
 
@@ -275,6 +275,10 @@ class PythonEmitter:
         self.define(stmt, f"{rhs.func}({', '.join(var(a) for a in rhs.args)})")
 
     def _call_closure(self, rhs: ir.CallClosure, stmt: ir.Let) -> None:
+        self.define(stmt, f"{var(rhs.closure)}({', '.join(var(a) for a in rhs.args)})")
+
+    def _call_known(self, rhs: ir.CallKnown, stmt: ir.Let) -> None:
+        # A Python closure is called the same way whether or not its function is known.
         self.define(stmt, f"{var(rhs.closure)}({', '.join(var(a) for a in rhs.args)})")
 
     def _ref_new(self, rhs: ir.RefNew, stmt: ir.Let) -> None:

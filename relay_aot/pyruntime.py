@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 import types
 from typing import Any, Callable
 
 import tvm
 from tvm.runtime.container import ADT
 
-from .errors import KernelError, MatchError
+from .errors import KernelError, MatchError, RecursionDepthError
 
 _DEVICE = tvm.cpu()
 _ALLOC = tvm.runtime.ndarray._ffi_api.TVMArrayAllocWithScope
@@ -71,6 +72,26 @@ def call_kernel(kernel: Callable, symbol: str, *tensors: tvm.nd.NDArray) -> None
         kernel(*tensors)
     except tvm.error.TVMError as err:
         raise KernelError(f"kernel {symbol} failed: {err}") from None
+
+
+def call_guarded(func: Callable, args) -> Any:
+    """``func(*args)``, with Python's recursion limit reported as :class:`RecursionDepthError`.
+
+    Generated functions recurse as deeply as the Relay program does; past Python's recursion
+    limit the error may also surface wrapped by ctypes (inside a TVM call), so both forms are
+    recognised here, where generated code is entered from outside.
+    """
+    try:
+        return func(*args)
+    except RecursionError:
+        pass
+    except ctypes.ArgumentError as err:
+        if "RecursionError" not in str(err):
+            raise
+    raise RecursionDepthError(
+        f"the program recursed deeper than the python backend allows (Python's recursion limit is "
+        f"{sys.getrecursionlimit()} frames); the cpp backend recurses much deeper"
+    ) from None
 
 
 def match_failure(where: str):
@@ -116,7 +137,7 @@ class ExportedClosure:
         self.top = top
 
     def __call__(self, *args):
-        return export_value(self.inner(*[import_value(a) for a in args]), top=self.top)
+        return export_value(call_guarded(self.inner, [import_value(a) for a in args]), top=self.top)
 
     def __repr__(self) -> str:
         return f"<relay_aot python closure {self.inner.__qualname__}>"
