@@ -3,6 +3,8 @@
 Type variables are erased to :class:`ir.AnyType` (a polymorphic global is compiled once, for
 every instantiation), except inside ADT definitions, where they become
 :class:`ir.TypeParam` so that field types can be instantiated when values are converted.
+Types inference leaves open (``IncompleteType``, e.g. the argument of a polymorphic nullary
+constructor that is only stored in a reference) are erased to :class:`ir.AnyType` as well.
 Dynamic shapes (``?`` dimensions) are rejected: kernels are compiled for static shapes.
 """
 
@@ -33,6 +35,7 @@ class TypeLowering:
             relay.FuncType: self._func,
             relay.RefType: self._ref,
             relay.TypeVar: self._type_var,
+            relay.IncompleteType: self._incomplete,
         }
 
     def lower(self, ty: relay.Type, params: Optional[Mapping[str, int]] = None) -> ir.Type:
@@ -98,6 +101,11 @@ class TypeLowering:
 
     def _ref(self, ty, params):
         return ir.RefType(self.lower(ty.value, params))
+
+    def _incomplete(self, ty, params):
+        # A type inference left open: nothing in the program inspects the value at that type
+        # (e.g. the type argument of a nullary constructor that is only stored), so it is erased.
+        return ir.AnyType()
 
     def _type_var(self, ty, params):
         if params is not None and ty.name_hint in params:

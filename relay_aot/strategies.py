@@ -410,6 +410,7 @@ class Generator:
             lambda: self.let(ty, env, depth),
             lambda: self.project(ty, env, d),
             lambda: self.call_closure(ty, env, d),
+            lambda: self.higher_order(ty, env, d),
             lambda: self.call_global(ty, env, d),
             lambda: self.ref_read(ty, env, d),
             lambda: self.ref_write_then(ty, env, depth),
@@ -434,7 +435,7 @@ class Generator:
                 opts.append(lambda: self.construct_via_value(ty, env, d))
         elif isinstance(ty, FuncT):
             opts += [lambda: self.function(ty, env, d)] * 2
-            opts.append(lambda: self.global_as_value(ty, env, d))
+            opts += [lambda: self.global_as_value(ty, env, d)] * 2
         elif isinstance(ty, RefT):
             opts.append(lambda: relay.RefCreate(self.expr(ty.value, env, d)))
         return opts
@@ -474,6 +475,28 @@ class Generator:
         fty = self.func_type(1, ret=ty)
         callee = self.expr(fty, env, d)
         return relay.Call(callee, [self.expr(p, env, d) for p in fty.params])
+
+    def higher_order(self, ty, env, d) -> relay.Expr:
+        """A function taking a function, applied: a global ``@h(%g, %a)`` or a let-bound closure."""
+        a_ty = self.data_type(0)
+        g_ty = FuncT((a_ty,), ty)
+        g, a = self.var(g_ty, "g"), self.var(a_ty, "a")
+        inner = [(g, g_ty), (a, a_ty)]
+        as_global = self.flip() and len(self.globals) < self.max_globals
+        arg = self.expr(a_ty, inner if as_global else env + inner, max(d - 1, 0))
+        body = relay.Call(g, [arg])
+        if self.flip():  # use the result once more, so it is not always in tail position
+            r = self.var(ty, "r")
+            body = relay.Let(r, body, self.expr(ty, (inner if as_global else env + inner) + [(r, ty)], max(d - 1, 0)))
+        func = relay.Function([g, a], body, self.relay_type(ty))
+        if as_global:
+            gvar = relay.GlobalVar(self.name("h"))
+            self.globals.append(Global(gvar, FuncT((g_ty, a_ty), ty)))
+            self.module[gvar] = func
+            callee = gvar
+        else:
+            callee = func
+        return relay.Call(callee, [self.expr(g_ty, env, d), self.expr(a_ty, env, d)])
 
     def ref_read(self, ty, env, d) -> relay.Expr:
         return relay.RefRead(self.expr(RefT(ty), env, d))
@@ -693,7 +716,7 @@ class Generator:
         if len(shape) < 2:
             options.append(lambda: self.reduce(ty, env, d))
         if kind == "float" and len(shape) == 2:
-            options.append(lambda: self.dense(ty, env, d))
+            options += [lambda: self.dense(ty, env, d)] * 3
         if any(n >= 2 for n in shape):
             options.append(lambda: self.concatenate(ty, env, d))
         if shape:
@@ -825,39 +848,121 @@ def batches(draw, cases: int = 8, max_depth: int = 4, max_size: int = 60, max_ad
 # Coverage
 
 
+#: Operator families the generator must reach (see :func:`node_counts`).
+OP_FAMILIES = {
+    "elementwise": ("add", "subtract", "multiply", "divide", "maximum", "minimum", "negative", "abs", "exp",
+                    "tanh", "sigmoid", "floor", "logical_not", "logical_and", "logical_or", "where", "cast"),
+    "comparison": _COMPARE,
+    "reduction": ("sum", "max", "min", "mean", "all", "any"),
+    "dense": ("nn.dense",),
+    "concatenate": ("concatenate",),
+    "split": ("split",),
+    "reshape": ("reshape",),
+}
+
+#: Program features the generator must reach (keys ``"feature:<name>"`` of :func:`node_counts`).
+FEATURES = (
+    "closure_capture", "recursive_closure", "call_of_function_value", "function_argument",
+    "global_as_value", "constructor_as_value", "recursive_global", "recursive_adt", "polymorphic_adt",
+    "nested_pattern", "reference_in_closure",
+)
+
+
 def node_counts(mod: tvm.IRModule) -> Counter:
-    """How often each Relay node kind, pattern kind, operator and dtype occurs in ``mod``.
+    """How often each Relay node kind, pattern kind, operator, dtype and feature occurs in ``mod``.
 
     Keys are node class names (``"Let"``), pattern class names (``"PatternTuple"``),
-    ``"op:<name>"`` and ``"dtype:<dtype>"`` (dtypes of every typed expression).
+    ``"op:<name>"``, ``"family:<operator family>"`` (:data:`OP_FAMILIES`), ``"dtype:<dtype>"``
+    (dtypes of every typed expression) and ``"feature:<name>"`` (:data:`FEATURES`).
     """
     counts: Counter = Counter()
+    families = {op: family for family, ops in OP_FAMILIES.items() for op in ops}
 
-    def pattern(p):
+    def pattern(p, nested):
         counts[type(p).__name__] += 1
+        if nested and isinstance(p, (relay.PatternConstructor, relay.PatternTuple)):
+            counts["feature:nested_pattern"] += 1
         for sub in getattr(p, "patterns", ()):
-            pattern(sub)
+            pattern(sub, True)
+
+    def as_value(expr):
+        if isinstance(expr, relay.GlobalVar):
+            counts["feature:global_as_value"] += 1
+        elif isinstance(expr, relay.Constructor):
+            counts["feature:constructor_as_value"] += 1
 
     def visit(node):
         counts[type(node).__name__] += 1
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
-            counts["op:" + node.op.name] += 1
-        if isinstance(node, relay.Match):
+        if isinstance(node, relay.Call):
+            if isinstance(node.op, tvm.ir.Op):
+                counts["op:" + node.op.name] += 1
+                counts["family:" + families.get(node.op.name, "other")] += 1
+            elif not isinstance(node.op, (relay.GlobalVar, relay.Constructor)):
+                counts["feature:call_of_function_value"] += 1
+            for arg in node.args:
+                as_value(arg)
+                if isinstance(_type_of(arg), relay.FuncType) and not isinstance(node.op, relay.Constructor):
+                    counts["feature:function_argument"] += 1
+        elif isinstance(node, relay.Let):
+            as_value(node.value)
+            if isinstance(node.value, relay.Function) and any(
+                    v.same_as(node.var) for v in relay.analysis.free_vars(node.value)):
+                counts["feature:recursive_closure"] += 1
+        elif isinstance(node, relay.Tuple):
+            for field in node.fields:
+                as_value(field)
+        elif isinstance(node, relay.Function):
+            free = relay.analysis.free_vars(node)
+            if free:
+                counts["feature:closure_capture"] += 1
+                if any(isinstance(v.checked_type, relay.RefType) for v in free):
+                    counts["feature:reference_in_closure"] += 1
+        elif isinstance(node, relay.Match):
             for clause in node.clauses:
-                pattern(clause.lhs)
+                pattern(clause.lhs, False)
         if isinstance(node, (tvm.ir.Op, relay.Constructor)):
             return
-        try:
-            ty = node.checked_type
-        except (ValueError, tvm.error.TVMError):
-            return
-        for t in _tensor_types(ty):
+        for t in _tensor_types(_type_of(node)):
             counts["dtype:" + t.dtype] += 1
 
     for gvar, func in mod.functions.items():
-        if isinstance(func, relay.Function):
-            relay.analysis.post_order_visit(func, visit)
+        if not isinstance(func, relay.Function):
+            continue
+        relay.analysis.post_order_visit(func, visit)
+        calls_itself = []
+        relay.analysis.post_order_visit(
+            func.body, lambda n: calls_itself.append(n) if isinstance(n, relay.GlobalVar) and n.same_as(gvar) else None)
+        if calls_itself:
+            counts["feature:recursive_global"] += 1
+    for gtv in mod.get_global_type_vars():
+        data = mod[gtv]
+        if data.type_vars:
+            counts["feature:polymorphic_adt"] += 1
+        if any(_mentions(field, gtv) for ctor in data.constructors for field in ctor.inputs):
+            counts["feature:recursive_adt"] += 1
     return counts
+
+
+def _type_of(expr) -> Optional[relay.Type]:
+    try:
+        return expr.checked_type
+    except (ValueError, tvm.error.TVMError):
+        return None
+
+
+def _mentions(ty, gtv) -> bool:
+    """Whether type ``ty`` refers to the ADT ``gtv``."""
+    if isinstance(ty, relay.GlobalTypeVar):
+        return ty.name_hint == gtv.name_hint  # (Type.same_as recurses forever in this TVM)
+    if isinstance(ty, relay.TypeCall):
+        return _mentions(ty.func, gtv) or any(_mentions(a, gtv) for a in ty.args)
+    if isinstance(ty, relay.TupleType):
+        return any(_mentions(f, gtv) for f in ty.fields)
+    if isinstance(ty, relay.FuncType):
+        return _mentions(ty.ret_type, gtv) or any(_mentions(a, gtv) for a in ty.arg_types)
+    if isinstance(ty, relay.RefType):
+        return _mentions(ty.value, gtv)
+    return False
 
 
 def _tensor_types(ty):

@@ -1,0 +1,140 @@
+"""relay_aot.testing: check_equivalence catches wrong executors, skips and isolates oracles."""
+
+import numpy as np
+import pytest
+import tvm
+
+import relay_aot
+from relay_aot import oracle, testing
+from relay_aot.emit_python import load_python
+
+
+def parse(text):
+    return tvm.relay.parse('#[version = "0.0.5"]\n' + text)
+
+
+TWO_KERNELS = parse("""
+def @main(%x: Tensor[(3), float32], %y: Tensor[(3), float32]) {
+  (add(%x, %y), multiply(%x, %y))
+}
+""")
+X = np.array([1, 2, 3], dtype="float32")
+Y = np.array([4, 5, 6], dtype="float32")
+
+
+def test_all_executors_agree_and_the_report_says_who_ran():
+    report = testing.check_equivalence(TWO_KERNELS, (X, Y))
+    assert report.ran == ["interpreter", "vm", "relay_aot cpp backend", "relay_aot python backend"]
+    assert report.skipped == {}
+    testing.assert_same(report.value, testing.normalize((X + Y, X * Y)))
+
+
+def broken_python_backend():
+    """The python backend with its two kernels swapped: a deliberately wrong backend."""
+    compiled = relay_aot.compile(TWO_KERNELS, backend="python")
+    k0 = compiled.source.split("kernel_module['")[1].split("'")[0]
+    k1 = compiled.source.split("kernel_module['")[2].split("'")[0]
+    source = compiled.source.replace(repr(k0), "FIRST").replace(repr(k1), repr(k0)).replace("FIRST", repr(k1))
+    entry = load_python(source, "default", compiled.module, [])
+    wrong = relay_aot.CompiledModule(compiled.module, compiled.signature, "default", backend="python",
+                                     source=source, entry=entry)
+    return "broken python backend", wrong
+
+
+def test_a_wrong_backend_is_caught_and_named_with_both_values():
+    with pytest.raises(testing.Mismatch) as info:
+        testing.check_equivalence(TWO_KERNELS, (X, Y), backends=["python", broken_python_backend()])
+    message = str(info.value)
+    assert "broken python backend" in message
+    assert "relay_aot python backend" not in message.split("outcomes:")[0]  # the right one agreed
+    assert "result[0]" in message
+    assert repr(X * Y) in message and repr(X + Y) in message  # both values are shown
+    assert "interpreter: returned" in message
+
+
+def test_a_backend_that_raises_is_caught():
+    def failing(*args):
+        raise relay_aot.KernelError("kernel k0 failed: deliberately")
+
+    with pytest.raises(testing.Mismatch, match=r"failing raised KernelError: kernel k0 failed: deliberately, "
+                                                r"but interpreter returned"):
+        testing.check_equivalence(TWO_KERNELS, (X, Y), backends=[("failing", failing)], references=["interpreter"])
+
+
+def test_expected_value_is_checked():
+    with pytest.raises(testing.Mismatch, match="expected value"):
+        testing.check_equivalence(TWO_KERNELS, (X, Y), backends=["python"], references=[],
+                                  expected=(X + Y, X * Y + 1))
+
+
+REFS = parse("""
+def @main(%x: int32) {
+  let %r = ref(%x);
+  let %u = ref_write(%r, add(ref_read(%r), 1));
+  ref_read(%r)
+}
+""")
+
+
+def test_the_vm_is_skipped_for_references():
+    report = testing.check_equivalence(REFS, (np.int32(4),))
+    assert set(report.skipped) == {"vm"}
+    assert "references" in report.skipped["vm"]
+    assert int(report.value) == 5
+    assert "vm: unavailable" in str(report)
+
+
+def test_all_executors_raising_agree():
+    mod = parse("""
+    type Opt { Some(int32), Nothing }
+    def @main(%i: int32) -> int32 { match? (Nothing) { Some(%v) => %v } }
+    """)
+    report = testing.check_equivalence(mod, (np.int32(1),), references=["interpreter"])
+    assert report.value is None
+    assert all(o.kind == "raised" for o in report.outcomes.values())
+
+
+DEEP = parse("""
+def @down(%n: int32) -> int32 {
+  if (equal(%n, 0)) { 0 } else { add(@down(subtract(%n, 1)), 1) }
+}
+def @main(%n: int32) { @down(%n) }
+""")
+
+
+def test_interpreter_skipped_beyond_its_recursion_depth():
+    report = testing.check_equivalence(DEEP, (np.int32(5000),), backends=[("numpy", lambda n: np.int32(n))],
+                                       references=["interpreter"], recursion_depth=5000)
+    assert "recursion 5000 deep" in report.skipped["interpreter"]
+    assert report.ran == ["numpy"]
+
+
+def test_a_crashing_oracle_is_reported_not_fatal():
+    """The interpreter overflows its C stack at this depth; in a child process that is a report."""
+    with oracle.IsolatedOracle(timeout=120) as isolated:
+        report = testing.check_equivalence(DEEP, (np.int32(200_000),), backends=[], references=["interpreter"],
+                                           isolate=isolated)
+        assert "crashed" in report.skipped["interpreter"]
+        assert "SIGSEGV" in report.skipped["interpreter"]
+        # The oracle restarts after a crash.
+        again = testing.check_equivalence(DEEP, (np.int32(10),), backends=["python"], references=["interpreter"],
+                                          isolate=isolated)
+        assert again.ran == ["interpreter", "relay_aot python backend"] and int(again.value) == 10
+
+
+def test_isolated_and_in_process_references_agree():
+    args = (X, Y)
+    with oracle.IsolatedOracle() as isolated:
+        for executor in oracle.REFERENCES:
+            inside = oracle.evaluate(TWO_KERNELS, args, executor)
+            outside = isolated.run(TWO_KERNELS, args, executor)
+            assert inside.kind == outside.kind == "value"
+            testing.assert_same(outside.value, inside.value)
+
+
+def test_unicode_names_reach_the_isolated_oracle():
+    x = tvm.relay.var("x\u00e9", shape=(2,), dtype="float32")
+    mod = tvm.IRModule.from_expr(tvm.relay.Function([x], tvm.relay.add(x, x)))
+    with oracle.IsolatedOracle() as isolated:
+        outcome = isolated.run(mod, (np.ones(2, dtype="float32"),), "interpreter")
+    assert outcome.kind == "value", outcome.detail
