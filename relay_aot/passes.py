@@ -181,7 +181,13 @@ def alter_layout_for_constants(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     call -- inside a loop body, every iteration -- so the module is left as it was.
     """
     before = _runtime_layout_transforms(mod)
-    altered = relay.transform.FoldConstant()(relay.transform.AlterOpLayout()(mod))
+    try:
+        altered = relay.transform.FoldConstant()(relay.transform.AlterOpLayout()(mod))
+    except tvm.error.TVMError:
+        # AlterOpLayout is written for dataflow graphs and fails internally on some programs
+        # with closures and control flow ("NodeFunctor calls un-registered function on type
+        # relay.alter_op_layout.LayoutAlternatedExprNode"); layouts are only an optimisation.
+        return mod
     return altered if _runtime_layout_transforms(altered) <= before else mod
 
 

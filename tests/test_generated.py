@@ -1,0 +1,58 @@
+"""Generated programs: the interpreter, the Python backend and the C++ backend agree on each.
+
+Each example is a batch of independent random programs (``strategies.batches``) compiled once per
+backend, so CI checks hundreds of programs with a few dozen C++ builds. The examples are fixed
+(a seed per test), so CI is reproducible; ``python -m relay_aot.fuzz`` (and the ``slow`` test
+below) run fresh random campaigns. A disagreement names the executors and the failing case as
+Relay text, to be pinned in ``tests/programs`` (see docs/testing.md).
+"""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from relay_aot import fuzz, oracle, strategies
+
+#: Programs per batch (one compile per backend per batch).
+CASES = 8
+#: Batches per CI test; two tests run in parallel under xdist: 2 x 13 x 8 = 208 programs.
+BATCHES = 13
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with oracle.IsolatedOracle() as isolated:
+        yield isolated
+
+
+def check_batches(reference, examples: int, fixed_seed=None):
+    """Check ``examples`` batches; assert the interpreter compared nearly every program."""
+    totals = fuzz.Checked()
+
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck),
+              phases=[Phase.generate])
+    @given(strategies.batches(cases=CASES))
+    def check(program):
+        totals.add(fuzz.check_program(program, reference))
+
+    if fixed_seed is not None:
+        check = seed(fixed_seed)(check)
+    check()
+    print(f"generated programs: {totals}")
+    assert totals.programs >= examples * CASES * 0.9
+    # Programs the interpreter cannot run are skipped, not compared: keep that rare, or this
+    # test would pass without checking anything.
+    assert totals.compared["interpreter"] >= 0.85 * totals.programs, totals.reasons.most_common(5)
+    return totals
+
+
+@pytest.mark.parametrize("part", [1, 2])
+def test_generated_programs_agree(reference, part):
+    check_batches(reference, BATCHES, fixed_seed=part)
+
+
+@pytest.mark.slow
+def test_generated_programs_agree_long_campaign(reference):
+    """A fresh random campaign: RELAY_AOT_FUZZ_EXAMPLES batches (default 100, 800 programs)."""
+    check_batches(reference, int(os.environ.get("RELAY_AOT_FUZZ_EXAMPLES", "100")))
