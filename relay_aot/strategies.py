@@ -104,6 +104,7 @@ class AdtDef:
     ctors: list  # relay.Constructor
     fields: list  # per constructor: tuple of generator types
     recursive: list  # per constructor: whether a field is the ADT itself
+    has_functions: bool = False  # whether a value can hold a closure
 
 
 @dataclasses.dataclass
@@ -228,6 +229,8 @@ class Generator:
         self.adts: list[AdtDef] = []
         self.globals: list[Global] = []
         self.folds: dict = {}
+        self._folding: set = set()  # folds whose bodies are being generated
+        self.global_count = 0
         self.module = tvm.IRModule()
         self._names = 0
         # Each module works with a few dtypes and shapes, so that values of equal types meet
@@ -281,31 +284,35 @@ class Generator:
             return TensorT(self.choose(list(SHAPES)), self.choose(list(DTYPES)))
         return TensorT(self.choose(self.shapes), self.choose(self.dtypes))
 
-    def data_type(self, depth: int = 2, adts: bool = True) -> Ty:
-        """A tensor, tuple or ADT type (no functions or references)."""
-        options = ["tensor"] * 4 + (["tuple"] if depth > 0 else []) + (["adt"] if adts and self.adts else [])
+    def data_type(self, depth: int = 2, adts: bool = True, functions: bool = True) -> Ty:
+        """A tensor, tuple or ADT type (no function or reference types; ADTs whose values can hold
+        closures only if ``functions``)."""
+        allowed = [i for i, a in enumerate(self.adts) if functions or not a.has_functions] if adts else []
+        options = ["tensor"] * 4 + (["tuple"] if depth > 0 else []) + (["adt"] if allowed else [])
         kind = self.choose(options)
         if kind == "tensor":
             return self.tensor_type()
         if kind == "tuple":
             count = self.draw(st.integers(0, 3))
-            return TupleT(tuple(self.data_type(depth - 1, adts) for _ in range(count)))
-        return self.adt_instance(depth)
+            return TupleT(tuple(self.data_type(depth - 1, adts, functions) for _ in range(count)))
+        return self.adt_instance(depth, allowed)
 
-    def adt_instance(self, depth: int = 1) -> AdtT:
-        index = self.draw(st.integers(0, len(self.adts) - 1))
+    def adt_instance(self, depth: int = 1, allowed: Optional[list] = None) -> AdtT:
+        index = self.choose(allowed) if allowed else self.draw(st.integers(0, len(self.adts) - 1))
         if self.adts[index].type_var is None:
             return AdtT(index)
         return AdtT(index, (self.data_type(max(depth - 1, 0), adts=False),))
 
     def any_type(self, depth: int = 2) -> Ty:
         """A type for a let-bound value: data, functions and references."""
-        kind = self.choose(["data", "data", "func", "ref"] if depth > 0 else ["data"])
+        kind = self.choose(["data", "data", "func", "ref", "ref"] if depth > 0 else ["data"])
         if kind == "data":
             return self.data_type(depth)
         if kind == "func":
             return self.func_type(depth)
-        return RefT(self.data_type(depth - 1))
+        # References never hold closures: a closure that calls what a reference holds, written
+        # into that reference, would recurse forever (Landin's knot).
+        return RefT(self.data_type(depth - 1, functions=False))
 
     def func_type(self, depth: int = 1, ret=None) -> FuncT:
         params = tuple(self.data_type(depth - 1) for _ in range(self.draw(st.integers(0, 2))))
@@ -350,6 +357,10 @@ class Generator:
                     fields.insert(self.draw(st.integers(0, len(fields))), self_type)
                 adt.fields.append(tuple(fields))
                 adt.recursive.append(is_rec)
+            adt.has_functions = any(
+                isinstance(f, FuncT) or (isinstance(f, AdtT) and f.index != index and self.adts[f.index].has_functions)
+                for fields in adt.fields for f in fields
+            )
             adt.ctors = []
             for c, fields in enumerate(adt.fields):
                 inputs = [self._field_relay_type(f, adt) for f in fields]
@@ -414,6 +425,7 @@ class Generator:
             lambda: self.call_global(ty, env, d),
             lambda: self.ref_read(ty, env, d),
             lambda: self.ref_write_then(ty, env, depth),
+            lambda: self.counter_closure(ty, env, d),
         ]
         if not _returns_function(ty):
             # TVM's device planning (run by the interpreter and the VM) fails on an if or match
@@ -432,7 +444,7 @@ class Generator:
         elif isinstance(ty, AdtT):
             opts += [lambda: self.construct(ty, env, d)] * 2
             if not ty.args:  # TVM's executors reject polymorphic constructors used as values
-                opts.append(lambda: self.construct_via_value(ty, env, d))
+                opts += [lambda: self.construct_via_value(ty, env, d)] * 2
         elif isinstance(ty, FuncT):
             opts += [lambda: self.function(ty, env, d)] * 2
             opts += [lambda: self.global_as_value(ty, env, d)] * 2
@@ -482,7 +494,8 @@ class Generator:
         g_ty = FuncT((a_ty,), ty)
         g, a = self.var(g_ty, "g"), self.var(a_ty, "a")
         inner = [(g, g_ty), (a, a_ty)]
-        as_global = self.flip() and len(self.globals) < self.max_globals
+        as_global = self.flip() and self.global_count < self.max_globals
+        self.global_count += as_global
         arg = self.expr(a_ty, inner if as_global else env + inner, max(d - 1, 0))
         body = relay.Call(g, [arg])
         if self.flip():  # use the result once more, so it is not always in tail position
@@ -498,6 +511,27 @@ class Generator:
             callee = func
         return relay.Call(callee, [self.expr(g_ty, env, d), self.expr(a_ty, env, d)])
 
+    def counter_closure(self, ty, env, d) -> relay.Expr:
+        """A closure that writes a reference it captured, called twice, then the reference read:
+        ``let %r = ref(..); let %f = fn (%a) { %r := ..; .. }; let %x = %f(..); let %y = %f(..); ..``."""
+        cell_ty = self.data_type(1, functions=False)
+        a_ty = self.data_type(0)
+        r = self.var(RefT(cell_ty), "r")
+        a = self.var(a_ty, "a")
+        f_ty = FuncT((a_ty,), ty)
+        f = self.var(f_ty, "f")
+        inner = env + [(r, RefT(cell_ty)), (a, a_ty)]
+        unit = relay.Var(self.name("u"), relay.TupleType([]))
+        old = self.var(cell_ty, "old")
+        write = relay.RefWrite(r, self.expr(cell_ty, inner + [(old, cell_ty)], max(d - 1, 0)))
+        body = relay.Let(old, relay.RefRead(r), relay.Let(unit, write, self.expr(ty, inner + [(old, cell_ty)], max(d - 1, 0))))
+        x, y = self.var(ty, "x"), self.var(ty, "y")
+        after = env + [(r, RefT(cell_ty)), (f, f_ty), (x, ty), (y, ty)]
+        rest = relay.Let(x, relay.Call(f, [self.expr(a_ty, env, 0)]),
+                         relay.Let(y, relay.Call(f, [self.expr(a_ty, env, 0)]), self.expr(ty, after, max(d - 1, 0))))
+        return relay.Let(r, relay.RefCreate(self.expr(cell_ty, env, 0)),
+                         relay.Let(f, relay.Function([a], body, self.relay_type(ty)), rest))
+
     def ref_read(self, ty, env, d) -> relay.Expr:
         return relay.RefRead(self.expr(RefT(ty), env, d))
 
@@ -508,7 +542,7 @@ class Generator:
             ref, rty = self.choose(refs)
             target = ref
         else:
-            rty = RefT(self.data_type(1))
+            rty = RefT(self.data_type(1, functions=False))
             target = relay.RefCreate(self.expr(rty.value, env, 0))
         unit = relay.Var(self.name("u"), relay.TupleType([]))
         write = relay.RefWrite(target, self.expr(rty.value, env, depth - 1))
@@ -535,7 +569,7 @@ class Generator:
 
     def pattern(self, ty, depth: int, binds: list):
         """A pattern for values of ``ty``; variables it binds are appended to ``binds``."""
-        kind = self.choose(["var", "wild"] + (["nested"] * 2 if depth > 0 and isinstance(ty, (AdtT, TupleT)) else []))
+        kind = self.choose(["var", "wild"] + (["nested"] * 4 if depth > 0 and isinstance(ty, (AdtT, TupleT)) else []))
         if kind == "var":
             var = self.var(ty, "m")
             binds.append((var, ty))
@@ -577,9 +611,9 @@ class Generator:
                 clauses.append(relay.Clause(relay.PatternConstructor(adt.ctors[c], subs),
                                             self.expr(ty, env + binds, d)))
         else:
-            for _ in range(self.draw(st.integers(0, 2))):
+            for _ in range(self.draw(st.integers(0, 3))):
                 binds = []
-                lhs = self.pattern(sty, 2, binds)
+                lhs = self.pattern(sty, 3, binds)
                 clauses.append(relay.Clause(lhs, self.expr(ty, env + binds, d)))
             binds = []
             catch_all = self.irrefutable(sty, 1, binds)
@@ -591,11 +625,16 @@ class Generator:
         values = [(v, t) for v, t in env if isinstance(t, AdtT) and any(self.adts[t.index].recursive)]
         value, vty = self.choose(values)
         key = (vty, ty)
+        if key in self._folding:
+            # Inside this fold's own body only the structural calls made below may recurse.
+            return self.expr(ty, env, 0)
         if key not in self.folds:
-            if len(self.globals) >= self.max_globals:
+            if self.global_count >= self.max_globals:
                 return self.expr(ty, env, 0)
+            self.global_count += 1
             gvar = relay.GlobalVar(self.name("fold"))
             self.folds[key] = gvar
+            self._folding.add(key)
             param = self.var(vty, "t")
             adt = self.adts[vty.index]
             clauses = []
@@ -615,6 +654,7 @@ class Generator:
                 pattern = relay.PatternConstructor(adt.ctors[c], [relay.PatternVar(v) for v in fvars])
                 clauses.append(relay.Clause(pattern, body))
             func = relay.Function([param], relay.Match(param, clauses), self.relay_type(ty))
+            self._folding.discard(key)
             self.globals.append(Global(gvar, FuncT((vty,), ty), "fold"))
             self.module[gvar] = func
         return relay.Call(self.folds[key], [value])
@@ -624,7 +664,7 @@ class Generator:
     def call_global(self, ty, env, d) -> relay.Expr:
         existing = [g for g in self.globals if g.type.ret == ty and g.kind != "fold"]
         kind = self.choose((["reuse"] if existing else []) + ["new"] + ([] if _returns_function(ty) else ["recursive"]))
-        if kind != "reuse" and len(self.globals) >= self.max_globals:
+        if kind != "reuse" and self.global_count >= self.max_globals:
             if not existing:
                 return self.expr(ty, env, 0)
             kind = "reuse"
@@ -646,12 +686,15 @@ class Generator:
         return relay.const(np.int32(self.draw(st.integers(0, 4))))
 
     def new_global(self, fty: FuncT, d) -> Global:
+        # A global becomes callable only once its body is complete: the call graph stays acyclic
+        # apart from the bounded self-recursion of fuel and fold globals.
+        self.global_count += 1
         gvar = relay.GlobalVar(self.name("g"))
         g = Global(gvar, fty)
-        self.globals.append(g)
         params = [self.var(p, "a") for p in fty.params]
         body = self.expr(fty.ret, list(zip(params, fty.params)), max(d, 1))
         self.module[gvar] = relay.Function(params, body, self.relay_type(fty.ret))
+        self.globals.append(g)
         return g
 
     def fuel_body(self, callee: relay.Expr, n: relay.Var, params: list, ret, env: list, d: int) -> relay.Expr:
@@ -671,11 +714,12 @@ class Generator:
         gvar = relay.GlobalVar(self.name("rec"))
         ptypes = [self.data_type(1) for _ in range(self.draw(st.integers(0, 2)))]
         g = Global(gvar, FuncT((FUEL, *ptypes), ret), "fuel")
-        self.globals.append(g)
+        self.global_count += 1
         n = relay.Var(self.name("n"), self.relay_type(FUEL))
         params = [(self.var(t, "a"), t) for t in ptypes]
         body = self.fuel_body(gvar, n, params, ret, [], max(d, 1))
         self.module[gvar] = relay.Function([n] + [v for v, _ in params], body, self.relay_type(ret))
+        self.globals.append(g)
         return g
 
     def recursive_closure(self, ty, env, d) -> relay.Expr:
@@ -696,7 +740,7 @@ class Generator:
         existing = [g for g in self.globals if g.type == ty and not g.fuel]
         if existing:
             return self.choose(existing).gvar
-        if len(self.globals) >= self.max_globals:
+        if self.global_count >= self.max_globals:
             return self.function(ty, env, d)
         return self.new_global(ty, d).gvar
 
@@ -787,7 +831,7 @@ class Generator:
         """One independent program: a global ``@case<i>`` with its parameters, arguments and type."""
         ptypes = [self.param_type() for _ in range(self.draw(st.integers(0, 3)))]
         params = [self.var(t, "in") for t in ptypes]
-        ret = self.data_type(2) if self.flip(7, 8) else RefT(self.data_type(1))
+        ret = self.data_type(2) if self.flip(7, 8) else RefT(self.data_type(1, functions=False))
         body = self.expr(ret, list(zip(params, ptypes)), self.max_depth)
         gvar = relay.GlobalVar(f"case{index}")
         self.module[gvar] = relay.Function(params, body, self.relay_type(ret))
