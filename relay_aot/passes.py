@@ -172,6 +172,20 @@ def _runtime_layout_transforms(mod: tvm.IRModule) -> int:
     return count
 
 
+@tvm.transform.module_pass(opt_level=0, name="FoldConstantIfPossible")
+def fold_constants(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """``FoldConstant``, or the module unchanged where TVM's pass fails.
+
+    FoldConstant leaves a dangling variable behind -- and fails its own free-variable check --
+    when the callee of a call is a ``let`` whose value is a let-bound constant
+    (``let %x = 1f; (let %y = %x; fn () { .. })()``); folding is only an optimisation.
+    """
+    try:
+        return relay.transform.FoldConstant()(mod)
+    except tvm.error.TVMError:
+        return mod
+
+
 @tvm.transform.module_pass(opt_level=0, name="AlterOpLayoutForConstants")
 def alter_layout_for_constants(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """``AlterOpLayout`` + ``FoldConstant``, kept only if every layout change folds away.
@@ -214,7 +228,7 @@ def prepare(
     fuse_level = 0 if opt_level < 1 else 2
     sequence = [relay.transform.InferType(), relay.transform.SimplifyInference()]
     if opt_level >= 2:
-        sequence.append(relay.transform.FoldConstant())
+        sequence.append(fold_constants)
     if opt_level >= 3 and target is not None:
         sequence += [relay.transform.InferType(), alter_layout_for_constants]
     sequence += [
