@@ -25,6 +25,7 @@ import tvm
 from . import ir, names
 from .dispatch import dispatch
 from .emitter import Emitter, cpp_string_literal, escape_comment
+from .liveness import last_uses
 from .metadata import Signature
 from .scalars import NATIVE_DTYPES, hex_literal, is_native_scalar
 
@@ -287,6 +288,7 @@ class CppEmitter:
         }
         self.out = Emitter()
         self.func: Optional[ir.Function] = None
+        self.last: set = set()  # last uses in the function being printed (liveness.py)
         self.types = TypeTable(program.adts)
         self.shapes: dict[tuple[int, ...], int] = {}
         self._collect_tables()
@@ -396,6 +398,7 @@ class CppEmitter:
         """Print ``f`` (and, for closures, its uniform entry)."""
         e = self.out
         self.func = f
+        self.last = last_uses(f)
         e.comment(f.signature or f.hint)
         e.line(self.prototype(f) + " {")
         args = ", ".join((["self"] if f.is_closure else []) + [var(p) for p in f.params])
@@ -407,7 +410,7 @@ class CppEmitter:
             e.line(f"Closure {var(f.self_var)} = closure_ref(self);", comment=f"%{f.self_var.hint} (itself)")
         if f.has_tail_call:
             e.line("while (true) {", comment="self tail calls continue here")
-        self.emit_block(f.body, lambda v: e.line(f"return {convert(var(v), v.type, f.ret)};"))
+        self.emit_block(f.body, lambda v, moved=False: e.line(f"return {convert(var(v), v.type, f.ret)};"))
         if f.has_tail_call:
             e.line("}")
         e.line("}")
@@ -421,12 +424,24 @@ class CppEmitter:
             e.line(f"return {convert(call, f.ret, ir.AnyType())};")
             e.line("}")
 
+    def use(self, v: ir.Var, node: object) -> str:
+        """``v`` where ``node`` uses it: moved from if this is its last use, boxed if unboxed.
+
+        Moving from a ``const`` reference (a parameter, a capture, a constant) is a copy, so
+        only locals actually hand their value over.
+        """
+        if is_native_scalar(v.type):
+            return boxed(v)
+        return f"std::move({var(v)})" if (id(node), v.id) in self.last else var(v)
+
     def emit_block(self, block: ir.Block, on_result: Callable[[ir.Var], None]) -> None:
         """Print ``block``; ``on_result`` prints what happens to its value."""
         for stmt in block.stmts:
             dispatch(self._stmts, stmt, what="statement")
         if isinstance(block.result, ir.TailCall):
             self.emit_tail_call(block.result)
+        elif (id(block), block.result.id) in self.last and not is_native_scalar(block.result.type):
+            on_result(block.result, moved=True)
         else:
             on_result(block.result)
 
@@ -434,10 +449,13 @@ class CppEmitter:
         """Rebind the parameters (through temporaries: arguments may read them) and loop."""
         e = self.out
         params = self.func.params
+        changed = [(i, p, a) for i, (p, a) in enumerate(zip(params, call.args)) if a is not p]
         e.line("{", comment="self tail call")
-        for i, (p, a) in enumerate(zip(params, call.args)):
-            e.line(f"{ctype(p.type)} t{i} = {convert(var(a), a.type, p.type)};")
-        for i, p in enumerate(params):
+        for i, p, a in changed:
+            moved = (id(call), a.id) in self.last and not is_native_scalar(a.type)
+            value = f"std::move({var(a)})" if moved else var(a)
+            e.line(f"{ctype(p.type)} t{i} = {convert(value, a.type, p.type)};")
+        for i, p, a in changed:
             e.line(f"{var(p)} = std::move(t{i});")
         e.line("}")
         e.line("continue;")
@@ -479,9 +497,14 @@ class CppEmitter:
         else:
             e.line(failure)
 
-    def assign_to(self, result: ir.Var) -> Callable[[ir.Var], None]:
-        """A block-result printer assigning to ``result``."""
-        return lambda v: self.out.line(f"{var(result)} = {convert(var(v), v.type, result.type)};")
+    def assign_to(self, result: ir.Var) -> Callable[..., None]:
+        """A block-result printer assigning to ``result`` (moving the value if it dies here)."""
+
+        def assign(v: ir.Var, moved: bool = False) -> None:
+            value = f"std::move({var(v)})" if moved else var(v)
+            self.out.line(f"{var(result)} = {convert(value, v.type, result.type)};")
+
+        return assign
 
     @staticmethod
     def describe(v: ir.Var, note: str) -> str:
@@ -556,7 +579,7 @@ class CppEmitter:
         return convert(name, out, ir.AnyType())
 
     def _make_tuple(self, rhs: ir.MakeTuple, stmt: ir.Let) -> None:
-        fields = ", ".join(boxed(f) for f in rhs.fields)
+        fields = ", ".join(self.use(f, stmt) for f in rhs.fields)
         self.define(stmt, f"make_adt(0, {{{fields}}})")
 
     def _proj(self, rhs: ir.Proj, stmt: ir.Let) -> None:
@@ -564,12 +587,12 @@ class CppEmitter:
 
     def _make_adt(self, rhs: ir.MakeAdt, stmt: ir.Let) -> None:
         ctor = self.program.adts[rhs.adt].ctors[rhs.ctor]
-        fields = ", ".join(boxed(f) for f in rhs.fields)
+        fields = ", ".join(self.use(f, stmt) for f in rhs.fields)
         stmt = dataclasses.replace(stmt, note=ctor.name)
         self.define(stmt, f"make_adt({ctor.tag}, {{{fields}}})")
 
     def _make_closure(self, rhs: ir.MakeClosure, stmt: ir.Let) -> None:
-        captures = ", ".join(var(c) for c in rhs.captures)
+        captures = ", ".join(self.use(c, stmt) if not is_native_scalar(c.type) else var(c) for c in rhs.captures)
         self.define(stmt, f"make_closure<{names.CLOSURE_CLASS}{rhs.func}>({captures})")
 
     def _call_global(self, rhs: ir.CallGlobal, stmt: ir.Let) -> None:
@@ -580,7 +603,7 @@ class CppEmitter:
     def _call_closure(self, rhs: ir.CallClosure, stmt: ir.Let) -> None:
         args = var(stmt.var) + "_args"
         if rhs.args:
-            self.out.line(f"ObjectRef {args}[] = {{{', '.join(boxed(a) for a in rhs.args)}}};")
+            self.out.line(f"ObjectRef {args}[] = {{{', '.join(self.use(a, stmt) for a in rhs.args)}}};")
         else:
             args = "nullptr"
         ret_type = self.types.index(stmt.var.type)
@@ -594,13 +617,13 @@ class CppEmitter:
         self.define(stmt, f"{callee.id}({env}{args})", callee.ret)
 
     def _ref_new(self, rhs: ir.RefNew, stmt: ir.Let) -> None:
-        self.define(stmt, f"ref_new({boxed(rhs.value)})")
+        self.define(stmt, f"ref_new({self.use(rhs.value, stmt)})")
 
     def _ref_read(self, rhs: ir.RefRead, stmt: ir.Let) -> None:
         self.define(stmt, f"ref_read({var(rhs.ref)})", ir.AnyType())
 
     def _ref_write(self, rhs: ir.RefWrite, stmt: ir.Let) -> None:
-        self.out.line(f"ref_write({var(rhs.ref)}, {boxed(rhs.value)});")
+        self.out.line(f"ref_write({var(rhs.ref)}, {self.use(rhs.value, stmt)});")
         self.define(stmt, "unit()")
 
     # -- constants and entry points ------------------------------------------------------

@@ -31,8 +31,12 @@ constexpr size_t kAlignment = 64;
 constexpr size_t kHeaderBytes = (sizeof(NDArray::Container) + kAlignment - 1) / kAlignment * kAlignment;
 /*! \brief Blocks larger than this are not cached (large tensors are rare and costly to keep). */
 constexpr size_t kMaxCachedBlock = size_t(1) << 20;
-/*! \brief Blocks kept per size, and distinct sizes kept, per thread. */
-constexpr size_t kBlocksPerSize = 64;
+/*!
+ * \brief Bytes of free blocks kept per thread, and distinct sizes kept. A program that builds a
+ *        list of 1,000 boxed scalars frees them all at once and builds it again on the next call:
+ *        the cache must hold a whole list's worth, not a handful.
+ */
+constexpr size_t kCachedBytes = size_t(16) << 20;
 constexpr size_t kCachedSizes = 32;
 
 /*! \brief Free blocks of one size. */
@@ -55,6 +59,7 @@ class BlockCache {
       if (c.bytes == bytes && !c.blocks.empty()) {
         void* block = c.blocks.back();
         c.blocks.pop_back();
+        cached_bytes_ -= bytes;
         return block;
       }
     }
@@ -64,19 +69,17 @@ class BlockCache {
   }
 
   void Give(void* block, size_t bytes) {
-    if (bytes <= kMaxCachedBlock) {
+    if (bytes <= kMaxCachedBlock && cached_bytes_ + bytes <= kCachedBytes) {
       for (SizeClass& c : classes_) {
         if (c.bytes == bytes) {
-          if (c.blocks.size() < kBlocksPerSize) {
-            c.blocks.push_back(block);
-            return;
-          }
-          std::free(block);
+          c.blocks.push_back(block);
+          cached_bytes_ += bytes;
           return;
         }
       }
       if (classes_.size() < kCachedSizes) {
         classes_.push_back({bytes, {block}});
+        cached_bytes_ += bytes;
         return;
       }
     }
@@ -85,6 +88,7 @@ class BlockCache {
 
  private:
   std::vector<SizeClass> classes_;
+  size_t cached_bytes_ = 0;
 };
 
 inline BlockCache& block_cache() {
