@@ -401,8 +401,9 @@ class CppEmitter:
         self.last = last_uses(f)
         e.comment(f.signature or f.hint)
         e.line(self.prototype(f) + " {")
-        args = ", ".join((["self"] if f.is_closure else []) + [var(p) for p in f.params])
-        e.line(f"if (stack_low()) return on_new_stack([&] {{ return {f.id}({args}); }});", comment="deep recursion")
+        if self.calls_functions(f):  # a leaf (only kernels) cannot recurse: no check needed
+            args = ", ".join((["self"] if f.is_closure else []) + [var(p) for p in f.params])
+            e.line(f"if (stack_low()) return on_new_stack([&] {{ return {f.id}({args}); }});", comment="deep recursion")
         for i, cap in enumerate(f.captures):
             ref = "" if is_native_scalar(cap.type) else "&"
             e.line(f"const {ctype(cap.type)}{ref} {var(cap)} = self->{names.CAPTURE}{i};")
@@ -433,6 +434,12 @@ class CppEmitter:
         if is_native_scalar(v.type):
             return boxed(v)
         return f"std::move({var(v)})" if (id(node), v.id) in self.last else var(v)
+
+    @staticmethod
+    def calls_functions(f: ir.Function) -> bool:
+        """Whether ``f`` calls a global or a closure (only then can a call chain through it recurse)."""
+        calls = (ir.CallGlobal, ir.CallClosure, ir.CallKnown)
+        return f.has_tail_call or any(isinstance(s, ir.Let) and isinstance(s.rhs, calls) for s in ir.walk(f.body))
 
     @staticmethod
     def entry_arg(i: int, ty: ir.Type) -> str:
