@@ -291,6 +291,11 @@ class CppEmitter:
         self.last: set = set()  # last uses in the function being printed (liveness.py)
         self.types = TypeTable(program.adts)
         self.shapes: dict[tuple[int, ...], int] = {}
+        #: C++ signatures of the typed closure entries, numbered (see ClosureObj::signature)
+        self.signatures: dict[str, int] = {}
+        for f in program.functions:
+            if f.is_closure:
+                self.signatures.setdefault(self.typed_signature([p.type for p in f.params], f.ret), len(self.signatures))
         self._collect_tables()
 
     def _collect_tables(self) -> None:
@@ -336,6 +341,8 @@ class CppEmitter:
         closures = [f for f in self.program.functions if f.is_closure]
         for f in closures:
             e.decl(f"ObjectRef {names.CLOSURE_ENTRY}{f.id}(const ClosureObj* self, const ObjectRef* args);")
+            typed_params = "".join(f", {self.typed_param(p.type, var(p))}" for p in f.params)
+            e.decl(f"{ctype(f.ret)} {names.TYPED_ENTRY}{f.id}(const ClosureObj* self{typed_params});")
         for f in closures:
             e.decl()
             e.decl_comment(f"environment of {f.hint}")
@@ -351,7 +358,10 @@ class CppEmitter:
                 param_types = names.CLOSURE_PARAM_TYPES
                 indices = ", ".join(str(self.types.index(p.type)) for p in f.params)
                 e.decl(f"  static constexpr int {param_types}[] = {{{indices}}};")
-            base = f"ClosureObj(&{names.CLOSURE_ENTRY}{f.id}, {len(f.params)}, {names.TYPE_TABLE}, {param_types})"
+            signature = self.signatures[self.typed_signature([p.type for p in f.params], f.ret)]
+            typed = f"reinterpret_cast<const void*>(&{names.TYPED_ENTRY}{f.id})"
+            base = (f"ClosureObj(&{names.CLOSURE_ENTRY}{f.id}, {len(f.params)}, {names.TYPE_TABLE}, {param_types}, "
+                    f"{typed}, {signature})")
             e.decl(f"  {explicit}{cls}({params}) : {base}{inits} {{}}")
             e.decl("};")
         e.decl()
@@ -424,6 +434,12 @@ class CppEmitter:
             call = f"{f.id}(static_cast<const {cls}*>(self){sep}{args})"
             e.line(f"return {convert(call, f.ret, ir.AnyType())};")
             e.line("}")
+            typed_params = "".join(f", {self.typed_param(p.type, var(p))}" for p in f.params)
+            forwarded = "".join(f", {var(p)}" for p in f.params)
+            e.line()
+            e.line(f"{ctype(f.ret)} {names.TYPED_ENTRY}{f.id}(const ClosureObj* self{typed_params}) {{")
+            e.line(f"return {f.id}(static_cast<const {cls}*>(self){forwarded});")
+            e.line("}")
 
     def use(self, v: ir.Var, node: object) -> str:
         """``v`` where ``node`` uses it: moved from if this is its last use, boxed if unboxed.
@@ -434,6 +450,16 @@ class CppEmitter:
         if is_native_scalar(v.type):
             return boxed(v)
         return f"std::move({var(v)})" if (id(node), v.id) in self.last else var(v)
+
+    @staticmethod
+    def typed_param(ty: ir.Type, name: str = "") -> str:
+        """A parameter of a typed closure entry: scalars by value, objects by const reference."""
+        text = ctype(ty) if is_native_scalar(ty) else f"const {ctype(ty)}&"
+        return f"{text} {name}".rstrip()
+
+    def typed_signature(self, params: list[ir.Type], ret: ir.Type) -> str:
+        """The C++ function type of a typed closure entry with these parameter and result types."""
+        return f"{ctype(ret)}(const ClosureObj*{''.join(', ' + self.typed_param(p) for p in params)})"
 
     @staticmethod
     def calls_functions(f: ir.Function) -> bool:
@@ -613,14 +639,32 @@ class CppEmitter:
         self.define(stmt, f"{callee.id}({args})", callee.ret)
 
     def _call_closure(self, rhs: ir.CallClosure, stmt: ir.Let) -> None:
+        signature = self.signatures.get(self.typed_signature([a.type for a in rhs.args], stmt.var.type))
+        if signature is not None and isinstance(rhs.closure.type, ir.FuncType):
+            # The static type says which C++ signature a closure of this program would have:
+            # call its typed entry directly; anything else goes through call_closure.
+            v, e = stmt.var, self.out
+            function_type = self.typed_signature([a.type for a in rhs.args], v.type).replace("(", "(*)(", 1)
+            e.line(f"{ctype(v.type)} {var(v)};", comment=self.describe(v, stmt.note))
+            e.line(f"if (const ClosureObj* c = typed_closure({var(rhs.closure)}, {signature})) {{")
+            args = "".join(f", {var(a)}" for a in rhs.args)
+            e.line(f"{var(v)} = reinterpret_cast<{function_type}>(c->typed_entry)(c{args});")
+            e.line("} else {")
+            self._uniform_call(rhs, stmt, lambda call: e.line(f"{var(v)} = {convert(call, ir.AnyType(), v.type)};"))
+            e.line("}")
+            return
+        self._uniform_call(rhs, stmt, lambda call: self.define(stmt, call, ir.AnyType()))
+
+    def _uniform_call(self, rhs: ir.CallClosure, stmt: ir.Let, finish) -> None:
+        """Call a closure through its uniform entry (boxed arguments); ``finish(call)`` prints the
+        use of the call expression."""
         args = var(stmt.var) + "_args"
         if rhs.args:
             self.out.line(f"ObjectRef {args}[] = {{{', '.join(self.use(a, stmt) for a in rhs.args)}}};")
         else:
             args = "nullptr"
         ret_type = self.types.index(stmt.var.type)
-        call = f"call_closure({var(rhs.closure)}, {args}, {len(rhs.args)}, {names.TYPE_TABLE}, {ret_type})"
-        self.define(stmt, call, ir.AnyType())
+        finish(f"call_closure({var(rhs.closure)}, {args}, {len(rhs.args)}, {names.TYPE_TABLE}, {ret_type})")
 
     def _call_known(self, rhs: ir.CallKnown, stmt: ir.Let) -> None:
         callee = self.functions[rhs.func]

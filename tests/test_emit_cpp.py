@@ -197,14 +197,35 @@ def test_closure_function_with_captures_and_self():
         ObjectRef entry_f3(const ClosureObj* self, const ObjectRef* args) {
           return f3(static_cast<const Closure_f3*>(self), view<NDArray>(args[0]));
         }
+
+        NDArray typed_f3(const ClosureObj* self, const NDArray& v1) {
+          return f3(static_cast<const Closure_f3*>(self), v1);
+        }
         """
     )
     header = em.header("// banner")
     assert "struct Closure_f3 final : ClosureObj {\n  NDArray c0;  // x\n" in header
     assert "static constexpr int kParamTypes[] = {0};" in header
     assert (
-        "explicit Closure_f3(NDArray c0) : ClosureObj(&entry_f3, 1, kTypes, kParamTypes), c0(std::move(c0)) {}"
-        in header
+        "explicit Closure_f3(NDArray c0) : ClosureObj(&entry_f3, 1, kTypes, kParamTypes, "
+        "reinterpret_cast<const void*>(&typed_f3), 0), c0(std::move(c0)) {}" in header
+    )
+
+
+def test_closure_call_through_a_typed_entry():
+    """A call whose static type matches a closure signature of the program calls it typed."""
+    callee = ir.Function("f3", "%f", [v(10, SCALAR)], SCALAR, ir.Block([], v(10, SCALAR)), is_closure=True)
+    stmt = ir.Let(v(3, SCALAR), ir.CallClosure(v(2, ir.FuncType((SCALAR,), SCALAR)), [v(1, SCALAR)]))
+    assert emit(stmt, [callee]) == lines(
+        """
+        int32_t v3;
+        if (const ClosureObj* c = typed_closure(v2, 0)) {
+          v3 = reinterpret_cast<int32_t(*)(const ClosureObj*, int32_t)>(c->typed_entry)(c, v1);
+        } else {
+          ObjectRef v3_args[] = {box(v1)};
+          v3 = unbox<int32_t>(call_closure(v2, v3_args, 1, kTypes, 0));
+        }
+        """
     )
 
 

@@ -80,6 +80,13 @@ class ClosureObj : public PackedFuncObj {
   /*! \brief The program's type table and the types of the parameters (checked for foreign callers). */
   const TypeDesc* types;
   const int* param_types;
+  /*!
+   * \brief The body with typed parameters (unboxed scalars, no argument array), and a number
+   *        naming its C++ signature within the program; callers whose static function type has
+   *        the same signature call it directly (see typed_closure).
+   */
+  const void* typed_entry;
+  int signature;
 
   /*! \brief Whether \p obj (a PackedFuncObj) is a closure made by this library. */
   static bool IsNative(const Object* obj) {
@@ -89,8 +96,15 @@ class ClosureObj : public PackedFuncObj {
   }
 
  protected:
-  ClosureObj(Entry entry, int arity, const TypeDesc* types, const int* param_types)
-      : PackedFuncObj(&ClosureObj::CallPacked), entry(entry), arity(arity), types(types), param_types(param_types) {}
+  ClosureObj(Entry entry, int arity, const TypeDesc* types, const int* param_types, const void* typed_entry,
+             int signature)
+      : PackedFuncObj(&ClosureObj::CallPacked),
+        entry(entry),
+        arity(arity),
+        types(types),
+        param_types(param_types),
+        typed_entry(typed_entry),
+        signature(signature) {}
 
  private:
   /*! \brief The packed view of the closure, used by Python and other foreign callers. */
@@ -157,6 +171,17 @@ inline ObjectRef call_closure(const Closure& fn, const ObjectRef* args, int coun
     return closure->entry(closure, args);
   }
   return call_foreign(fn, args, count, types, ret_type);
+}
+
+/*!
+ * \brief The closure behind \p fn if it came from this library and its typed entry has C++
+ *        signature number \p signature; nullptr otherwise (then call it with call_closure).
+ */
+inline const ClosureObj* typed_closure(const Closure& fn, int signature) {
+  const Object* obj = fn.get();
+  if (!ClosureObj::IsNative(obj)) return nullptr;
+  const auto* closure = static_cast<const ClosureObj*>(obj);
+  return closure->signature == signature ? closure : nullptr;
 }
 
 /*! \brief The closure a generated function body is running in, as a value. */
