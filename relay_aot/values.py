@@ -76,7 +76,7 @@ class Converter:
             try:
                 array = np.array(value, dtype=ty.dtype)
             except OverflowError:
-                raise ValueError(f"{where}: {value!r} does not fit in {ty.dtype}") from None
+                raise ValueError(f"{where}: the number {value!r} does not fit in dtype {ty.dtype}") from None
         else:
             raise self._mismatch(value, ty, where)
         if str(array.dtype) != ty.dtype:

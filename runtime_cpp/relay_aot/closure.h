@@ -40,7 +40,7 @@ using tvm::runtime::TVMRetValue;
  *        table): tensors passed as DLTensor* are copied, and a Python or C++ number passed where
  *        a 0-d tensor is expected becomes one of the expected dtype.
  */
-inline ObjectRef object_from_arg(const TVMArgValue& arg, int index, const TypeDesc& expected) {
+inline ObjectRef object_from_arg(const TVMArgValue& arg, const std::string& what, const TypeDesc& expected) {
   switch (arg.type_code()) {
     case kTVMNDArrayHandle:
     case kTVMObjectHandle:
@@ -57,14 +57,13 @@ inline ObjectRef object_from_arg(const TVMArgValue& arg, int index, const TypeDe
       if (expected.kind == Kind::kTensor && expected.ndim == 0) {
       {
         bool is_real = arg.type_code() == kDLFloat;
-        std::string what = "argument " + std::to_string(index);
         return scalar_of_dtype(expected.dtype, is_real ? arg.value().v_float64 : 0.0,
                                is_real ? 0 : arg.value().v_int64, is_real, what.c_str());
       }
       }
       [[fallthrough]];
     default:
-      raise_type_error("argument " + std::to_string(index) + ": expected " + expected.text +
+      raise_type_error(what + ": expected " + expected.text +
                        ", got a value that is not a tensor, tuple, ADT or function (TVM type code " +
                        std::to_string(arg.type_code()) + ")");
   }
@@ -104,8 +103,9 @@ class ClosureObj : public PackedFuncObj {
     std::vector<ObjectRef> values;
     values.reserve(args.size());
     for (int i = 0; i < args.size(); ++i) {
-      values.push_back(object_from_arg(args[i], i, self->types[self->param_types[i]]));
-      check_value(values.back(), self->param_types[i], self->types, "closure argument " + std::to_string(i));
+      std::string what = "closure argument " + std::to_string(i);
+      values.push_back(object_from_arg(args[i], what, self->types[self->param_types[i]]));
+      check_value(values.back(), self->param_types[i], self->types, what);
     }
     *rv = self->entry(self, values.data());
   }
