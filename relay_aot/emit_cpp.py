@@ -416,7 +416,7 @@ class CppEmitter:
         e.line("}")
         if f.is_closure:
             cls = names.CLOSURE_CLASS + f.id
-            args = ", ".join(convert(f"args[{i}]", ir.AnyType(), p.type) for i, p in enumerate(f.params))
+            args = ", ".join(self.entry_arg(i, p.type) for i, p in enumerate(f.params))
             e.line()
             e.line(f"ObjectRef {names.CLOSURE_ENTRY}{f.id}(const ClosureObj* self, const ObjectRef* args) {{")
             sep = ", " if args else ""
@@ -433,6 +433,13 @@ class CppEmitter:
         if is_native_scalar(v.type):
             return boxed(v)
         return f"std::move({var(v)})" if (id(node), v.id) in self.last else var(v)
+
+    @staticmethod
+    def entry_arg(i: int, ty: ir.Type) -> str:
+        """Argument ``i`` of a closure entry as parameter type ``ty`` (viewed, not copied)."""
+        if is_native_scalar(ty) or ctype(ty) == "ObjectRef":
+            return convert(f"args[{i}]", ir.AnyType(), ty)
+        return f"view<{ctype(ty)}>(args[{i}])"
 
     def emit_block(self, block: ir.Block, on_result: Callable[[ir.Var], None]) -> None:
         """Print ``block``; ``on_result`` prints what happens to its value."""
@@ -574,22 +581,20 @@ class CppEmitter:
     def rebuild(self, ty: ir.Type, outputs) -> str:
         """The (nested) tuple of type ``ty`` made of the next (name, type) pairs in ``outputs``."""
         if isinstance(ty, ir.TupleType):
-            return f"make_adt(0, {{{', '.join(self.rebuild(f, outputs) for f in ty.fields)}}})"
+            return f"make_adt({', '.join(['0'] + [self.rebuild(f, outputs) for f in ty.fields])})"
         name, out = next(outputs)
         return convert(name, out, ir.AnyType())
 
     def _make_tuple(self, rhs: ir.MakeTuple, stmt: ir.Let) -> None:
-        fields = ", ".join(self.use(f, stmt) for f in rhs.fields)
-        self.define(stmt, f"make_adt(0, {{{fields}}})")
+        self.define(stmt, f"make_adt({', '.join(['0'] + [self.use(f, stmt) for f in rhs.fields])})")
 
     def _proj(self, rhs: ir.Proj, stmt: ir.Let) -> None:
         self.define(stmt, f"field({var(rhs.value)}, {rhs.index})", ir.AnyType())
 
     def _make_adt(self, rhs: ir.MakeAdt, stmt: ir.Let) -> None:
         ctor = self.program.adts[rhs.adt].ctors[rhs.ctor]
-        fields = ", ".join(self.use(f, stmt) for f in rhs.fields)
         stmt = dataclasses.replace(stmt, note=ctor.name)
-        self.define(stmt, f"make_adt({ctor.tag}, {{{fields}}})")
+        self.define(stmt, f"make_adt({', '.join([str(ctor.tag)] + [self.use(f, stmt) for f in rhs.fields])})")
 
     def _make_closure(self, rhs: ir.MakeClosure, stmt: ir.Let) -> None:
         captures = ", ".join(self.use(c, stmt) if not is_native_scalar(c.type) else var(c) for c in rhs.captures)

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernel.h"
+#include "memory.h"
 
 namespace relay_aot {
 
@@ -27,74 +28,7 @@ using tvm::runtime::ShapeTuple;
 
 namespace detail {
 
-constexpr size_t kAlignment = 64;
-constexpr size_t kHeaderBytes = (sizeof(NDArray::Container) + kAlignment - 1) / kAlignment * kAlignment;
-/*! \brief Blocks larger than this are not cached (large tensors are rare and costly to keep). */
-constexpr size_t kMaxCachedBlock = size_t(1) << 20;
-/*!
- * \brief Bytes of free blocks kept per thread, and distinct sizes kept. A program that builds a
- *        list of 1,000 boxed scalars frees them all at once and builds it again on the next call:
- *        the cache must hold a whole list's worth, not a handful.
- */
-constexpr size_t kCachedBytes = size_t(16) << 20;
-constexpr size_t kCachedSizes = 32;
-
-/*! \brief Free blocks of one size. */
-struct SizeClass {
-  size_t bytes;
-  std::vector<void*> blocks;
-};
-
-/*! \brief The calling thread's cache of free blocks. */
-class BlockCache {
- public:
-  ~BlockCache() {
-    for (SizeClass& c : classes_) {
-      for (void* block : c.blocks) std::free(block);
-    }
-  }
-
-  void* Take(size_t bytes) {
-    for (SizeClass& c : classes_) {
-      if (c.bytes == bytes && !c.blocks.empty()) {
-        void* block = c.blocks.back();
-        c.blocks.pop_back();
-        cached_bytes_ -= bytes;
-        return block;
-      }
-    }
-    void* block = std::aligned_alloc(kAlignment, bytes);
-    if (block == nullptr) throw std::bad_alloc();
-    return block;
-  }
-
-  void Give(void* block, size_t bytes) {
-    if (bytes <= kMaxCachedBlock && cached_bytes_ + bytes <= kCachedBytes) {
-      for (SizeClass& c : classes_) {
-        if (c.bytes == bytes) {
-          c.blocks.push_back(block);
-          cached_bytes_ += bytes;
-          return;
-        }
-      }
-      if (classes_.size() < kCachedSizes) {
-        classes_.push_back({bytes, {block}});
-        cached_bytes_ += bytes;
-        return;
-      }
-    }
-    std::free(block);
-  }
-
- private:
-  std::vector<SizeClass> classes_;
-  size_t cached_bytes_ = 0;
-};
-
-inline BlockCache& block_cache() {
-  static thread_local BlockCache cache;
-  return cache;
-}
+constexpr size_t kHeaderBytes = rounded(sizeof(NDArray::Container));
 
 inline size_t block_bytes(const DLTensor& t) {
   size_t data = tvm::runtime::GetDataSize(t);
