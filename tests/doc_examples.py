@@ -13,6 +13,7 @@ Rules every page follows (``docs/index.md`` states them for writers):
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from pathlib import Path
 from typing import Optional
@@ -73,4 +74,7 @@ def check_shown_output(shown: str, actual: str, where: str) -> None:
             ok = any(a.startswith(line[:-3]) for a in lines)
         else:
             ok = line in lines
-        assert ok, f"{where} shows {line!r}, but the output was:\n{actual}"
+        if not ok:
+            close = difflib.get_close_matches(line, lines, n=1, cutoff=0.5)
+            hint = f"the closest output line is\n  {close[0]!r}" if close else f"the output was:\n{actual[-3000:]}"
+            raise AssertionError(f"{where} shows\n  {line!r}\nbut the example does not print it; {hint}")
