@@ -120,7 +120,24 @@ py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds
     py::handle arg = args[i];
     TVMValue& value = packed.values[i];
     int& code = packed.codes[i];
-    if (PyBool_Check(arg.ptr())) {
+    if (py::isinstance(arg, numpy_generic) || py::isinstance<py::array>(arg)) {
+      // First: np.float64 is a Python float too, but keeps its dtype here (checked by the entry).
+      py::array array = py::reinterpret_borrow<py::object>(arg);
+      if (!py::isinstance<py::array>(arg)) {
+        array = py::array::ensure(arg);  // a numpy scalar: a 0-d array of its dtype
+        packed.keep_alive.push_back(array);
+      }
+      DLDataType dtype;
+      if (!array || !dtype_of(array, &dtype) || !(array.flags() & py::array::c_style)) {
+        return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+      }
+      packed.shapes.emplace_back(array.shape(), array.shape() + array.ndim());
+      packed.tensors.push_back(DLTensor{const_cast<void*>(array.data()), DLDevice{1, 0},
+                                        static_cast<int32_t>(array.ndim()), dtype,
+                                        packed.shapes.back().data(), nullptr, 0});
+      value.v_handle = &packed.tensors.back();
+      code = kDLTensorHandle;
+    } else if (PyBool_Check(arg.ptr())) {
       value.v_int64 = arg.ptr() == Py_True ? 1 : 0;
       code = kBool;
     } else if (PyLong_Check(arg.ptr())) {
@@ -141,22 +158,6 @@ py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds
     } else if (py::isinstance(arg, object_class)) {
       value.v_handle = handle_of(arg);
       code = kObjectHandle;
-    } else if (py::isinstance<py::array>(arg) || py::isinstance(arg, numpy_generic)) {
-      py::array array = py::reinterpret_borrow<py::object>(arg);
-      if (!py::isinstance<py::array>(arg)) {
-        array = py::array::ensure(arg);  // a numpy scalar: a 0-d array of its dtype
-        packed.keep_alive.push_back(array);
-      }
-      DLDataType dtype;
-      if (!array || !dtype_of(array, &dtype) || !(array.flags() & py::array::c_style)) {
-        return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-      }
-      packed.shapes.emplace_back(array.shape(), array.shape() + array.ndim());
-      packed.tensors.push_back(DLTensor{const_cast<void*>(array.data()), DLDevice{1, 0},
-                                        static_cast<int32_t>(array.ndim()), dtype,
-                                        packed.shapes.back().data(), nullptr, 0});
-      value.v_handle = &packed.tensors.back();
-      code = kDLTensorHandle;
     } else {
       return py::reinterpret_borrow<py::object>(Py_NotImplemented);
     }

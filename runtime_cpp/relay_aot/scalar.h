@@ -96,7 +96,10 @@ inline NDArray scalar_of_dtype(DLDataType dtype, double real, int64_t integer, b
   if (dtype.lanes != 1) return mismatch();
   if (dtype.code == kDLFloat) {
     double value = is_real ? real : static_cast<double>(integer);
-    if (dtype.bits == 32) return box(static_cast<float>(value));
+    if (dtype.bits == 32) {
+      if (std::isfinite(value) && std::fabs(value) > std::numeric_limits<float>::max()) return fail();
+      return box(static_cast<float>(value));
+    }
     if (dtype.bits == 64) return box(value);
     return mismatch();
   }
