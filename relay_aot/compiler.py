@@ -56,11 +56,25 @@ def compile(  # noqa: A001 - the name users expect
 ) -> CompiledModule:
     """Compile ``mod["main"]`` (and what it reaches) into a callable.
 
-    ``params`` binds named parameters of ``main`` to constants, like ``relay.build``. ``name``
-    prefixes every exported symbol of the library. ``cache=False`` builds in a private
-    directory instead of the shared cache; ``verbose=True`` shows the build's commands.
+    :param mod: the Relay program; ``main`` is its entry point.
+    :param target: TVM target of the kernels: a CPU (``llvm ...``) target.
+    :param params: arrays bound to parameters of ``main`` by name, like ``relay.build``'s
+        ``params``: they become constants of the library and leave the signature.
+    :param backend: ``"cpp"`` (a shared library) or ``"python"`` (generated Python calling the
+        same kernels; for debugging, needs no C++ compiler).
+    :param name: the model name, which prefixes every symbol the library exports: 1-64
+        letters, digits and underscores, not starting with a digit.
+    :param opt_level: TVM's optimization level for the Relay passes and the kernels.
+    :param cache: ``False`` builds in a private directory instead of the shared cache.
+    :param verbose: ``True`` shows the build's commands on stderr.
+    :returns: the compiled program; call it like ``mod["main"]``.
+    :raises UnsupportedError: the program uses something relay_aot does not compile (dynamic
+        shapes, a non-CPU target, ...).
+    :raises RelayAotError: the program does not type-check, or ``params`` names no parameter.
+    :raises CompileError: the generated C++ did not compile (its output and sources are kept).
+    :raises ValueError: a bad model name, backend or target.
 
-    The C++ backend caches libraries (see ``docs/build.md``): a module compiled before with the
+    The C++ backend caches libraries (see docs/build.md): a module compiled before with the
     same parameters, options, flags and relay_aot/TVM versions is loaded without running any
     pass. The result's ``build_result`` (:class:`relay_aot.build.BuildResult`) tells whether
     it came from the cache (``.cached``) and its key.

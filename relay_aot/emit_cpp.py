@@ -25,6 +25,7 @@ import tvm
 from . import ir, names
 from .dispatch import dispatch
 from .emitter import Emitter, cpp_string_literal, escape_comment
+from .liveness import last_uses
 from .metadata import Signature
 from .scalars import NATIVE_DTYPES, hex_literal, is_native_scalar
 
@@ -287,8 +288,14 @@ class CppEmitter:
         }
         self.out = Emitter()
         self.func: Optional[ir.Function] = None
+        self.last: set = set()  # last uses in the function being printed (liveness.py)
         self.types = TypeTable(program.adts)
         self.shapes: dict[tuple[int, ...], int] = {}
+        #: C++ signatures of the typed closure entries, numbered (see ClosureObj::signature)
+        self.signatures: dict[str, int] = {}
+        for f in program.functions:
+            if f.is_closure:
+                self.signatures.setdefault(self.typed_signature([p.type for p in f.params], f.ret), len(self.signatures))
         self._collect_tables()
 
     def _collect_tables(self) -> None:
@@ -334,6 +341,8 @@ class CppEmitter:
         closures = [f for f in self.program.functions if f.is_closure]
         for f in closures:
             e.decl(f"ObjectRef {names.CLOSURE_ENTRY}{f.id}(const ClosureObj* self, const ObjectRef* args);")
+            typed_params = "".join(f", {self.typed_param(p.type, var(p))}" for p in f.params)
+            e.decl(f"{ctype(f.ret)} {names.TYPED_ENTRY}{f.id}(const ClosureObj* self{typed_params});")
         for f in closures:
             e.decl()
             e.decl_comment(f"environment of {f.hint}")
@@ -349,7 +358,10 @@ class CppEmitter:
                 param_types = names.CLOSURE_PARAM_TYPES
                 indices = ", ".join(str(self.types.index(p.type)) for p in f.params)
                 e.decl(f"  static constexpr int {param_types}[] = {{{indices}}};")
-            base = f"ClosureObj(&{names.CLOSURE_ENTRY}{f.id}, {len(f.params)}, {names.TYPE_TABLE}, {param_types})"
+            signature = self.signatures[self.typed_signature([p.type for p in f.params], f.ret)]
+            typed = f"reinterpret_cast<const void*>(&{names.TYPED_ENTRY}{f.id})"
+            base = (f"ClosureObj(&{names.CLOSURE_ENTRY}{f.id}, {len(f.params)}, {names.TYPE_TABLE}, {param_types}, "
+                    f"{typed}, {signature})")
             e.decl(f"  {explicit}{cls}({params}) : {base}{inits} {{}}")
             e.decl("};")
         e.decl()
@@ -396,10 +408,12 @@ class CppEmitter:
         """Print ``f`` (and, for closures, its uniform entry)."""
         e = self.out
         self.func = f
+        self.last = last_uses(f)
         e.comment(f.signature or f.hint)
         e.line(self.prototype(f) + " {")
-        args = ", ".join((["self"] if f.is_closure else []) + [var(p) for p in f.params])
-        e.line(f"if (stack_low()) return on_new_stack([&] {{ return {f.id}({args}); }});", comment="deep recursion")
+        if self.calls_functions(f):  # a leaf (only kernels) cannot recurse: no check needed
+            args = ", ".join((["self"] if f.is_closure else []) + [var(p) for p in f.params])
+            e.line(f"if (stack_low()) return on_new_stack([&] {{ return {f.id}({args}); }});", comment="deep recursion")
         for i, cap in enumerate(f.captures):
             ref = "" if is_native_scalar(cap.type) else "&"
             e.line(f"const {ctype(cap.type)}{ref} {var(cap)} = self->{names.CAPTURE}{i};")
@@ -407,19 +421,58 @@ class CppEmitter:
             e.line(f"Closure {var(f.self_var)} = closure_ref(self);", comment=f"%{f.self_var.hint} (itself)")
         if f.has_tail_call:
             e.line("while (true) {", comment="self tail calls continue here")
-        self.emit_block(f.body, lambda v: e.line(f"return {convert(var(v), v.type, f.ret)};"))
+        self.emit_block(f.body, lambda v, moved=False: e.line(f"return {convert(var(v), v.type, f.ret)};"))
         if f.has_tail_call:
             e.line("}")
         e.line("}")
         if f.is_closure:
             cls = names.CLOSURE_CLASS + f.id
-            args = ", ".join(convert(f"args[{i}]", ir.AnyType(), p.type) for i, p in enumerate(f.params))
+            args = ", ".join(self.entry_arg(i, p.type) for i, p in enumerate(f.params))
             e.line()
             e.line(f"ObjectRef {names.CLOSURE_ENTRY}{f.id}(const ClosureObj* self, const ObjectRef* args) {{")
             sep = ", " if args else ""
             call = f"{f.id}(static_cast<const {cls}*>(self){sep}{args})"
             e.line(f"return {convert(call, f.ret, ir.AnyType())};")
             e.line("}")
+            typed_params = "".join(f", {self.typed_param(p.type, var(p))}" for p in f.params)
+            forwarded = "".join(f", {var(p)}" for p in f.params)
+            e.line()
+            e.line(f"{ctype(f.ret)} {names.TYPED_ENTRY}{f.id}(const ClosureObj* self{typed_params}) {{")
+            e.line(f"return {f.id}(static_cast<const {cls}*>(self){forwarded});")
+            e.line("}")
+
+    def use(self, v: ir.Var, node: object) -> str:
+        """``v`` where ``node`` uses it: moved from if this is its last use, boxed if unboxed.
+
+        Moving from a ``const`` reference (a parameter, a capture, a constant) is a copy, so
+        only locals actually hand their value over.
+        """
+        if is_native_scalar(v.type):
+            return boxed(v)
+        return f"std::move({var(v)})" if (id(node), v.id) in self.last else var(v)
+
+    @staticmethod
+    def typed_param(ty: ir.Type, name: str = "") -> str:
+        """A parameter of a typed closure entry: scalars by value, objects by const reference."""
+        text = ctype(ty) if is_native_scalar(ty) else f"const {ctype(ty)}&"
+        return f"{text} {name}".rstrip()
+
+    def typed_signature(self, params: list[ir.Type], ret: ir.Type) -> str:
+        """The C++ function type of a typed closure entry with these parameter and result types."""
+        return f"{ctype(ret)}(const ClosureObj*{''.join(', ' + self.typed_param(p) for p in params)})"
+
+    @staticmethod
+    def calls_functions(f: ir.Function) -> bool:
+        """Whether ``f`` calls a global or a closure (only then can a call chain through it recurse)."""
+        calls = (ir.CallGlobal, ir.CallClosure, ir.CallKnown)
+        return f.has_tail_call or any(isinstance(s, ir.Let) and isinstance(s.rhs, calls) for s in ir.walk(f.body))
+
+    @staticmethod
+    def entry_arg(i: int, ty: ir.Type) -> str:
+        """Argument ``i`` of a closure entry as parameter type ``ty`` (viewed, not copied)."""
+        if is_native_scalar(ty) or ctype(ty) == "ObjectRef":
+            return convert(f"args[{i}]", ir.AnyType(), ty)
+        return f"view<{ctype(ty)}>(args[{i}])"
 
     def emit_block(self, block: ir.Block, on_result: Callable[[ir.Var], None]) -> None:
         """Print ``block``; ``on_result`` prints what happens to its value."""
@@ -427,6 +480,8 @@ class CppEmitter:
             dispatch(self._stmts, stmt, what="statement")
         if isinstance(block.result, ir.TailCall):
             self.emit_tail_call(block.result)
+        elif (id(block), block.result.id) in self.last and not is_native_scalar(block.result.type):
+            on_result(block.result, moved=True)
         else:
             on_result(block.result)
 
@@ -434,10 +489,13 @@ class CppEmitter:
         """Rebind the parameters (through temporaries: arguments may read them) and loop."""
         e = self.out
         params = self.func.params
+        changed = [(i, p, a) for i, (p, a) in enumerate(zip(params, call.args)) if a is not p]
         e.line("{", comment="self tail call")
-        for i, (p, a) in enumerate(zip(params, call.args)):
-            e.line(f"{ctype(p.type)} t{i} = {convert(var(a), a.type, p.type)};")
-        for i, p in enumerate(params):
+        for i, p, a in changed:
+            moved = (id(call), a.id) in self.last and not is_native_scalar(a.type)
+            value = f"std::move({var(a)})" if moved else var(a)
+            e.line(f"{ctype(p.type)} t{i} = {convert(value, a.type, p.type)};")
+        for i, p, a in changed:
             e.line(f"{var(p)} = std::move(t{i});")
         e.line("}")
         e.line("continue;")
@@ -479,9 +537,14 @@ class CppEmitter:
         else:
             e.line(failure)
 
-    def assign_to(self, result: ir.Var) -> Callable[[ir.Var], None]:
-        """A block-result printer assigning to ``result``."""
-        return lambda v: self.out.line(f"{var(result)} = {convert(var(v), v.type, result.type)};")
+    def assign_to(self, result: ir.Var) -> Callable[..., None]:
+        """A block-result printer assigning to ``result`` (moving the value if it dies here)."""
+
+        def assign(v: ir.Var, moved: bool = False) -> None:
+            value = f"std::move({var(v)})" if moved else var(v)
+            self.out.line(f"{var(result)} = {convert(value, v.type, result.type)};")
+
+        return assign
 
     @staticmethod
     def describe(v: ir.Var, note: str) -> str:
@@ -551,25 +614,23 @@ class CppEmitter:
     def rebuild(self, ty: ir.Type, outputs) -> str:
         """The (nested) tuple of type ``ty`` made of the next (name, type) pairs in ``outputs``."""
         if isinstance(ty, ir.TupleType):
-            return f"make_adt(0, {{{', '.join(self.rebuild(f, outputs) for f in ty.fields)}}})"
+            return f"make_adt({', '.join(['0'] + [self.rebuild(f, outputs) for f in ty.fields])})"
         name, out = next(outputs)
         return convert(name, out, ir.AnyType())
 
     def _make_tuple(self, rhs: ir.MakeTuple, stmt: ir.Let) -> None:
-        fields = ", ".join(boxed(f) for f in rhs.fields)
-        self.define(stmt, f"make_adt(0, {{{fields}}})")
+        self.define(stmt, f"make_adt({', '.join(['0'] + [self.use(f, stmt) for f in rhs.fields])})")
 
     def _proj(self, rhs: ir.Proj, stmt: ir.Let) -> None:
         self.define(stmt, f"field({var(rhs.value)}, {rhs.index})", ir.AnyType())
 
     def _make_adt(self, rhs: ir.MakeAdt, stmt: ir.Let) -> None:
         ctor = self.program.adts[rhs.adt].ctors[rhs.ctor]
-        fields = ", ".join(boxed(f) for f in rhs.fields)
         stmt = dataclasses.replace(stmt, note=ctor.name)
-        self.define(stmt, f"make_adt({ctor.tag}, {{{fields}}})")
+        self.define(stmt, f"make_adt({', '.join([str(ctor.tag)] + [self.use(f, stmt) for f in rhs.fields])})")
 
     def _make_closure(self, rhs: ir.MakeClosure, stmt: ir.Let) -> None:
-        captures = ", ".join(var(c) for c in rhs.captures)
+        captures = ", ".join(self.use(c, stmt) if not is_native_scalar(c.type) else var(c) for c in rhs.captures)
         self.define(stmt, f"make_closure<{names.CLOSURE_CLASS}{rhs.func}>({captures})")
 
     def _call_global(self, rhs: ir.CallGlobal, stmt: ir.Let) -> None:
@@ -578,14 +639,32 @@ class CppEmitter:
         self.define(stmt, f"{callee.id}({args})", callee.ret)
 
     def _call_closure(self, rhs: ir.CallClosure, stmt: ir.Let) -> None:
+        signature = self.signatures.get(self.typed_signature([a.type for a in rhs.args], stmt.var.type))
+        if signature is not None and isinstance(rhs.closure.type, ir.FuncType):
+            # The static type says which C++ signature a closure of this program would have:
+            # call its typed entry directly; anything else goes through call_closure.
+            v, e = stmt.var, self.out
+            function_type = self.typed_signature([a.type for a in rhs.args], v.type).replace("(", "(*)(", 1)
+            e.line(f"{ctype(v.type)} {var(v)};", comment=self.describe(v, stmt.note))
+            e.line(f"if (const ClosureObj* c = typed_closure({var(rhs.closure)}, {signature})) {{")
+            args = "".join(f", {var(a)}" for a in rhs.args)
+            e.line(f"{var(v)} = reinterpret_cast<{function_type}>(c->typed_entry)(c{args});")
+            e.line("} else {")
+            self._uniform_call(rhs, stmt, lambda call: e.line(f"{var(v)} = {convert(call, ir.AnyType(), v.type)};"))
+            e.line("}")
+            return
+        self._uniform_call(rhs, stmt, lambda call: self.define(stmt, call, ir.AnyType()))
+
+    def _uniform_call(self, rhs: ir.CallClosure, stmt: ir.Let, finish) -> None:
+        """Call a closure through its uniform entry (boxed arguments); ``finish(call)`` prints the
+        use of the call expression."""
         args = var(stmt.var) + "_args"
         if rhs.args:
-            self.out.line(f"ObjectRef {args}[] = {{{', '.join(boxed(a) for a in rhs.args)}}};")
+            self.out.line(f"ObjectRef {args}[] = {{{', '.join(self.use(a, stmt) for a in rhs.args)}}};")
         else:
             args = "nullptr"
         ret_type = self.types.index(stmt.var.type)
-        call = f"call_closure({var(rhs.closure)}, {args}, {len(rhs.args)}, {names.TYPE_TABLE}, {ret_type})"
-        self.define(stmt, call, ir.AnyType())
+        finish(f"call_closure({var(rhs.closure)}, {args}, {len(rhs.args)}, {names.TYPE_TABLE}, {ret_type})")
 
     def _call_known(self, rhs: ir.CallKnown, stmt: ir.Let) -> None:
         callee = self.functions[rhs.func]
@@ -594,13 +673,13 @@ class CppEmitter:
         self.define(stmt, f"{callee.id}({env}{args})", callee.ret)
 
     def _ref_new(self, rhs: ir.RefNew, stmt: ir.Let) -> None:
-        self.define(stmt, f"ref_new({boxed(rhs.value)})")
+        self.define(stmt, f"ref_new({self.use(rhs.value, stmt)})")
 
     def _ref_read(self, rhs: ir.RefRead, stmt: ir.Let) -> None:
         self.define(stmt, f"ref_read({var(rhs.ref)})", ir.AnyType())
 
     def _ref_write(self, rhs: ir.RefWrite, stmt: ir.Let) -> None:
-        self.out.line(f"ref_write({var(rhs.ref)}, {boxed(rhs.value)});")
+        self.out.line(f"ref_write({var(rhs.ref)}, {self.use(rhs.value, stmt)});")
         self.define(stmt, "unit()")
 
     # -- constants and entry points ------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Iterable, Optional, Sequence
 
 from .oracle import IsolatedOracle, Outcome, unsupported_reason
 from .strategies import Program
-from .testing import Mismatch, Report, check_equivalence, compare_outcomes
+from .testing import Mismatch, Report, compare_outcomes, equivalence_report
 
 #: Tolerances for generated programs: executors fuse float arithmetic differently.
 RTOL = 1e-4
@@ -78,7 +78,7 @@ def check_program(
 
 def _check(program: Program, oracle, backends, references, compile_options) -> Checked:
     try:
-        report = check_equivalence(
+        report = equivalence_report(
             program.module, program.args, backends=backends, references=references,
             rtol=RTOL, atol=ATOL, isolate=oracle, **compile_options,
         )
@@ -131,7 +131,7 @@ def first_failing_case(program: Program, oracle, backends, references, compile_o
     for index in range(len(program.cases)):
         case = program.case(index)
         try:
-            check_equivalence(
+            equivalence_report(
                 case.module, case.args, backends=backends, references=references,
                 rtol=RTOL, atol=ATOL, isolate=oracle, **compile_options,
             )

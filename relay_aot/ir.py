@@ -417,6 +417,22 @@ def walk(block: Block) -> Iterator[Stmt]:
                 pending += [c.body for c in reversed(stmt.clauses)]
 
 
+def is_concrete(ty: Type) -> bool:
+    """Whether ``ty`` mentions no erased type variable (``AnyType``) anywhere."""
+    return _CONCRETE[type(ty)](ty)
+
+
+_CONCRETE = {
+    TensorType: lambda t: True,
+    TupleType: lambda t: all(is_concrete(f) for f in t.fields),
+    AdtType: lambda t: all(is_concrete(a) for a in t.args),
+    FuncType: lambda t: all(is_concrete(p) for p in t.params) and is_concrete(t.ret),
+    RefType: lambda t: is_concrete(t.value),
+    AnyType: lambda t: False,
+    TypeParam: lambda t: False,
+}
+
+
 def instantiate(ty: Type, args: tuple) -> Type:
     """Substitute ADT type parameters in ``ty`` by ``args`` (missing ones become AnyType)."""
     return _INSTANTIATE[type(ty)](ty, args)

@@ -81,8 +81,10 @@ class ProgramLowering:
         self.functions: list[ir.Function] = []
         self.constants: list = []
         self._constant_ids: dict[tuple, int] = {}
-        self._global_ids: dict[str, str] = {}
-        self._pending: list[relay.GlobalVar] = []
+        #: (global name, type arguments) -> function id; type arguments are () for the generic
+        #: version of a polymorphic global, and concrete types for a specialised one
+        self._global_ids: dict[tuple, str] = {}
+        self._pending: list[tuple[relay.GlobalVar, tuple]] = []
         self._wrappers: dict[object, str] = {}
         self._var_count = 0
         self._func_count = 0
@@ -107,15 +109,30 @@ class ProgramLowering:
         self._func_count += 1
         return func_id
 
-    def global_id(self, gvar: relay.GlobalVar) -> str:
-        """The function id of global ``gvar``, queueing it for lowering on first use."""
+    def global_id(self, gvar: relay.GlobalVar, type_args: tuple = ()) -> str:
+        """The function id of global ``gvar`` -- specialised to ``type_args`` if given -- queueing
+        it for lowering on first use.
+
+        A polymorphic global called with concrete type arguments (``@map`` on a list of int32)
+        is compiled once per instantiation: its values then have C++ types (unboxed scalars,
+        typed closure calls) instead of the generic version's ``ObjectRef``.
+        """
         name = gvar.name_hint
-        if name not in self._global_ids:
+        key = (name, type_args)
+        if key not in self._global_ids:
             if not isinstance(self.mod[name], relay.Function):
                 raise UnsupportedError(f"global @{name} is not a Relay function")
-            self._global_ids[name] = self.new_func_id()
-            self._pending.append(self.mod.get_global_var(name))
-        return self._global_ids[name]
+            self._global_ids[key] = self.new_func_id()
+            self._pending.append((self.mod.get_global_var(name), type_args))
+        return self._global_ids[key]
+
+    def specialisation(self, gvar: relay.GlobalVar, type_args: tuple) -> tuple:
+        """``type_args`` if a call of ``gvar`` with them should use a specialised version, else ()."""
+        func = self.mod[gvar.name_hint]
+        params = getattr(func, "type_params", None) or []
+        if not params or len(params) != len(type_args) or not all(ir.is_concrete(t) for t in type_args):
+            return ()
+        return type_args
 
     def constant(self, const: relay.Constant) -> int:
         """Index of ``const`` in the program's constant table."""
@@ -136,7 +153,7 @@ class ProgramLowering:
         sys.setrecursionlimit(max(old_limit, _RECURSION_LIMIT))
         try:
             while self._pending:
-                self._lower_global(self._pending.pop(0))
+                self._lower_global(*self._pending.pop(0))
         except RecursionError:
             raise UnsupportedError("the Relay program is nested too deeply to lower") from None
         finally:
@@ -154,27 +171,30 @@ class ProgramLowering:
             adts=self.types.adts,
         )
 
-    def _lower_global(self, gvar: relay.GlobalVar) -> None:
+    def _lower_global(self, gvar: relay.GlobalVar, type_args: tuple) -> None:
         func = self.mod[gvar]
         name = "@" + gvar.name_hint
-        body = FunctionLowering(self, name, self_global=gvar.name_hint)
+        subst = None
+        if type_args:
+            subst = {tp.name_hint: t for tp, t in zip(func.type_params, type_args)}
+        body = FunctionLowering(self, name, self_global=(gvar.name_hint, type_args), subst=subst)
         params = [body.bind_param(p) for p in func.params]
         block = body.block(func.body, tail=True)
         self.functions.append(
             ir.Function(
-                id=self._global_ids[gvar.name_hint],
+                id=self._global_ids[(gvar.name_hint, type_args)],
                 hint=name,
                 params=params,
-                ret=self.types.lower(func.ret_type),
+                ret=self.types.lower(func.ret_type, subst),
                 body=block,
                 has_tail_call=body.has_tail_call,
-                signature=self.signature(name, func),
+                signature=self.signature(name, func, subst),
             )
         )
 
-    def signature(self, name: str, func: relay.Function) -> str:
+    def signature(self, name: str, func: relay.Function, subst: Optional[dict] = None) -> str:
         """Relay-like signature text of ``func``, for comments."""
-        fmt = lambda ty: ir.format_type(self.types.lower(ty), self.types.adts)  # noqa: E731
+        fmt = lambda ty: ir.format_type(self.types.lower(ty, subst), self.types.adts)  # noqa: E731
         params = ", ".join(f"%{self.name_of(p)}: {fmt(p.checked_type)}" for p in func.params)
         ret = func.ret_type if func.ret_type is not None else func.body.checked_type
         return f"{name}({params}) -> {fmt(ret)}"
@@ -217,12 +237,14 @@ class FunctionLowering:
         self,
         prog: ProgramLowering,
         hint: str,
-        self_global: Optional[str] = None,
+        self_global: Optional[tuple] = None,
         self_closure: Optional[relay.Var] = None,
+        subst: Optional[dict] = None,
     ):
         self.prog = prog
         self.hint = hint
-        self.self_global = self_global
+        self.self_global = self_global  # (name, type arguments) of the global being lowered
+        self.subst = subst  # type variable name -> type, in a specialised polymorphic global
         self.self_closure = self_closure
         self.env: dict[relay.Var, Binding] = {}
         #: variables known to hold a closure of a given lifted function (by variable id)
@@ -254,9 +276,13 @@ class FunctionLowering:
 
     # -- helpers ---------------------------------------------------------------------------
 
+    def lower_type(self, ty: relay.Type) -> ir.Type:
+        """A Relay type of this function's body as a control-IR type."""
+        return self.prog.types.lower(ty, self.subst)
+
     def bind_param(self, param: relay.Var) -> ir.Var:
         """Bind a Relay parameter to a fresh variable."""
-        var = self.prog.new_var(self.prog.types.lower(param.checked_type), self.prog.name_of(param))
+        var = self.prog.new_var(self.lower_type(param.checked_type), self.prog.name_of(param))
         self.env[param] = var
         self.params.append(var)
         return var
@@ -270,7 +296,7 @@ class FunctionLowering:
 
     def result_var(self, expr: relay.Expr, dest: Optional[relay.Var]) -> ir.Var:
         """A fresh variable for the value of ``expr``, named after ``dest`` if given."""
-        return self.prog.new_var(self.prog.types.lower(expr.checked_type), self.prog.name_of(dest))
+        return self.prog.new_var(self.lower_type(expr.checked_type), self.prog.name_of(dest))
 
     def emit(self, stmts: list[ir.Stmt], expr, rhs: ir.Rhs, dest, note: str = "") -> ir.Var:
         """Append ``let v = rhs`` for the value of ``expr`` and return ``v``."""
@@ -376,10 +402,11 @@ class FunctionLowering:
             return self.emit(stmts, expr, ir.MakeAdt(adt, index, fields), dest, op.name_hint)
         args = self.atoms(expr.args, stmts)
         if isinstance(op, relay.GlobalVar):
-            if tail and op.name_hint == self.self_global:
+            type_args = self.prog.specialisation(op, tuple(self.lower_type(t) for t in expr.type_args))
+            if tail and (op.name_hint, type_args) == self.self_global:
                 self.has_tail_call = True
                 return ir.TailCall(args)
-            callee = self.prog.global_id(op)
+            callee = self.prog.global_id(op, type_args)
             return self.emit(stmts, expr, ir.CallGlobal(callee, args), dest, f"@{op.name_hint}(...)")
         if tail and self.self_closure is not None and isinstance(op, relay.Var) and op.same_as(self.self_closure):
             self.has_tail_call = True
@@ -432,7 +459,7 @@ class FunctionLowering:
         pass
 
     def _pattern_var(self, pat, path, tests, binds):
-        var = self.prog.new_var(self.prog.types.lower(pat.var.checked_type), self.prog.name_of(pat.var))
+        var = self.prog.new_var(self.lower_type(pat.var.checked_type), self.prog.name_of(pat.var))
         self.env[pat.var] = var
         binds.append(ir.Bind(var, path))
 
@@ -453,7 +480,7 @@ class FunctionLowering:
         func_id = self.prog.new_func_id()
         name = f"%{self.prog.name_of(dest)}" if self.prog.name_of(dest) else "fn"
         hint = f"{name} in {self.hint}"
-        inner = FunctionLowering(self.prog, hint, self_closure=dest if recursive else None)
+        inner = FunctionLowering(self.prog, hint, self_closure=dest if recursive else None, subst=self.subst)
         captured_outer: list[ir.Var] = []
         captured_inner: list[ir.Var] = []
         for free in relay.analysis.free_vars(func):
@@ -469,7 +496,7 @@ class FunctionLowering:
                 inner.known[captured.id] = self.known[binding.id]
             captured_outer.append(binding)
             captured_inner.append(captured)
-        func_type = self.prog.types.lower(func.checked_type)
+        func_type = self.lower_type(func.checked_type)
         self_var = None
         if recursive:
             self_var = self.prog.new_var(func_type, self.prog.name_of(dest))
@@ -477,7 +504,7 @@ class FunctionLowering:
             inner.known[self_var.id] = func_id
         params = [inner.bind_param(p) for p in func.params]
         body = inner.block(func.body, tail=True)
-        ret = self.prog.types.lower(func.ret_type if func.ret_type is not None else func.body.checked_type)
+        ret = self.lower_type(func.ret_type if func.ret_type is not None else func.body.checked_type)
         self.prog.functions.append(
             ir.Function(
                 id=func_id,

@@ -38,8 +38,9 @@ class TypeLowering:
             relay.IncompleteType: self._incomplete,
         }
 
-    def lower(self, ty: relay.Type, params: Optional[Mapping[str, int]] = None) -> ir.Type:
-        """Lower ``ty``; ``params`` maps type-variable names to ADT parameter indices."""
+    def lower(self, ty: relay.Type, params: Optional[Mapping[str, object]] = None) -> ir.Type:
+        """Lower ``ty``; ``params`` maps type-variable names to ADT parameter indices (inside an
+        ADT definition) or to the types they are instantiated with (in a specialised function)."""
         handler = method_for(self._handlers, ty)
         if handler is None:
             raise UnsupportedError(f"unsupported Relay type {ty} ({type(ty).__name__})")
@@ -109,5 +110,6 @@ class TypeLowering:
 
     def _type_var(self, ty, params):
         if params is not None and ty.name_hint in params:
-            return ir.TypeParam(params[ty.name_hint])
+            bound = params[ty.name_hint]
+            return bound if isinstance(bound, ir.Type) else ir.TypeParam(bound)
         return ir.AnyType()

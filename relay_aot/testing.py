@@ -31,7 +31,8 @@ __all__ = [
     "assert_same",
     "run_reference",
     "check_equivalence",
-    "IsolatedOracle",
+    "equivalence_report",
+    "compare_outcomes",
 ]
 
 
@@ -113,7 +114,7 @@ Executor = Union[str, tuple[str, Callable]]
 
 @dataclasses.dataclass
 class Report:
-    """What :func:`check_equivalence` saw: every executor's :class:`~relay_aot.oracle.Outcome`.
+    """What :func:`equivalence_report` saw: every executor's :class:`~relay_aot.oracle.Outcome`.
 
     ``value`` is the agreed normalized result (None when the program raised everywhere).
     """
@@ -172,7 +173,7 @@ def _run_backend(mod, args, backend: Executor, compile_options) -> tuple[str, Ou
         return name, Outcome("raised", detail=error_text(err))
 
 
-def check_equivalence(
+def equivalence_report(
     mod: tvm.IRModule,
     args: Sequence[Any],
     backends: Iterable[Executor] = ("cpp", "python"),
@@ -184,21 +185,7 @@ def check_equivalence(
     recursion_depth: Optional[int] = None,
     **compile_options,
 ) -> Report:
-    """Run ``mod`` on relay_aot's backends and TVM's executors; raise :class:`Mismatch` on disagreement.
-
-    ``backends`` are backend names (compiled with ``compile_options``) or ``(name, callable)``
-    pairs, e.g. an already compiled module. ``references`` are TVM executors; one that cannot
-    run the program is skipped with the reason (the VM has no references; the interpreter
-    overflows beyond :data:`~relay_aot.oracle.INTERPRETER_MAX_DEPTH` levels of
-    ``recursion_depth``, when the caller knows it). ``isolate=True`` (or an
-    :class:`IsolatedOracle` to reuse) runs the references in a child process, so that one that
-    crashes or hangs is reported as unavailable instead of taking this process down.
-    ``expected`` (a plain value) is checked too.
-
-    Ints and bools compare exactly, floats within ``rtol``/``atol``; when executors all raise
-    at run time they agree. Returns a :class:`Report`; the :class:`Mismatch` message names each
-    executor that disagreed, shows both values, and lists every outcome.
-    """
+    """:func:`check_equivalence`, returning the :class:`Report` of every executor's outcome."""
     outcomes: dict[str, Outcome] = {}
     if expected is not None:
         outcomes["expected value"] = Outcome("value", normalize(expected))
@@ -225,6 +212,38 @@ def check_equivalence(
     base_name, base = ran[0]
     problems = [p for name, o in ran[1:] if (p := compare_outcomes(name, o, base_name, base, rtol, atol)) is not None]
     if problems:
-        raise Mismatch("executors disagree:\n" + "\n".join(problems) + "\noutcomes:\n" + str(report))
+        raise Mismatch("\n".join(problems) + "\noutcomes:\n" + str(report))
     report.value = base.value if base.kind == "value" else None
     return report
+
+
+def check_equivalence(
+    mod: tvm.IRModule,
+    args: Sequence[Any],
+    backends: Iterable[Executor] = ("cpp", "python"),
+    references: Iterable[str] = REFERENCES,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    expected: Optional[Any] = None,
+    isolate: Union[bool, IsolatedOracle] = False,
+    recursion_depth: Optional[int] = None,
+    **compile_options,
+) -> Any:
+    """Run ``mod`` on relay_aot's backends and TVM's executors; raise :class:`Mismatch` on disagreement.
+
+    ``backends`` are backend names (compiled with ``compile_options``) or ``(name, callable)``
+    pairs, e.g. an already compiled module. ``references`` are TVM executors; one that cannot
+    run the program is skipped (the VM has no references; the interpreter overflows beyond
+    :data:`~relay_aot.oracle.INTERPRETER_MAX_DEPTH` levels of ``recursion_depth``, when the
+    caller knows it). ``isolate=True`` (or an :class:`~relay_aot.oracle.IsolatedOracle` to reuse)
+    runs the references in a child process, so that one that crashes or hangs is reported as
+    unavailable instead of taking this process down. ``expected`` (a plain value) is checked too.
+
+    Ints and bools compare exactly, floats within ``rtol``/``atol``; executors that all raise at
+    run time agree. The :class:`Mismatch` message names each executor that disagreed, the path
+    of the difference and both values, then lists every outcome. Returns the agreed result,
+    normalized (None when the program raised everywhere); :func:`equivalence_report` returns
+    what each executor did, skipped ones included.
+    """
+    return equivalence_report(mod, args, backends, references, rtol, atol, expected, isolate, recursion_depth,
+                              **compile_options).value

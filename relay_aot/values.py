@@ -22,6 +22,13 @@ from .metadata import Signature
 from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 
 
+def _tensor_text(array) -> str:
+    """A tensor described as the library's own checks describe it (check.h)."""
+    shape = tuple(int(d) for d in array.shape)
+    shape_text = "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    return f"a tensor of dtype {array.dtype} and shape {shape_text}"
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, tvm.nd.NDArray):
         return f"NDArray of shape {tuple(value.shape)} and dtype {value.dtype}"
@@ -74,15 +81,18 @@ class Converter:
             if not ok:
                 raise self._mismatch(value, ty, where)
             try:
-                array = np.array(value, dtype=ty.dtype)
-            except OverflowError:
-                raise ValueError(f"{where}: {value!r} does not fit in {ty.dtype}") from None
+                with np.errstate(over="raise"):
+                    array = np.array(value, dtype=ty.dtype)
+            except (OverflowError, FloatingPointError):
+                raise ValueError(f"{where}: the number {value!r} does not fit in dtype {ty.dtype}") from None
+            if kind == "f" and np.isfinite(value) and not np.isfinite(array):
+                raise ValueError(f"{where}: the number {value!r} does not fit in dtype {ty.dtype}")
         else:
             raise self._mismatch(value, ty, where)
         if str(array.dtype) != ty.dtype:
-            raise TypeError(f"{where}: expected dtype {ty.dtype}, got {array.dtype} ({_describe(value)})")
+            raise TypeError(f"{where}: expected {format_type(ty, self.adts)}, got {_tensor_text(array)}")
         if tuple(array.shape) != ty.shape:
-            raise ValueError(f"{where}: expected shape {ty.shape}, got {tuple(array.shape)}")
+            raise ValueError(f"{where}: expected {format_type(ty, self.adts)}, got {_tensor_text(array)}")
         if isinstance(array, tvm.nd.NDArray):
             return array
         return tvm.nd.array(np.asarray(array, order="C"), device=tvm.cpu())

@@ -195,9 +195,11 @@ def test_argument_errors_are_clean(backend):
     compiled = relay_aot.compile(tvm.relay.parse(FIB_TEXT), backend=backend)
     with pytest.raises(TypeError, match="takes 1 arguments, got 0"):
         compiled()
-    with pytest.raises(TypeError, match="dtype int32"):
+    with pytest.raises(TypeError, match=r"%n.*int32.*float32"):
         compiled(np.float32(3))
-    with pytest.raises(ValueError, match=r"shape \(\)"):
+    with pytest.raises(TypeError, match=r"%n.*int32"):
+        compiled(3.5)
+    with pytest.raises(ValueError, match=r"%n.*\(\).*\(2,\)"):
         compiled(np.array([1, 2], "int32"))
     with pytest.raises(TypeError, match="expected Tensor"):
         compiled("three")
@@ -270,3 +272,37 @@ def test_scalar_fast_path_agrees_with_kernels(monkeypatch):
         args = program.args(case)
         testing.assert_same(testing.normalize(fast(*args)), testing.normalize(slow(*args)),
                             names=("scalar fast path", "TVM kernels"))
+
+
+def test_fast_call_path_matches_the_ffi_path():
+    """relay_aot._fastcall (pybind11) passes arguments straight to the library; results and errors
+    are those of TVM's ctypes FFI path."""
+    from relay_aot import runtime
+
+    assert runtime._fastcall is not None, "the _fastcall extension was not built"
+    mod = tvm.relay.parse(
+        """
+        #[version = "0.0.5"]
+        def @main(%x: Tensor[(4), float32], %k: int32, %b: bool, %t: (float32, int64)) {
+          (multiply(%x, cast(%k, dtype="float32")), logical_not(%b), %t.1)
+        }
+        """
+    )
+    compiled = relay_aot.compile(mod)
+    assert compiled._address is not None
+    x = np.arange(4, dtype="float32")
+    via_fast = compiled(x, 3, True, (np.float32(1), np.int64(7)))  # the tuple falls back to Python
+    via_fast_nd = compiled(tvm.nd.array(x), np.int32(3), np.bool_(True), ADT(0, [tvm.nd.array(np.float32(1)),
+                                                                           tvm.nd.array(np.int64(7))]))
+    via_ffi = compiled.entry(tvm.nd.array(x), tvm.nd.array(np.int32(3)), tvm.nd.array(np.bool_(True)),
+                             ADT(0, [tvm.nd.array(np.float32(1)), tvm.nd.array(np.int64(7))]))
+    for result in (via_fast, via_fast_nd):
+        testing.assert_same(testing.normalize(result), testing.normalize(via_ffi))
+    # non-contiguous arrays fall back to Python (which copies them); errors are the library's
+    testing.assert_same(testing.normalize(compiled(np.arange(8, dtype="float32")[::2], 3, True, (1.0, 7))),
+                        testing.normalize(compiled(np.arange(0, 8, 2, dtype="float32"), 3, True, (1.0, 7))))
+    for t in ((1.0, 7), ADT(0, [tvm.nd.array(np.float32(1)), tvm.nd.array(np.int64(7))])):  # both paths
+        with pytest.raises(ValueError, match=r"%k.*does not fit in.*int32"):
+            compiled(x, 2**40, True, t)
+        with pytest.raises(TypeError, match=r"%k.*int32"):
+            compiled(x, 3.5, True, t)

@@ -1,5 +1,7 @@
 """docs/deployment.md runs as written: its ``sh`` and ``python`` blocks, in order, in one
-directory, and the ``text`` block after a command block shows (part of) that block's output."""
+directory, each in a process of its own (the page loads libraries "in another process"), and the
+``text`` block right after a command block shows (part of) that block's output (the rules of
+``doc_examples.py``, which ``test_docs.py`` applies to the other pages)."""
 
 from __future__ import annotations
 
@@ -13,24 +15,9 @@ from pathlib import Path
 import pytest
 
 from deploy_support import ROOT, assert_same_printout
+from doc_examples import blocks, check_shown_output
 
 DOC = ROOT / "docs" / "deployment.md"
-BLOCK = re.compile(r"^```(sh|python|text)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-
-
-def blocks() -> list[tuple[str, str]]:
-    """The fenced blocks of the page that the test runs or checks, in order."""
-    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(DOC.read_text())]
-
-
-def check_shown_output(shown: str, actual: str) -> None:
-    """Each line shown (a trailing ``...`` elides the rest of it) begins some line of the output."""
-    lines = actual.splitlines()
-    for line in shown.strip().splitlines():
-        prefix = line[:-3] if line.endswith("...") else line
-        assert any(a.startswith(prefix) if line.endswith("...") else a == line for a in lines), (
-            f"docs/deployment.md shows {line!r}, but the output was:\n{actual}"
-        )
 
 
 def test_documented_commands_run_as_shown(tmp_path):
@@ -41,22 +28,22 @@ def test_documented_commands_run_as_shown(tmp_path):
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     assignments: list[str] = []  # shell variables set by earlier sh blocks (TVM_INCLUDES=...)
+    page = blocks(DOC)
     outputs = {}
-    previous = None
-    for index, (kind, body) in enumerate(blocks()):
-        if kind == "text":
-            assert previous is not None, "a text block before any command block"
-            check_shown_output(body, previous)
+    for index, block in enumerate(page):
+        if block.shows is not None:
+            check_shown_output(block.body, outputs[block.shows], f"docs/deployment.md:{block.line}")
+        if not block.runs:
             continue
-        if kind == "sh":
-            command = ["bash", "-euo", "pipefail", "-c", "\n".join(assignments + [body])]
-            assignments += [line for line in body.splitlines() if re.match(r"[A-Za-z_]\w*=", line)]
+        if block.kind == "sh":
+            command = ["bash", "-euo", "pipefail", "-c", "\n".join(assignments + [block.body])]
+            assignments += [line for line in block.body.splitlines() if re.match(r"[A-Za-z_]\w*=", line)]
         else:
-            command = [sys.executable, "-c", body]
+            command = [sys.executable, "-c", block.body]
         result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-        assert result.returncode == 0, f"block {index} failed:\n{body}\n{result.stdout}\n{result.stderr}"
-        previous = outputs[index] = result.stdout
-    run_output = next(out for i, out in outputs.items() if "relay-aot run lstm.so" in blocks()[i][1])
-    cpp_output = next(out for i, out in outputs.items() if "./deploy lstm.so" in blocks()[i][1])
+        assert result.returncode == 0, f"block at line {block.line} failed:\n{block.body}\n{result.stdout}\n{result.stderr}"
+        outputs[index] = result.stdout
+    run_output = next(out for i, out in outputs.items() if "relay-aot run lstm.so" in page[i].body)
+    cpp_output = next(out for i, out in outputs.items() if "./deploy lstm.so" in page[i].body)
     result_lines = "\n".join(l for l in run_output.splitlines() if l.startswith("result"))
     assert_same_printout(cpp_output, result_lines)

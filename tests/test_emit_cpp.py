@@ -64,14 +64,14 @@ def test_kernel_call_tuple_argument_and_tuple_result():
         int32_t v5_0;
         int32_t v5_1;
         call_kernel(&m_k1_fused_split, "m_k1_fused_split", arg(field(v4, 0)), arg(field(v4, 1)), scalar_arg(&v5_0).get(), scalar_arg(&v5_1).get());
-        ADT v5 = make_adt(0, {box(v5_0), box(v5_1)});
+        ADT v5 = make_adt(0, box(v5_0), box(v5_1));
         """
     )
 
 
 def test_tuples_and_projections():
     assert emit(ir.Let(v(3, PAIR), ir.MakeTuple([v(1, F32), v(2, SCALAR)]), "tuple")) == (
-        "ADT v3 = make_adt(0, {v1, box(v2)});  // tuple\n"
+        "ADT v3 = make_adt(0, v1, box(v2));  // tuple\n"
     )
     assert emit(ir.Let(v(4, SCALAR), ir.Proj(v(3, PAIR), 1))) == "int32_t v4 = unbox<int32_t>(field(v3, 1));\n"
     assert emit(ir.Let(v(4, F32), ir.Proj(v(3, PAIR), 0))) == "NDArray v4 = as<NDArray>(field(v3, 0));\n"
@@ -79,9 +79,9 @@ def test_tuples_and_projections():
 
 
 def test_constructor_and_closure():
-    assert emit(ir.Let(v(2, LIST), ir.MakeAdt(0, 1, []))) == "ADT v2 = make_adt(8, {});  // Nil\n"
+    assert emit(ir.Let(v(2, LIST), ir.MakeAdt(0, 1, []))) == "ADT v2 = make_adt(8);  // Nil\n"
     assert emit(ir.Let(v(3, LIST), ir.MakeAdt(0, 0, [v(1, F32), v(2, LIST)]))) == (
-        "ADT v3 = make_adt(7, {v1, v2});  // Cons\n"
+        "ADT v3 = make_adt(7, v1, v2);  // Cons\n"
     )
     assert emit(ir.Let(v(4, FN, "f"), ir.MakeClosure("f3", [v(1, F32), v(2, LIST)]))) == (
         "Closure v4 = make_closure<Closure_f3>(v1, v2);  // %f\n"
@@ -189,14 +189,17 @@ def test_closure_function_with_captures_and_self():
         """
         // %f in @main
         NDArray f3(const Closure_f3* self, const NDArray& v1) {
-          if (stack_low()) return on_new_stack([&] { return f3(self, v1); });  // deep recursion
           const NDArray& v0 = self->c0;
           Closure v2 = closure_ref(self);  // %f (itself)
           return v0;
         }
 
         ObjectRef entry_f3(const ClosureObj* self, const ObjectRef* args) {
-          return f3(static_cast<const Closure_f3*>(self), as<NDArray>(args[0]));
+          return f3(static_cast<const Closure_f3*>(self), view<NDArray>(args[0]));
+        }
+
+        NDArray typed_f3(const ClosureObj* self, const NDArray& v1) {
+          return f3(static_cast<const Closure_f3*>(self), v1);
         }
         """
     )
@@ -204,8 +207,25 @@ def test_closure_function_with_captures_and_self():
     assert "struct Closure_f3 final : ClosureObj {\n  NDArray c0;  // x\n" in header
     assert "static constexpr int kParamTypes[] = {0};" in header
     assert (
-        "explicit Closure_f3(NDArray c0) : ClosureObj(&entry_f3, 1, kTypes, kParamTypes), c0(std::move(c0)) {}"
-        in header
+        "explicit Closure_f3(NDArray c0) : ClosureObj(&entry_f3, 1, kTypes, kParamTypes, "
+        "reinterpret_cast<const void*>(&typed_f3), 0), c0(std::move(c0)) {}" in header
+    )
+
+
+def test_closure_call_through_a_typed_entry():
+    """A call whose static type matches a closure signature of the program calls it typed."""
+    callee = ir.Function("f3", "%f", [v(10, SCALAR)], SCALAR, ir.Block([], v(10, SCALAR)), is_closure=True)
+    stmt = ir.Let(v(3, SCALAR), ir.CallClosure(v(2, ir.FuncType((SCALAR,), SCALAR)), [v(1, SCALAR)]))
+    assert emit(stmt, [callee]) == lines(
+        """
+        int32_t v3;
+        if (const ClosureObj* c = typed_closure(v2, 0)) {
+          v3 = reinterpret_cast<int32_t(*)(const ClosureObj*, int32_t)>(c->typed_entry)(c, v1);
+        } else {
+          ObjectRef v3_args[] = {box(v1)};
+          v3 = unbox<int32_t>(call_closure(v2, v3_args, 1, kTypes, 0));
+        }
+        """
     )
 
 

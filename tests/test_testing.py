@@ -23,7 +23,7 @@ Y = np.array([4, 5, 6], dtype="float32")
 
 
 def test_all_executors_agree_and_the_report_says_who_ran():
-    report = testing.check_equivalence(TWO_KERNELS, (X, Y))
+    report = testing.equivalence_report(TWO_KERNELS, (X, Y))
     assert report.ran == ["interpreter", "vm", "relay_aot cpp backend", "relay_aot python backend"]
     assert report.skipped == {}
     testing.assert_same(report.value, testing.normalize((X + Y, X * Y)))
@@ -43,7 +43,7 @@ def broken_python_backend():
 
 def test_a_wrong_backend_is_caught_and_named_with_both_values():
     with pytest.raises(testing.Mismatch) as info:
-        testing.check_equivalence(TWO_KERNELS, (X, Y), backends=["python", broken_python_backend()])
+        testing.equivalence_report(TWO_KERNELS, (X, Y), backends=["python", broken_python_backend()])
     message = str(info.value)
     assert "broken python backend" in message
     assert "relay_aot python backend" not in message.split("outcomes:")[0]  # the right one agreed
@@ -58,13 +58,16 @@ def test_a_backend_that_raises_is_caught():
 
     with pytest.raises(testing.Mismatch, match=r"failing raised KernelError: kernel k0 failed: deliberately, "
                                                 r"but interpreter returned"):
-        testing.check_equivalence(TWO_KERNELS, (X, Y), backends=[("failing", failing)], references=["interpreter"])
+        testing.equivalence_report(TWO_KERNELS, (X, Y), backends=[("failing", failing)], references=["interpreter"])
 
 
-def test_expected_value_is_checked():
+def test_expected_value_is_checked_and_the_agreed_value_returned():
     with pytest.raises(testing.Mismatch, match="expected value"):
         testing.check_equivalence(TWO_KERNELS, (X, Y), backends=["python"], references=[],
                                   expected=(X + Y, X * Y + 1))
+    agreed = testing.check_equivalence(TWO_KERNELS, (X, Y), backends=["python"], references=["interpreter"],
+                                       expected=(X + Y, X * Y))
+    testing.assert_same(agreed, testing.normalize((X + Y, X * Y)))
 
 
 REFS = parse("""
@@ -77,7 +80,7 @@ def @main(%x: int32) {
 
 
 def test_the_vm_is_skipped_for_references():
-    report = testing.check_equivalence(REFS, (np.int32(4),))
+    report = testing.equivalence_report(REFS, (np.int32(4),))
     assert set(report.skipped) == {"vm"}
     assert "references" in report.skipped["vm"]
     assert int(report.value) == 5
@@ -89,7 +92,7 @@ def test_all_executors_raising_agree():
     type Opt { Some(int32), Nothing }
     def @main(%i: int32) -> int32 { match? (Nothing) { Some(%v) => %v } }
     """)
-    report = testing.check_equivalence(mod, (np.int32(1),), references=["interpreter"])
+    report = testing.equivalence_report(mod, (np.int32(1),), references=["interpreter"])
     assert report.value is None
     assert all(o.kind == "raised" for o in report.outcomes.values())
 
@@ -103,7 +106,7 @@ def @main(%n: int32) { @down(%n) }
 
 
 def test_interpreter_skipped_beyond_its_recursion_depth():
-    report = testing.check_equivalence(DEEP, (np.int32(5000),), backends=[("numpy", lambda n: np.int32(n))],
+    report = testing.equivalence_report(DEEP, (np.int32(5000),), backends=[("numpy", lambda n: np.int32(n))],
                                        references=["interpreter"], recursion_depth=5000)
     assert "recursion 5000 deep" in report.skipped["interpreter"]
     assert report.ran == ["numpy"]
@@ -112,12 +115,12 @@ def test_interpreter_skipped_beyond_its_recursion_depth():
 def test_a_crashing_oracle_is_reported_not_fatal():
     """The interpreter overflows its C stack at this depth; in a child process that is a report."""
     with oracle.IsolatedOracle(timeout=120) as isolated:
-        report = testing.check_equivalence(DEEP, (np.int32(200_000),), backends=[], references=["interpreter"],
+        report = testing.equivalence_report(DEEP, (np.int32(200_000),), backends=[], references=["interpreter"],
                                            isolate=isolated)
         assert "crashed" in report.skipped["interpreter"]
         assert "SIGSEGV" in report.skipped["interpreter"]
         # The oracle restarts after a crash.
-        again = testing.check_equivalence(DEEP, (np.int32(10),), backends=["python"], references=["interpreter"],
+        again = testing.equivalence_report(DEEP, (np.int32(10),), backends=["python"], references=["interpreter"],
                                           isolate=isolated)
         assert again.ran == ["interpreter", "relay_aot python backend"] and int(again.value) == 10
 

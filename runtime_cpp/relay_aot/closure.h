@@ -40,7 +40,7 @@ using tvm::runtime::TVMRetValue;
  *        table): tensors passed as DLTensor* are copied, and a Python or C++ number passed where
  *        a 0-d tensor is expected becomes one of the expected dtype.
  */
-inline ObjectRef object_from_arg(const TVMArgValue& arg, int index, const TypeDesc& expected) {
+inline ObjectRef object_from_arg(const TVMArgValue& arg, const std::string& what, const TypeDesc& expected) {
   switch (arg.type_code()) {
     case kTVMNDArrayHandle:
     case kTVMObjectHandle:
@@ -57,14 +57,13 @@ inline ObjectRef object_from_arg(const TVMArgValue& arg, int index, const TypeDe
       if (expected.kind == Kind::kTensor && expected.ndim == 0) {
       {
         bool is_real = arg.type_code() == kDLFloat;
-        std::string what = "argument " + std::to_string(index);
         return scalar_of_dtype(expected.dtype, is_real ? arg.value().v_float64 : 0.0,
                                is_real ? 0 : arg.value().v_int64, is_real, what.c_str());
       }
       }
       [[fallthrough]];
     default:
-      raise_type_error("argument " + std::to_string(index) + ": expected " + expected.text +
+      raise_type_error(what + ": expected " + expected.text +
                        ", got a value that is not a tensor, tuple, ADT or function (TVM type code " +
                        std::to_string(arg.type_code()) + ")");
   }
@@ -81,6 +80,13 @@ class ClosureObj : public PackedFuncObj {
   /*! \brief The program's type table and the types of the parameters (checked for foreign callers). */
   const TypeDesc* types;
   const int* param_types;
+  /*!
+   * \brief The body with typed parameters (unboxed scalars, no argument array), and a number
+   *        naming its C++ signature within the program; callers whose static function type has
+   *        the same signature call it directly (see typed_closure).
+   */
+  const void* typed_entry;
+  int signature;
 
   /*! \brief Whether \p obj (a PackedFuncObj) is a closure made by this library. */
   static bool IsNative(const Object* obj) {
@@ -90,8 +96,15 @@ class ClosureObj : public PackedFuncObj {
   }
 
  protected:
-  ClosureObj(Entry entry, int arity, const TypeDesc* types, const int* param_types)
-      : PackedFuncObj(&ClosureObj::CallPacked), entry(entry), arity(arity), types(types), param_types(param_types) {}
+  ClosureObj(Entry entry, int arity, const TypeDesc* types, const int* param_types, const void* typed_entry,
+             int signature)
+      : PackedFuncObj(&ClosureObj::CallPacked),
+        entry(entry),
+        arity(arity),
+        types(types),
+        param_types(param_types),
+        typed_entry(typed_entry),
+        signature(signature) {}
 
  private:
   /*! \brief The packed view of the closure, used by Python and other foreign callers. */
@@ -104,8 +117,9 @@ class ClosureObj : public PackedFuncObj {
     std::vector<ObjectRef> values;
     values.reserve(args.size());
     for (int i = 0; i < args.size(); ++i) {
-      values.push_back(object_from_arg(args[i], i, self->types[self->param_types[i]]));
-      check_value(values.back(), self->param_types[i], self->types, "closure argument " + std::to_string(i));
+      std::string what = "closure argument " + std::to_string(i);
+      values.push_back(object_from_arg(args[i], what, self->types[self->param_types[i]]));
+      check_value(values.back(), self->param_types[i], self->types, what);
     }
     *rv = self->entry(self, values.data());
   }
@@ -157,6 +171,17 @@ inline ObjectRef call_closure(const Closure& fn, const ObjectRef* args, int coun
     return closure->entry(closure, args);
   }
   return call_foreign(fn, args, count, types, ret_type);
+}
+
+/*!
+ * \brief The closure behind \p fn if it came from this library and its typed entry has C++
+ *        signature number \p signature; nullptr otherwise (then call it with call_closure).
+ */
+inline const ClosureObj* typed_closure(const Closure& fn, int signature) {
+  const Object* obj = fn.get();
+  if (!ClosureObj::IsNative(obj)) return nullptr;
+  const auto* closure = static_cast<const ClosureObj*>(obj);
+  return closure->signature == signature ? closure : nullptr;
 }
 
 /*! \brief The closure a generated function body is running in, as a value. */

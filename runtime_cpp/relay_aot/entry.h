@@ -47,9 +47,9 @@ inline int packed_entry(TVMValue* args, int* type_codes, int num_args, TVMValue*
     std::vector<ObjectRef> values;
     values.reserve(num_args);
     for (int i = 0; i < num_args; ++i) {
-      values.push_back(object_from_arg(packed[i], i, signature.types[signature.param_types[i]]));
-      check_value(values.back(), signature.param_types[i], signature.types,
-                  "argument " + std::to_string(i) + " (%" + signature.names[i] + ")");
+      std::string what = "argument " + std::to_string(i) + " (%" + signature.names[i] + ")";
+      values.push_back(object_from_arg(packed[i], what, signature.types[signature.param_types[i]]));
+      check_value(values.back(), signature.param_types[i], signature.types, what);
     }
     TVMRetValue rv;
     rv = body(values.data());

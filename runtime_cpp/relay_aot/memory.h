@@ -17,7 +17,9 @@
 #include <tvm/runtime/memory.h>
 #include <tvm/runtime/object.h>
 
+#include <cstdlib>
 #include <initializer_list>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,83 @@ namespace relay_aot {
 
 using tvm::runtime::Object;
 using tvm::runtime::SimpleObjAllocator;
+
+namespace detail {
+
+/*! \brief Alignment of every block (tensor data must be 64-byte aligned for TVM's kernels). */
+constexpr size_t kAlignment = 64;
+
+/*! \brief Blocks larger than this are not cached (large tensors are rare and costly to keep). */
+constexpr size_t kMaxCachedBlock = size_t(1) << 20;
+/*!
+ * \brief Bytes of free blocks kept per thread, and distinct sizes kept. A program that builds a
+ *        list of 1,000 boxed scalars frees them all at once and builds it again on the next call:
+ *        the cache must hold a whole list's worth, not a handful.
+ */
+constexpr size_t kCachedBytes = size_t(16) << 20;
+constexpr size_t kCachedSizes = 32;
+
+/*! \brief Free blocks of one size. */
+struct SizeClass {
+  size_t bytes;
+  std::vector<void*> blocks;
+};
+
+/*! \brief The calling thread's cache of free blocks. */
+class BlockCache {
+ public:
+  ~BlockCache() {
+    for (SizeClass& c : classes_) {
+      for (void* block : c.blocks) std::free(block);
+    }
+  }
+
+  void* Take(size_t bytes) {
+    for (SizeClass& c : classes_) {
+      if (c.bytes == bytes && !c.blocks.empty()) {
+        void* block = c.blocks.back();
+        c.blocks.pop_back();
+        cached_bytes_ -= bytes;
+        return block;
+      }
+    }
+    void* block = std::aligned_alloc(kAlignment, bytes);
+    if (block == nullptr) throw std::bad_alloc();
+    return block;
+  }
+
+  void Give(void* block, size_t bytes) {
+    if (bytes <= kMaxCachedBlock && cached_bytes_ + bytes <= kCachedBytes) {
+      for (SizeClass& c : classes_) {
+        if (c.bytes == bytes) {
+          c.blocks.push_back(block);
+          cached_bytes_ += bytes;
+          return;
+        }
+      }
+      if (classes_.size() < kCachedSizes) {
+        classes_.push_back({bytes, {block}});
+        cached_bytes_ += bytes;
+        return;
+      }
+    }
+    std::free(block);
+  }
+
+ private:
+  std::vector<SizeClass> classes_;
+  size_t cached_bytes_ = 0;
+};
+
+inline BlockCache& block_cache() {
+  static thread_local BlockCache cache;
+  return cache;
+}
+
+/*! \brief Bytes of a block holding \p bytes, rounded up to the alignment. */
+constexpr size_t rounded(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+}  // namespace detail
 
 /*! \brief Objects waiting to be freed by the deletion running on this thread. */
 struct DeletionQueue {
@@ -60,18 +139,53 @@ void iterative_deleter(Object* obj) {
   release(obj, Handler::Deleter());
 }
 
-/*! \brief Replace an object's deleter (Object::deleter_ is protected; this reaches it legally). */
+/*! \brief Set an object's deleter and type (protected in Object; reached through a subclass). */
 struct DeleterAccess : Object {
   static void Set(const Object* obj, Object::FDeleter deleter) {
     static_cast<DeleterAccess*>(const_cast<Object*>(obj))->deleter_ = deleter;
   }
+  static void SetType(const Object* obj, uint32_t type_index) {
+    static_cast<DeleterAccess*>(const_cast<Object*>(obj))->type_index_ = type_index;
+  }
 };
 
-/*! \brief A tuple (tag 0) or constructor value. */
-inline ADT make_adt(int32_t tag, std::initializer_list<ObjectRef> fields) {
-  ADT adt(tag, fields);
-  DeleterAccess::Set(adt.get(), &iterative_deleter<SimpleObjAllocator::ArrayHandler<ADTObj, ObjectRef>>);
-  return adt;
+namespace detail {
+
+/*! \brief The fields of an ADT, stored right after it (as TVM's InplaceArrayBase lays them out). */
+inline ObjectRef* adt_fields(ADTObj* adt) {
+  return reinterpret_cast<ObjectRef*>(reinterpret_cast<char*>(adt) + sizeof(ADTObj));
+}
+
+inline void free_adt(Object* obj) {
+  auto* adt = static_cast<ADTObj*>(obj);
+  size_t bytes = rounded(sizeof(ADTObj) + adt->size * sizeof(ObjectRef));
+  adt->~ADTObj();  // destroys the fields
+  block_cache().Give(adt, bytes);
+}
+
+inline void free_adt_iteratively(Object* obj) { release(obj, &free_adt); }
+
+}  // namespace detail
+
+/*!
+ * \brief A tuple (tag 0) or constructor value, made in a block from the thread's cache.
+ *
+ * The layout is TVM's own (ADTObj followed by its fields), so every TVM client reads it as a
+ * runtime.ADT; only allocation and deletion differ. Fields are forwarded: a moved local is
+ * handed over without a reference-count increment.
+ */
+template <typename... Fields>
+inline ADT make_adt(int32_t tag, Fields&&... fields) {
+  constexpr size_t kCount = sizeof...(Fields);
+  void* block = detail::block_cache().Take(detail::rounded(sizeof(ADTObj) + kCount * sizeof(ObjectRef)));
+  auto* adt = new (block) ADTObj();
+  adt->tag = tag;
+  adt->size = 0;
+  ObjectRef* slots = detail::adt_fields(adt);
+  ((new (slots + adt->size) ObjectRef(std::forward<Fields>(fields)), ++adt->size), ...);
+  DeleterAccess::SetType(adt, ADTObj::RuntimeTypeIndex());
+  DeleterAccess::Set(adt, &detail::free_adt_iteratively);
+  return ADT(tvm::runtime::GetObjectPtr<Object>(adt));
 }
 
 /*! \brief A new object of class \p T (a generated closure class). */

@@ -85,18 +85,25 @@ inline ScalarTensor scalar_arg(const T* value) {
  *        convention (\p real if \p is_real, else \p integer); TypeError if it does not fit.
  */
 inline NDArray scalar_of_dtype(DLDataType dtype, double real, int64_t integer, bool is_real, const char* what) {
-  auto fail = [&]() -> NDArray {
-    raise_type_error(std::string(what) + ": the number does not fit dtype " +
-                     tvm::runtime::DLDataType2String(dtype));
+  auto fail = [&]() -> NDArray {  // a number of the right kind, out of range
+    throw Error("ValueError", std::string(what) + ": the number does not fit in dtype " +
+                                  tvm::runtime::DLDataType2String(dtype));
   };
-  if (dtype.lanes != 1) return fail();
+  auto mismatch = [&]() -> NDArray {
+    raise_type_error(std::string(what) + ": expected a tensor of dtype " + tvm::runtime::DLDataType2String(dtype) +
+                     ", got a " + (is_real ? "float" : "integer"));
+  };
+  if (dtype.lanes != 1) return mismatch();
   if (dtype.code == kDLFloat) {
     double value = is_real ? real : static_cast<double>(integer);
-    if (dtype.bits == 32) return box(static_cast<float>(value));
+    if (dtype.bits == 32) {
+      if (std::isfinite(value) && std::fabs(value) > std::numeric_limits<float>::max()) return fail();
+      return box(static_cast<float>(value));
+    }
     if (dtype.bits == 64) return box(value);
-    return fail();
+    return mismatch();
   }
-  if (is_real) return fail();  // no silent truncation of a float to an integer tensor
+  if (is_real) return mismatch();  // no silent truncation of a float to an integer tensor
   if (dtype.code == kDLUInt && dtype.bits == 1) {
     if (integer != 0 && integer != 1) return fail();
     return box(integer != 0);
@@ -115,7 +122,7 @@ inline NDArray scalar_of_dtype(DLDataType dtype, double real, int64_t integer, b
     case 216: return in_range(uint16_t()) ? box(static_cast<uint16_t>(integer)) : fail();
     case 232: return in_range(uint32_t()) ? box(static_cast<uint32_t>(integer)) : fail();
     case 264: return integer >= 0 ? box(static_cast<uint64_t>(integer)) : fail();
-    default: return fail();
+    default: return mismatch();
   }
 }
 

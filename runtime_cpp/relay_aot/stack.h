@@ -4,7 +4,8 @@
  *
  * Relay programs recurse over data (a list of 200,000 elements is summed by 200,000 nested
  * calls), far deeper than a thread's stack allows (8 MiB; a Python thread may have less).
- * Every generated function starts with `if (stack_low()) return on_new_stack(...)`: when the
+ * Every generated function that calls another starts with `if (stack_low()) return
+ * on_new_stack(...)`: when the
  * current stack has less than a safety margin left, the call continues on a fresh segment
  * (an mmap'ed region, committed page by page as it is touched) via ucontext, and the segment is
  * released when the call returns. The check is one thread-local load and one comparison.

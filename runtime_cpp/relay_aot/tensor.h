@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernel.h"
+#include "memory.h"
 
 namespace relay_aot {
 
@@ -27,70 +28,7 @@ using tvm::runtime::ShapeTuple;
 
 namespace detail {
 
-constexpr size_t kAlignment = 64;
-constexpr size_t kHeaderBytes = (sizeof(NDArray::Container) + kAlignment - 1) / kAlignment * kAlignment;
-/*! \brief Blocks larger than this are not cached (large tensors are rare and costly to keep). */
-constexpr size_t kMaxCachedBlock = size_t(1) << 20;
-/*! \brief Blocks kept per size, and distinct sizes kept, per thread. */
-constexpr size_t kBlocksPerSize = 64;
-constexpr size_t kCachedSizes = 32;
-
-/*! \brief Free blocks of one size. */
-struct SizeClass {
-  size_t bytes;
-  std::vector<void*> blocks;
-};
-
-/*! \brief The calling thread's cache of free blocks. */
-class BlockCache {
- public:
-  ~BlockCache() {
-    for (SizeClass& c : classes_) {
-      for (void* block : c.blocks) std::free(block);
-    }
-  }
-
-  void* Take(size_t bytes) {
-    for (SizeClass& c : classes_) {
-      if (c.bytes == bytes && !c.blocks.empty()) {
-        void* block = c.blocks.back();
-        c.blocks.pop_back();
-        return block;
-      }
-    }
-    void* block = std::aligned_alloc(kAlignment, bytes);
-    if (block == nullptr) throw std::bad_alloc();
-    return block;
-  }
-
-  void Give(void* block, size_t bytes) {
-    if (bytes <= kMaxCachedBlock) {
-      for (SizeClass& c : classes_) {
-        if (c.bytes == bytes) {
-          if (c.blocks.size() < kBlocksPerSize) {
-            c.blocks.push_back(block);
-            return;
-          }
-          std::free(block);
-          return;
-        }
-      }
-      if (classes_.size() < kCachedSizes) {
-        classes_.push_back({bytes, {block}});
-        return;
-      }
-    }
-    std::free(block);
-  }
-
- private:
-  std::vector<SizeClass> classes_;
-};
-
-inline BlockCache& block_cache() {
-  static thread_local BlockCache cache;
-  return cache;
-}
+constexpr size_t kHeaderBytes = rounded(sizeof(NDArray::Container));
 
 inline size_t block_bytes(const DLTensor& t) {
   size_t data = tvm::runtime::GetDataSize(t);

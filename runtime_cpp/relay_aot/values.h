@@ -28,26 +28,44 @@ using tvm::runtime::Object;
 using tvm::runtime::ObjectRef;
 
 /*!
- * \brief Convert a value of static type "any" to its known static type.
+ * \brief Convert a value of static type "any" to its known static type, without a check.
  *
- * Relay is statically typed, so the check inside Downcast never fails for values the
- * generated code made itself; it stays as a cheap guard against malformed inputs from outside.
+ * Relay is statically typed and every value from outside is checked against the program's
+ * types on entry (check.h), so inside generated code the static type is always right. (TVM's
+ * Downcast re-checks the type index each time: measurable on list-heavy programs.)
  */
 template <typename T>
-inline T as(ObjectRef value) {
-  return Downcast<T>(std::move(value));
+inline T as(const ObjectRef& value) {
+  return T(tvm::runtime::GetObjectPtr<Object>(const_cast<Object*>(value.get())));
 }
 
-/*! \brief Field \p i of a tuple or constructor value. */
+/*!
+ * \brief View a value of static type "any" as its known static type, without a copy.
+ *
+ * Object references of every static type have the same layout (one pointer; TVM's ObjectRef
+ * subclasses add no data), so this only changes how the compiler sees the reference. Used where
+ * the viewed value outlives the use (closure entries reading their argument array).
+ */
+template <typename T>
+inline const T& view(const ObjectRef& value) {
+  static_assert(sizeof(T) == sizeof(ObjectRef), "object references are one pointer");
+  return static_cast<const T&>(value);
+}
+
+/*!
+ * \brief Field \p i of a tuple or constructor value (no bounds check: the static type fixes the
+ *        number of fields, and values from outside are checked on entry).
+ */
 inline const ObjectRef& field(const ObjectRef& adt, int i) {
-  return static_cast<const ADTObj*>(adt.get())->operator[](i);
+  const char* fields = reinterpret_cast<const char*>(adt.get()) + sizeof(ADTObj);
+  return reinterpret_cast<const ObjectRef*>(fields)[i];
 }
 
 /*! \brief Constructor tag of an ADT value. */
 inline int32_t tag(const ObjectRef& adt) { return static_cast<const ADTObj*>(adt.get())->tag; }
 
 /*! \brief The unit value `()`. */
-inline ADT unit() { return ADT(0, std::vector<ObjectRef>()); }
+inline ADT unit() { return ADT(0, std::vector<ObjectRef>()); }  // (values.h precedes memory.h)
 
 /*! \brief Read a 0-d tensor of bool (stored as one byte per element) as a C++ bool. */
 inline bool truthy(const NDArray& cond) {

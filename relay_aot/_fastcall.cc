@@ -1,0 +1,187 @@
+// relay_aot._fastcall: call a compiled library's entry point from Python without ctypes.
+//
+// TVM's Python FFI (ctypes, in this TVM build) costs several microseconds per call, and
+// converting a numpy argument with tvm.nd.array tens more: for a small program that is most of
+// the time of a call. This extension packs Python arguments straight into TVM's packed calling
+// convention and calls the entry's C symbol: numpy arrays are passed as DLTensors viewing their
+// data (the library's entry copies them into tensors it owns, and checks dtype and shape),
+// Python and numpy numbers as numbers (the entry makes 0-d tensors of the parameter's dtype),
+// TVM objects by handle. Anything else (tuples, the interpreter's values, Python callables)
+// makes `call` return NotImplemented, and relay_aot converts the arguments in Python instead.
+//
+// The results are turned into Python objects by TVM's own ctypes return converters, so they are
+// exactly what the ctypes FFI would have returned. Self-contained: the few DLPack/TVM C ABI
+// definitions it needs are declared here, so it builds without TVM's headers.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+// --- the C ABI of DLPack and TVM's packed functions (stable; see dlpack.h, c_runtime_api.h) ---
+struct DLDevice {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+union TVMValue {
+  int64_t v_int64;
+  double v_float64;
+  void* v_handle;
+  const char* v_str;
+  DLDataType v_type;
+  DLDevice v_device;
+};
+using PackedCFunc = int (*)(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code,
+                            void* resource_handle);
+
+enum TypeCode : int {
+  kInt = 0, kUInt = 1, kFloat = 2, kDLTensorHandle = 7, kObjectHandle = 8, kPackedFuncHandle = 10,
+  kNDArrayHandle = 13, kBool = 15,
+};
+
+/*! \brief The DLPack dtype of a numpy array, or false if it has none relay_aot uses. */
+bool dtype_of(const py::array& array, DLDataType* out) {
+  py::dtype dtype = array.dtype();
+  const char kind = dtype.kind();
+  const auto bits = static_cast<uint8_t>(8 * dtype.itemsize());
+  if (dtype.byteorder() == '>') return false;  // big-endian data
+  switch (kind) {
+    case 'b': *out = {1, 1, 1}; return true;  // numpy bool: one byte per element, TVM's uint1
+    case 'i': *out = {0, bits, 1}; return true;
+    case 'u': *out = {1, bits, 1}; return true;
+    case 'f': *out = {2, bits, 1}; return true;
+    default: return false;
+  }
+}
+
+/*! \brief Arguments packed for one call; owns the DLTensor views and their shapes. */
+struct Packed {
+  std::vector<TVMValue> values;
+  std::vector<int> codes;
+  std::vector<DLTensor> tensors;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<py::object> keep_alive;  // numpy arrays made from numpy scalars, while in use
+};
+
+/*!
+ * \brief The pointer inside a TVM object's ctypes handle (a c_void_p, or for NDArrays a ctypes
+ *        pointer): ctypes instances expose their storage, the pointer itself, as a buffer.
+ */
+void* handle_of(const py::handle& obj) {
+  py::object handle = obj.attr("handle");
+  Py_buffer view;
+  if (PyObject_GetBuffer(handle.ptr(), &view, PyBUF_SIMPLE) != 0) throw py::error_already_set();
+  void* pointer = nullptr;
+  if (view.len == static_cast<Py_ssize_t>(sizeof(void*))) std::memcpy(&pointer, view.buf, sizeof(void*));
+  PyBuffer_Release(&view);
+  return pointer;
+}
+
+}  // namespace
+
+/*!
+ * \brief Call the packed C function at \p address on \p args.
+ * \param kinds Python classes (NDArray, PackedFunc, Object) of TVM's FFI, to recognise handles.
+ * \param make_result A function (type_code, value_bits) -> Python object (TVM's return converters).
+ * \param raise_error A function raising the Python exception for TVM's last error.
+ * \return The result, or NotImplemented if an argument cannot be passed directly.
+ */
+py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
+                const py::object& raise_error) {
+  const py::handle ndarray_class = kinds[0], packed_func_class = kinds[1], object_class = kinds[2];
+  const py::handle numpy_generic = kinds[3];
+  const size_t count = args.size();
+  Packed packed;
+  packed.values.resize(count);
+  packed.codes.resize(count);
+  packed.tensors.reserve(count);
+  packed.shapes.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    py::handle arg = args[i];
+    TVMValue& value = packed.values[i];
+    int& code = packed.codes[i];
+    if (py::isinstance(arg, numpy_generic) || py::isinstance<py::array>(arg)) {
+      // First: np.float64 is a Python float too, but keeps its dtype here (checked by the entry).
+      py::array array = py::reinterpret_borrow<py::object>(arg);
+      if (!py::isinstance<py::array>(arg)) {
+        array = py::array::ensure(arg);  // a numpy scalar: a 0-d array of its dtype
+        packed.keep_alive.push_back(array);
+      }
+      DLDataType dtype;
+      if (!array || !dtype_of(array, &dtype) || !(array.flags() & py::array::c_style)) {
+        return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+      }
+      packed.shapes.emplace_back(array.shape(), array.shape() + array.ndim());
+      packed.tensors.push_back(DLTensor{const_cast<void*>(array.data()), DLDevice{1, 0},
+                                        static_cast<int32_t>(array.ndim()), dtype,
+                                        packed.shapes.back().data(), nullptr, 0});
+      value.v_handle = &packed.tensors.back();
+      code = kDLTensorHandle;
+    } else if (PyBool_Check(arg.ptr())) {
+      value.v_int64 = arg.ptr() == Py_True ? 1 : 0;
+      code = kBool;
+    } else if (PyLong_Check(arg.ptr())) {
+      int overflow = 0;
+      long long number = PyLong_AsLongLongAndOverflow(arg.ptr(), &overflow);
+      if (overflow != 0) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+      value.v_int64 = number;
+      code = kInt;
+    } else if (PyFloat_Check(arg.ptr())) {
+      value.v_float64 = PyFloat_AS_DOUBLE(arg.ptr());
+      code = kFloat;
+    } else if (py::isinstance(arg, ndarray_class)) {
+      value.v_handle = handle_of(arg);
+      code = py::bool_(arg.attr("is_view")) ? kDLTensorHandle : kNDArrayHandle;
+    } else if (py::isinstance(arg, packed_func_class)) {
+      value.v_handle = handle_of(arg);
+      code = kPackedFuncHandle;
+    } else if (py::isinstance(arg, object_class)) {
+      value.v_handle = handle_of(arg);
+      code = kObjectHandle;
+    } else {
+      return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+    }
+  }
+  TVMValue ret;
+  ret.v_int64 = 0;
+  int ret_code = 4;  // kTVMNullptr
+  int status;
+  {
+    // Compiled code may run long, and may call back into Python (functions passed to the
+    // program): let other threads run meanwhile.
+    py::gil_scoped_release release;
+    status = reinterpret_cast<PackedCFunc>(address)(packed.values.data(), packed.codes.data(),
+                                                    static_cast<int>(count), &ret, &ret_code, nullptr);
+  }
+  if (status != 0) {
+    raise_error();
+    throw py::error_already_set();
+  }
+  return make_result(ret_code, ret.v_int64);
+}
+
+PYBIND11_MODULE(_fastcall, m) {
+  m.doc() = "Call a relay_aot library's entry point from Python without TVM's ctypes FFI.";
+  m.def("call", &call, py::arg("address"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
+        py::arg("raise_error"));
+}

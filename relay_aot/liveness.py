@@ -1,0 +1,82 @@
+"""Where each variable of a function is used for the last time.
+
+Emitters use this to hand a value over instead of copying it: in C++, copying an ``NDArray`` or
+``ADT`` into a tuple field, a closure's captures or a call's argument array is an atomic
+reference-count increment now and a decrement later, when the local dies; ``std::move`` at the
+last use does neither. List-heavy programs do this for every element.
+
+The analysis is the textbook backward liveness pass over the structured IR: a block is walked from
+its result backwards; an ``If`` or ``Match`` is live-in with the union of its branches; a
+self tail call ends the iteration, so its arguments are last uses (unless one is passed twice).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from . import ir
+from .dispatch import method_for
+
+#: (id of a Let, Block or TailCall node, variable id) pairs: that node's use of that variable is
+#: its last. For a Block the use is the block's result.
+LastUses = set
+
+
+def _rhs_uses(rhs: ir.Rhs) -> list[ir.Var]:
+    fields = []
+    for value in vars(rhs).values():
+        if isinstance(value, ir.Var):
+            fields.append(value)
+        elif isinstance(value, list):
+            fields.extend(v for v in value if isinstance(v, ir.Var))
+    return fields
+
+
+class _Liveness:
+    def __init__(self):
+        self.last: LastUses = set()
+        self._stmts = {ir.Let: self._let, ir.If: self._if, ir.Match: self._match}
+
+    def block(self, block: ir.Block, live_out: set[int]) -> set[int]:
+        """Record last uses inside ``block``; return the variables live on entry to it."""
+        live = set(live_out)
+        if isinstance(block.result, ir.TailCall):
+            counts = Counter(a.id for a in block.result.args)
+            for a in block.result.args:
+                if counts[a.id] == 1:
+                    self.last.add((id(block.result), a.id))
+            live = {a.id for a in block.result.args}  # the iteration ends: nothing else survives
+        else:
+            if block.result.id not in live:
+                self.last.add((id(block), block.result.id))
+            live.add(block.result.id)
+        for stmt in reversed(block.stmts):
+            live = method_for(self._stmts, stmt)(stmt, live)
+        return live
+
+    def _let(self, stmt: ir.Let, live: set[int]) -> set[int]:
+        uses = _rhs_uses(stmt.rhs)
+        counts = Counter(v.id for v in uses)
+        for v in uses:
+            if v.id not in live and counts[v.id] == 1:
+                self.last.add((id(stmt), v.id))
+        return (live - {stmt.var.id}) | {v.id for v in uses}
+
+    def _if(self, stmt: ir.If, live: set[int]) -> set[int]:
+        after = live - {stmt.result.id}
+        inside = self.block(stmt.then, after) | self.block(stmt.else_, after)
+        return inside | {stmt.cond.id}
+
+    def _match(self, stmt: ir.Match, live: set[int]) -> set[int]:
+        after = live - {stmt.result.id}
+        inside: set[int] = set()
+        for clause in stmt.clauses:
+            inside |= self.block(clause.body, after) - {b.var.id for b in clause.binds}
+        return inside | {stmt.scrutinee.id}
+
+
+def last_uses(func: ir.Function) -> LastUses:
+    """The last uses of variables in ``func``'s body."""
+    analysis = _Liveness()
+    analysis.block(func.body, set())
+    return analysis.last
