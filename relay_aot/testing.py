@@ -136,9 +136,9 @@ class Report:
         lines = []
         for name, outcome in self.outcomes.items():
             if outcome.kind == "value":
-                lines.append(f"  {name}: returned {_short(outcome.value)}")
+                lines.append(f"{name}: returned {_short(outcome.value)}")
             else:
-                lines.append(f"  {name}: {outcome.kind} ({outcome.detail})")
+                lines.append(f"{name}: {outcome.kind} ({outcome.detail})")
         return "\n".join(lines)
 
 
@@ -212,7 +212,8 @@ def equivalence_report(
     base_name, base = ran[0]
     problems = [p for name, o in ran[1:] if (p := compare_outcomes(name, o, base_name, base, rtol, atol)) is not None]
     if problems:
-        raise Mismatch("\n".join(problems) + "\noutcomes:\n" + str(report))
+        outcomes = "".join(f"\n  {line}" for line in str(report).splitlines())
+        raise Mismatch("\n".join(problems) + "\noutcomes:" + outcomes)
     report.value = base.value if base.kind == "value" else None
     return report
 
