@@ -213,6 +213,7 @@ class PythonEmitter:
 
     @staticmethod
     def hint_of(v: ir.Var) -> str:
+        """``%name = `` for a comment, if the variable has a Relay name."""
         return f"%{v.hint} = " if v.hint else ""
 
     # -- right-hand sides ------------------------------------------------------------------
