@@ -174,16 +174,20 @@ def _runtime_layout_transforms(mod: tvm.IRModule) -> int:
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantIfPossible")
 def fold_constants(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """``FoldConstant``, or the module unchanged where TVM's pass fails.
+    """``FoldConstant``; where TVM's pass fails, the same on A-normal form, else nothing.
 
     FoldConstant leaves a dangling variable behind -- and fails its own free-variable check --
     when the callee of a call is a ``let`` whose value is a let-bound constant
-    (``let %x = 1f; (let %y = %x; fn () { .. })()``); folding is only an optimisation.
+    (``let %x = 1f; (let %y = %x; fn () { .. })()``). In A-normal form (which the pipeline
+    reaches next anyway) that shape is gone. Folding cannot simply be skipped: TVM cannot lower
+    some unfolded constant expressions into kernels (``cast(3i64, dtype="bool")``).
     """
-    try:
-        return relay.transform.FoldConstant()(mod)
-    except tvm.error.TVMError:
-        return mod
+    for prepare in (lambda m: m, relay.transform.ToANormalForm()):
+        try:
+            return relay.transform.FoldConstant()(prepare(mod))
+        except tvm.error.TVMError:
+            continue
+    return mod
 
 
 @tvm.transform.module_pass(opt_level=0, name="AlterOpLayoutForConstants")
