@@ -165,9 +165,23 @@ def module_json(mod: tvm.IRModule) -> str:
     """``tvm.ir.save_json(mod)`` in a form ``tvm.ir.load_json`` reads back.
 
     TVM writes non-ASCII characters of names as ``\\uXXXX`` escapes, which its own JSON reader
-    rejects; rewritten as UTF-8 text they load fine.
+    (dmlc's) rejects, as it rejects every escape but ``\\" \\\\ \\n \\r \\t``. The text is
+    rewritten with only those escapes; everything else is written as UTF-8.
     """
-    return json.dumps(json.loads(tvm.ir.save_json(mod)), ensure_ascii=False)
+    return _dmlc_json(json.loads(tvm.ir.save_json(mod)))
+
+
+_DMLC_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def _dmlc_json(value) -> str:
+    if isinstance(value, str):
+        return '"' + value.translate(_DMLC_ESCAPES) + '"'
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_dmlc_json(k)}: {_dmlc_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_dmlc_json(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 class IsolatedOracle:
