@@ -140,8 +140,11 @@ class KernelTable:
             what = "fused kernel of " + (", ".join(dict.fromkeys(kernel.ops)) or "no operators")
             try:
                 cached = te_compiler.get().lower(func, self.target, names.TE_MOD_NAME)
-            except tvm.error.TVMError as err:
-                raise UnsupportedError(f"TVM could not lower the {what}: {_first_line(err)}") from None
+            except RuntimeError as err:  # TVMError, or the TE compiler's own RuntimeError
+                # TVM's TE compiler caches the failed function as well: lowering it again would
+                # quietly produce no kernel at all.
+                te_compiler.get().clear()
+                raise UnsupportedError(f"TVM could not lower the {what}: {_lowering_error(err)}") from None
             for gvar, prim in cached.funcs.functions.items():
                 name = kernel.symbol if gvar.same_as(cached.prim_fn_var) else f"{kernel.symbol}_{gvar.name_hint}"
                 merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim).with_attr("global_symbol", name)
@@ -178,6 +181,15 @@ def _quiet_autotvm():
         yield
     finally:
         logger.setLevel(level)
+
+
+def _lowering_error(err: Exception) -> str:
+    """The failed check of a TE lowering error (its last line is the failing function's text)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    for line in lines:
+        if "Check failed" in line or line.startswith(("ValueError", "TypeError")):
+            return line
+    return _first_line(err)
 
 
 def _first_line(err: Exception) -> str:

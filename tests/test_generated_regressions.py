@@ -1,0 +1,25 @@
+"""Failures the program generator found that a ``tests/programs`` file cannot pin (they need
+compile options or a sequence of compiles)."""
+
+import numpy as np
+import pytest
+import tvm
+
+import relay_aot
+
+CONSTANT_CAST = tvm.relay.parse("""
+#[version = "0.0.5"]
+def @main(%a: float64) -> bool { cast(3i64, dtype="bool") }
+""")
+
+
+def test_a_kernel_tvm_cannot_lower_is_reported_every_time(backend):
+    """Without FoldConstant (opt_level 1) TVM cannot lower ``cast(3i64, dtype="bool")``. The
+    failure is an UnsupportedError naming TVM's check, and it stays one: TVM's TE compiler
+    caches the failed function, which once made the next compile produce an empty kernel
+    module ("Expected a non-empty IRModule")."""
+    for _ in range(2):
+        with pytest.raises(relay_aot.UnsupportedError, match=r"could not lower the fused kernel of cast: .*Check failed"):
+            relay_aot.compile(CONSTANT_CAST, backend=backend, opt_level=1)
+    folded = relay_aot.compile(CONSTANT_CAST, backend=backend)  # FoldConstant computes it instead
+    assert bool(folded(np.float64(0)).numpy()) is True
