@@ -164,11 +164,12 @@ def _portable(value: Any) -> Any:
 def module_json(mod: tvm.IRModule) -> str:
     """``tvm.ir.save_json(mod)`` in a form ``tvm.ir.load_json`` reads back.
 
-    TVM writes non-ASCII characters of names as ``\\uXXXX`` escapes, which its own JSON reader
-    (dmlc's) rejects, as it rejects every escape but ``\\" \\\\ \\n \\r \\t``. The text is
-    rewritten with only those escapes; everything else is written as UTF-8.
+    TVM's JSON reader (dmlc's) knows no escape but ``\\" \\\\ \\n \\r \\t``, and a global or
+    constructor whose name is not ASCII fails to load even when written as UTF-8. So strings
+    holding other characters are rewritten with Python's ``unicode_escape`` (``"g\u00e9"`` becomes
+    ``"g\\xe9"``): names do not change what a program computes.
     """
-    return _dmlc_json(json.loads(tvm.ir.save_json(mod)))
+    return _dmlc_json(json.loads(tvm.ir.save_json(mod), strict=False))  # TVM writes control characters raw
 
 
 _DMLC_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
@@ -176,6 +177,8 @@ _DMLC_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r
 
 def _dmlc_json(value) -> str:
     if isinstance(value, str):
+        if not (value.isascii() and value.isprintable()):
+            value = value.encode("unicode_escape").decode("ascii")
         return '"' + value.translate(_DMLC_ESCAPES) + '"'
     if isinstance(value, dict):
         return "{" + ", ".join(f"{_dmlc_json(k)}: {_dmlc_json(v)}" for k, v in value.items()) + "}"

@@ -141,7 +141,17 @@ def test_any_name_reaches_the_isolated_oracle():
     with oracle.IsolatedOracle() as isolated:
         for name in names:
             x = tvm.relay.var(name, shape=(2,), dtype="float32")
-            mod = tvm.IRModule.from_expr(tvm.relay.Function([x], tvm.relay.add(x, x)))
+            gtv = tvm.relay.GlobalTypeVar("T" + name)
+            ctor = tvm.relay.Constructor("C" + name, [x.type_annotation], gtv)
+            mod = tvm.IRModule()
+            mod[gtv] = tvm.relay.TypeData(gtv, [], [ctor])
+            helper = tvm.relay.GlobalVar("g" + name)
+            mod[helper] = tvm.relay.Function([x], tvm.relay.add(x, x))
+            y = tvm.relay.var(name, shape=(2,), dtype="float32")
+            v = tvm.relay.var(name, shape=(2,), dtype="float32")
+            unwrap = tvm.relay.Match(ctor(helper(y)), [tvm.relay.Clause(
+                tvm.relay.PatternConstructor(ctor, [tvm.relay.PatternVar(v)]), v)])
+            mod["main"] = tvm.relay.Function([y], unwrap)
             outcome = isolated.run(mod, (np.ones(2, dtype="float32"),), "interpreter")
             assert outcome.kind == "value", (name, outcome.detail)
             testing.assert_same(outcome.value, np.full(2, 2, dtype="float32"))
