@@ -210,7 +210,7 @@ def _compile_cpp(
         units=sources.units,
         blobs={"constants.bin": constants_blob(program.constants)} if program.constants else {},
         kernel_digest=kernels.digest(),
-        has_kernels=bool(kernels.kernels),
+        has_kernels=kernels.needs_build,
         build_kernels=kernels.write_object,
         flags=flags,
     )

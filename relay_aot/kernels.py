@@ -137,6 +137,8 @@ class KernelTable:
     def _lower_all(self, progress: Optional[Callable[[int, int], None]]) -> tvm.IRModule:
         merged = tvm.IRModule()
         for done, (kernel, func) in enumerate(zip(self.kernels, self._funcs), 1):
+            if kernel.scalar is not None:  # computed natively by both emitters: never called
+                continue
             what = "fused kernel of " + (", ".join(dict.fromkeys(kernel.ops)) or "no operators")
             try:
                 cached = te_compiler.get().lower(func, self.target, names.TE_MOD_NAME)
@@ -152,9 +154,14 @@ class KernelTable:
                 progress(done, len(self.kernels))
         return merged
 
+    @property
+    def needs_build(self) -> bool:
+        """Whether any kernel must be built (scalar kernels are computed natively instead)."""
+        return any(k.scalar is None for k in self.kernels)
+
     def build(self, progress: Optional[Callable[[int, int], None]] = None) -> Optional[tvm.runtime.Module]:
-        """Build every kernel into one LLVM module (None when the program has no kernels)."""
-        if not self.kernels:
+        """Build every kernel into one LLVM module (None when the program has no kernels to build)."""
+        if not self.needs_build:
             return None
         merged = self.lower_all(progress)
         try:

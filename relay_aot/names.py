@@ -30,6 +30,7 @@ ENTRY_SIGNATURE = "kEntrySignature"
 # Python backend (emit_python.py): module-level names of the generated source.
 PY_KERNEL_MODULE = "kernel_module"  #: the kernels' tvm.runtime.Module, bound at load time
 PY_CONSTANTS = "constants"  #: the constant tensors (a list of NDArray), bound at load time
+PY_SCALAR = "n"  #: module-level numpy scalar constants of the Python backend: n0, n1, ...
 PY_ENTRY = "main"  #: the entry function, on TVM runtime values
 
 #: Suffix of the exported function that returns the program's metadata (JSON).

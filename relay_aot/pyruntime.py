@@ -28,10 +28,12 @@ import sys
 import types
 from typing import Any, Callable
 
+import numpy as np
 import tvm
 from tvm.runtime.container import ADT
 
-from .errors import KernelError, MatchError, RecursionDepthError
+from .errors import IntegerDivisionByZero, KernelError, MatchError, RecursionDepthError
+from .scalars import NATIVE_DTYPES
 
 _DEVICE = tvm.cpu()
 _ALLOC = tvm.runtime.ndarray._ffi_api.TVMArrayAllocWithScope
@@ -60,6 +62,72 @@ def empty(shape: tuple, dtype: str) -> tvm.nd.NDArray:
     return _ALLOC(shape_tuple, data_type, _DEVICE, None)
 
 
+# ----------------------------------------------------------------------------------------
+# Unboxed scalars: 0-d tensors of numeric dtypes are numpy scalars inside generated code (as they
+# are C++ scalars in the C++ backend), so 0-d arithmetic is numpy scalar arithmetic, not a kernel
+# call through TVM's FFI. numpy scalars wrap on integer overflow (warnings are switched off while
+# generated code runs, see call_guarded) and follow IEEE float32/float64, like TVM's kernels.
+
+_CTYPE_OF = {
+    "bool": ctypes.c_uint8, "int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64, "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64, "float32": ctypes.c_float, "float64": ctypes.c_double,
+}
+_NUMPY_OF = {dtype: np.dtype(dtype).type for dtype in NATIVE_DTYPES}
+
+
+def unbox(tensor: tvm.nd.NDArray):
+    """The value of a 0-d tensor of a native dtype, as a numpy scalar of that dtype."""
+    dtype = str(tensor.dtype)
+    contents = tensor.handle.contents
+    raw = _CTYPE_OF[dtype].from_address(contents.data + contents.byte_offset).value
+    return _NUMPY_OF[dtype](raw != 0 if dtype == "bool" else raw)
+
+
+def box(value, dtype: str) -> tvm.nd.NDArray:
+    """A new 0-d tensor of ``dtype`` holding ``value`` (for kernels and for callers outside)."""
+    tensor = empty((), dtype)
+    contents = tensor.handle.contents
+    _CTYPE_OF[dtype].from_address(contents.data).value = value.item() if hasattr(value, "item") else value
+    return tensor
+
+
+def int_div(a, b):
+    """Relay ``divide`` on integers: truncating, like C and TVM's kernels."""
+    if b == 0:
+        raise IntegerDivisionByZero("integer division by zero")
+    if b == -1:
+        return -a  # wraps for the minimum value, where C++ would trap
+    q = abs(int(a)) // abs(int(b))
+    return type(a)(q if (a < 0) == (b < 0) else -q)
+
+
+def int_mod(a, b):
+    """Relay ``mod`` on integers: the remainder of truncating division."""
+    if b == 0:
+        raise IntegerDivisionByZero("integer modulo by zero")
+    if b == -1:
+        return type(a)(0)
+    r = abs(int(a)) % abs(int(b))
+    return type(a)(r if a >= 0 else -r)
+
+
+def int_floor_div(a, b):
+    """Relay ``floor_divide`` on integers."""
+    if b == 0:
+        raise IntegerDivisionByZero("integer division by zero")
+    if b == -1:
+        return -a
+    return type(a)(int(a) // int(b))
+
+
+def int_floor_mod(a, b):
+    """Relay ``floor_mod`` on integers (the sign follows the divisor)."""
+    if b == 0:
+        raise IntegerDivisionByZero("integer modulo by zero")
+    return type(a)(int(a) % int(b))
+
+
 def truthy(cond: tvm.nd.NDArray) -> bool:
     """The value of a 0-d bool tensor, read straight from its memory (no copy)."""
     tensor = cond.handle.contents
@@ -82,7 +150,8 @@ def call_guarded(func: Callable, args) -> Any:
     recognised here, where generated code is entered from outside.
     """
     try:
-        return func(*args)
+        with np.errstate(all="ignore"):  # integer scalars wrap silently, as in TVM's kernels
+            return func(*args)
     except RecursionError:
         pass
     except ctypes.ArgumentError as err:
@@ -157,6 +226,8 @@ class ImportedFunction:
 
 def _export_leaf(value: Any, top: bool) -> Any:
     kind = type(value)
+    if isinstance(value, np.generic):
+        return box(value, str(value.dtype))
     if kind is list:
         if top:
             return ExportedCell(value)
@@ -198,7 +269,7 @@ def export_value(value: Any, top: bool = False) -> Any:
 
 def _import_leaf(value: Any) -> Any:
     if isinstance(value, tvm.nd.NDArray):
-        return value
+        return unbox(value) if not value.shape and str(value.dtype) in _NUMPY_OF else value
     if isinstance(value, ExportedCell):
         return value.cell
     if isinstance(value, tvm.ir.container.Array):
