@@ -15,6 +15,7 @@
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <cstring>
@@ -99,19 +100,11 @@ void* handle_of(const py::handle& obj) {
 
 }  // namespace
 
-/*!
- * \brief Call the packed C function at \p address on \p args.
- * \param kinds Python classes (NDArray, PackedFunc, Object) of TVM's FFI, to recognise handles.
- * \param make_result A function (type_code, value_bits) -> Python object (TVM's return converters).
- * \param raise_error A function raising the Python exception for TVM's last error.
- * \return The result, or NotImplemented if an argument cannot be passed directly.
- */
-py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
-                const py::object& raise_error) {
+/*! \brief Pack \p args into \p packed; false if one cannot be passed directly. */
+bool pack_args(const py::tuple& args, const py::tuple& kinds, Packed& packed) {
   const py::handle ndarray_class = kinds[0], packed_func_class = kinds[1], object_class = kinds[2];
   const py::handle numpy_generic = kinds[3];
   const size_t count = args.size();
-  Packed packed;
   packed.values.resize(count);
   packed.codes.resize(count);
   packed.tensors.reserve(count);
@@ -128,9 +121,7 @@ py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds
         packed.keep_alive.push_back(array);
       }
       DLDataType dtype;
-      if (!array || !dtype_of(array, &dtype) || !(array.flags() & py::array::c_style)) {
-        return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-      }
+      if (!array || !dtype_of(array, &dtype) || !(array.flags() & py::array::c_style)) return false;
       packed.shapes.emplace_back(array.shape(), array.shape() + array.ndim());
       packed.tensors.push_back(DLTensor{const_cast<void*>(array.data()), DLDevice{1, 0},
                                         static_cast<int32_t>(array.ndim()), dtype,
@@ -143,7 +134,7 @@ py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds
     } else if (PyLong_Check(arg.ptr())) {
       int overflow = 0;
       long long number = PyLong_AsLongLongAndOverflow(arg.ptr(), &overflow);
-      if (overflow != 0) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+      if (overflow != 0) return false;
       value.v_int64 = number;
       code = kInt;
     } else if (PyFloat_Check(arg.ptr())) {
@@ -159,9 +150,32 @@ py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds
       value.v_handle = handle_of(arg);
       code = kObjectHandle;
     } else {
-      return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+      return false;
     }
   }
+  return true;
+}
+
+/*! \brief The Python value of a packed return, or the Python exception of a failed call. */
+py::object finish(int status, TVMValue ret, int ret_code, const py::object& make_result, const py::object& raise_error) {
+  if (status != 0) {
+    raise_error();
+    throw py::error_already_set();
+  }
+  return make_result(ret_code, ret.v_int64);
+}
+
+/*!
+ * \brief Call the packed C function at \p address (a library's entry point) on \p args.
+ * \param kinds Python classes (NDArray, PackedFunc, Object) of TVM's FFI, and numpy's scalar base.
+ * \param make_result A function (type_code, value_bits) -> Python object (TVM's return converters).
+ * \param raise_error A function raising the Python exception for TVM's last error.
+ * \return The result, or NotImplemented if an argument cannot be passed directly.
+ */
+py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
+                const py::object& raise_error) {
+  Packed packed;
+  if (!pack_args(args, kinds, packed)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
   TVMValue ret;
   ret.v_int64 = 0;
   int ret_code = 4;  // kTVMNullptr
@@ -171,17 +185,58 @@ py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds
     // program): let other threads run meanwhile.
     py::gil_scoped_release release;
     status = reinterpret_cast<PackedCFunc>(address)(packed.values.data(), packed.codes.data(),
-                                                    static_cast<int>(count), &ret, &ret_code, nullptr);
+                                                    static_cast<int>(packed.values.size()), &ret, &ret_code, nullptr);
   }
-  if (status != 0) {
-    raise_error();
-    throw py::error_already_set();
+  return finish(status, ret, ret_code, make_result, raise_error);
+}
+
+using TVMFuncCallFn = int (*)(void* func, TVMValue* args, int* type_codes, int num_args, TVMValue* ret,
+                              int* ret_type_code);
+
+/*!
+ * \brief Call a TVM PackedFunc (by its handle) through TVM's C API ``TVMFuncCall`` at
+ *        \p func_call: the Python backend's kernel calls, without ctypes.
+ */
+py::object call_packed(uintptr_t func_call, uintptr_t handle, const py::tuple& args, const py::tuple& kinds,
+                       const py::object& make_result, const py::object& raise_error) {
+  Packed packed;
+  if (!pack_args(args, kinds, packed)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  TVMValue ret;
+  ret.v_int64 = 0;
+  int ret_code = 4;
+  int status;
+  {
+    py::gil_scoped_release release;
+    status = reinterpret_cast<TVMFuncCallFn>(func_call)(reinterpret_cast<void*>(handle), packed.values.data(),
+                                                        packed.codes.data(), static_cast<int>(packed.values.size()),
+                                                        &ret, &ret_code);
   }
-  return make_result(ret_code, ret.v_int64);
+  return finish(status, ret, ret_code, make_result, raise_error);
+}
+
+using TVMArrayAllocFn = int (*)(const int64_t* shape, int ndim, int dtype_code, int dtype_bits, int dtype_lanes,
+                                int device_type, int device_id, void** out);
+
+/*!
+ * \brief A new CPU tensor through TVM's C API ``TVMArrayAlloc`` at \p array_alloc, returned as
+ *        TVM's Python FFI would return it (an owned NDArray).
+ */
+py::object empty(uintptr_t array_alloc, const std::vector<int64_t>& shape, int code, int bits,
+                 const py::object& make_result, const py::object& raise_error) {
+  void* handle = nullptr;
+  int status = reinterpret_cast<TVMArrayAllocFn>(array_alloc)(shape.data(), static_cast<int>(shape.size()), code,
+                                                              bits, 1, 1, 0, &handle);
+  TVMValue ret;
+  ret.v_handle = handle;
+  return finish(status, ret, kNDArrayHandle, make_result, raise_error);
 }
 
 PYBIND11_MODULE(_fastcall, m) {
   m.doc() = "Call a relay_aot library's entry point from Python without TVM's ctypes FFI.";
   m.def("call", &call, py::arg("address"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
         py::arg("raise_error"));
+  m.def("call_packed", &call_packed, py::arg("func_call"), py::arg("handle"), py::arg("args"), py::arg("kinds"),
+        py::arg("make_result"), py::arg("raise_error"));
+  m.def("empty", &empty, py::arg("array_alloc"), py::arg("shape"), py::arg("code"), py::arg("bits"),
+        py::arg("make_result"), py::arg("raise_error"));
 }

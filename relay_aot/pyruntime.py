@@ -32,6 +32,7 @@ import numpy as np
 import tvm
 from tvm.runtime.container import ADT
 
+from . import fastcall
 from .errors import IntegerDivisionByZero, KernelError, MatchError, RecursionDepthError
 from .scalars import NATIVE_DTYPES
 
@@ -58,6 +59,8 @@ def _alloc_spec(shape: tuple, dtype: str):
 
 def empty(shape: tuple, dtype: str) -> tvm.nd.NDArray:
     """A new, uninitialised CPU tensor (a kernel's output)."""
+    if fastcall.available:
+        return fastcall.empty(shape, dtype)
     shape_tuple, data_type = _alloc_spec(shape, dtype)
     return _ALLOC(shape_tuple, data_type, _DEVICE, None)
 
@@ -135,9 +138,14 @@ def truthy(cond: tvm.nd.NDArray) -> bool:
 
 
 def call_kernel(kernel: Callable, symbol: str, *tensors: tvm.nd.NDArray) -> None:
-    """Run a compiled kernel on its inputs and preallocated outputs."""
+    """Run a compiled kernel on its inputs and preallocated outputs.
+
+    Through TVM's C API directly when the ``_fastcall`` extension is built (a ctypes call costs
+    microseconds, more than a small kernel's work).
+    """
     try:
-        kernel(*tensors)
+        if not fastcall.available or fastcall.call_packed(kernel, tensors) is NotImplemented:
+            kernel(*tensors)
     except tvm.error.TVMError as err:
         raise KernelError(f"kernel {symbol} failed: {err}") from None
 

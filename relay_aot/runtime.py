@@ -16,35 +16,16 @@ import struct
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import tvm
-from tvm._ffi._ctypes.types import RETURN_SWITCH, TVMValue
 from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 
-from . import names
+from . import fastcall, names
 from .metadata import Signature
 from .values import Converter
 
-try:  # see relay_aot/_fastcall.cc; optional: without it, calls go through TVM's ctypes FFI
-    from . import _fastcall
-except ImportError:  # pragma: no cover - the extension failed to build
-    _fastcall = None
-
-#: Python classes _fastcall passes by handle, then numpy's scalar base class; TVM objects of the
-#: last entry (the interpreter's values) are converted in Python instead.
-_FAST_KINDS = (tvm.nd.NDArray, tvm.runtime.PackedFunc, tvm.runtime.Object, np.generic)
+#: TVM objects the fast call path must not pass by handle: the interpreter's values, which
+#: relay_aot converts in Python.
 _FAST_EXCLUDED = (ConstructorValue, RefValue)
-
-
-def _make_result(type_code: int, bits: int):
-    """A packed return value as TVM's ctypes FFI would return it (it takes ownership)."""
-    value = TVMValue()
-    value.v_int64 = bits
-    return RETURN_SWITCH[type_code](value)
-
-
-def _raise_last_error() -> None:
-    tvm._ffi.base.raise_last_ffi_error()
 
 
 def entry_address(library_path, symbol: str) -> Optional[int]:
@@ -101,7 +82,7 @@ class CompiledModule:
         self.entry = entry if entry is not None else module[name]
         self._converter = Converter(signature)
         self._address = None
-        if _fastcall is not None and library_path is not None and entry is None:
+        if fastcall.available and library_path is not None and entry is None:
             self._address = entry_address(library_path, name)
 
     @property
@@ -123,7 +104,7 @@ class CompiledModule:
         if self._address is not None and not any(isinstance(a, _FAST_EXCLUDED) for a in args):
             # Tensors, numpy arrays, numbers and TVM objects go straight to the library, which
             # checks them against the program's types (check.h); anything else is converted here.
-            result = _fastcall.call(self._address, args, _FAST_KINDS, _make_result, _raise_last_error)
+            result = fastcall.call_entry(self._address, args)
             if result is not NotImplemented:
                 return self._converter.from_runtime(result, self.signature.ret)
         result = self.entry(*self.convert_args(args))

@@ -277,9 +277,9 @@ def test_scalar_fast_path_agrees_with_kernels(monkeypatch):
 def test_fast_call_path_matches_the_ffi_path():
     """relay_aot._fastcall (pybind11) passes arguments straight to the library; results and errors
     are those of TVM's ctypes FFI path."""
-    from relay_aot import runtime
+    from relay_aot import fastcall
 
-    assert runtime._fastcall is not None, "the _fastcall extension was not built"
+    assert fastcall.available, "the _fastcall extension was not built"
     mod = tvm.relay.parse(
         """
         #[version = "0.0.5"]

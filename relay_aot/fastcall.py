@@ -1,0 +1,69 @@
+"""Python side of the ``_fastcall`` extension: calling TVM without its ctypes FFI.
+
+``relay_aot/_fastcall.cc`` packs Python arguments into TVM's packed calling convention itself.
+This module holds what both users of it share -- the argument kinds it recognises, how results
+become Python objects (TVM's own ctypes return converters, so they are exactly what the ctypes
+FFI returns) and how errors are raised -- and the addresses of TVM's C API functions it calls.
+``available`` is False when the extension failed to build; callers then use the ctypes FFI.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+import tvm
+from tvm._ffi._ctypes.types import RETURN_SWITCH, TVMValue
+
+try:
+    from . import _fastcall
+except ImportError:  # pragma: no cover - the extension failed to build
+    _fastcall = None
+
+available = _fastcall is not None
+
+#: Python classes passed by handle (NDArray, PackedFunc, Object), then numpy's scalar base class.
+KINDS = (tvm.nd.NDArray, tvm.runtime.PackedFunc, tvm.runtime.Object, np.generic)
+
+
+def make_result(type_code: int, bits: int):
+    """A packed return value as TVM's ctypes FFI would return it (it takes ownership)."""
+    value = TVMValue()
+    value.v_int64 = bits
+    return RETURN_SWITCH[type_code](value)
+
+
+def raise_last_error() -> None:
+    """Raise the Python exception for TVM's last error (as the ctypes FFI would)."""
+    tvm._ffi.base.raise_last_ffi_error()
+
+
+def _c_api(name: str) -> int:
+    return ctypes.cast(getattr(tvm._ffi.base._LIB, name), ctypes.c_void_p).value
+
+
+_FUNC_CALL = _c_api("TVMFuncCall")
+_ARRAY_ALLOC = _c_api("TVMArrayAlloc")
+
+
+def call_entry(address: int, args):
+    """Call a library's packed entry point; NotImplemented if an argument needs Python conversion."""
+    return _fastcall.call(address, args, KINDS, make_result, raise_last_error)
+
+
+def call_packed(func: tvm.runtime.PackedFunc, args):
+    """Call a PackedFunc through TVM's C API; NotImplemented if an argument needs the ctypes FFI."""
+    return _fastcall.call_packed(_FUNC_CALL, func.handle.value, args, KINDS, make_result, raise_last_error)
+
+
+@functools.lru_cache(maxsize=None)
+def _dtype_code(dtype: str) -> tuple[int, int]:
+    dt = tvm.runtime.DataType(dtype)
+    return dt.type_code, dt.bits
+
+
+def empty(shape: tuple, dtype: str) -> tvm.nd.NDArray:
+    """A new, uninitialised CPU tensor."""
+    code, bits = _dtype_code(dtype)
+    return _fastcall.empty(_ARRAY_ALLOC, shape, code, bits, make_result, raise_last_error)
