@@ -8,6 +8,7 @@ Python tuples (for tuples), ``tvm.runtime.container.ADT`` or the interpreter's
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,31 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
+class _Path:
+    """Where a value sits inside an argument (``argument 0 (%xs).Cons[1]``), rendered on demand."""
+
+    __slots__ = ("parent", "step")
+
+    def __init__(self, parent, step: str):
+        self.parent, self.step = parent, step
+
+    def __str__(self) -> str:
+        steps, node = [], self
+        while isinstance(node, _Path):
+            steps.append(node.step)
+            node = node.parent
+        return str(node) + "".join(reversed(steps))
+
+
+class _Build:
+    """A composite value still to be built from its converted ``children`` by ``make``."""
+
+    __slots__ = ("make", "children")
+
+    def __init__(self, make, children: list):
+        self.make, self.children = make, children
+
+
 class Converter:
     """Converts values of one program's types (its ADT definitions come from the signature)."""
 
@@ -51,10 +77,32 @@ class Converter:
             ir.AnyType: self._any_in,
         }
         self._from = {ir.FuncType: self._func_out, ir.RefType: self._ref_out}
+        self._ctor_fields: dict = {}
 
     def to_runtime(self, value: Any, ty: ir.Type, where: str) -> Any:
-        """``value`` as the runtime value of static type ``ty``; ``where`` names it in errors."""
-        return method_for(self._to, ty)(value, ty, where)
+        """``value`` as the runtime value of static type ``ty``; ``where`` names it in errors.
+
+        Iterative, with paths built only when an error names them: a list argument of
+        hundreds of thousands of cells neither exhausts Python's stack nor builds a path string
+        per cell.
+        """
+        results: list = []
+        work: list = [(value, ty, where)]
+        while work:
+            item = work.pop()
+            if isinstance(item, _Build):
+                count = len(item.children)
+                fields = results[len(results) - count:]
+                del results[len(results) - count:]
+                results.append(item.make(fields))
+                continue
+            converted = method_for(self._to, item[1])(*item)
+            if isinstance(converted, _Build):
+                work.append(converted)
+                work.extend(reversed(converted.children))
+            else:
+                results.append(converted)
+        return results[0]
 
     def from_runtime(self, value: Any, ty: ir.Type) -> Any:
         """A runtime value of static type ``ty`` as returned to Python."""
@@ -108,8 +156,8 @@ class Converter:
             raise self._mismatch(value, ty, where)
         if len(fields) != len(ty.fields):
             raise ValueError(f"{where}: expected a tuple of {len(ty.fields)} fields, got {len(fields)}")
-        converted = [self.to_runtime(f, t, f"{where}[{i}]") for i, (f, t) in enumerate(zip(fields, ty.fields))]
-        return tvm.runtime.container.tuple_object(converted)
+        children = [(f, t, _Path(where, f"[{i}]")) for i, (f, t) in enumerate(zip(fields, ty.fields))]
+        return _Build(tvm.runtime.container.tuple_object, children)
 
     def _adt_in(self, value, ty: ir.AdtType, where):
         adt = self.adts[ty.adt]
@@ -124,11 +172,16 @@ class Converter:
             raise ValueError(f"{where}: tag {tag} is not a constructor of {adt.name}")
         if len(fields) != len(ctor.fields):
             raise ValueError(f"{where}: {ctor.name} takes {len(ctor.fields)} fields, got {len(fields)}")
-        converted = [
-            self.to_runtime(f, instantiate(t, ty.args), f"{where}.{ctor.name}[{i}]")
-            for i, (f, t) in enumerate(zip(fields, ctor.fields))
-        ]
-        return ADT(tag, converted)
+        field_types = self._field_types(ctor, ty)
+        children = [(f, t, _Path(where, f".{ctor.name}[{i}]")) for i, (f, t) in enumerate(zip(fields, field_types))]
+        return _Build(functools.partial(ADT, tag), children)
+
+    def _field_types(self, ctor, ty: ir.AdtType) -> tuple:
+        key = (ctor.name, ty)
+        types = self._ctor_fields.get(key)
+        if types is None:
+            types = self._ctor_fields[key] = tuple(instantiate(t, ty.args) for t in ctor.fields)
+        return types
 
     def _func_in(self, value, ty: ir.FuncType, where):
         if isinstance(value, tvm.runtime.PackedFunc):
@@ -148,14 +201,15 @@ class Converter:
         if isinstance(value, Ref):
             return value.cell
         if isinstance(value, RefValue):
-            return tvm.runtime.convert([self.to_runtime(value.value, ty.value, f"{where}.value")])
+            return _Build(tvm.runtime.convert, [(value.value, ty.value, _Path(where, ".value"))])
         raise self._mismatch(value, ty, where)
 
     def _any_in(self, value, ty, where):
         if isinstance(value, (np.ndarray, np.generic)):
             return tvm.nd.array(np.asarray(value, order="C"))
         if isinstance(value, ConstructorValue):
-            return ADT(int(value.tag), [self._any_in(f, ty, where) for f in value.fields])
+            children = [(f, ty, where) for f in value.fields]
+            return _Build(functools.partial(ADT, int(value.tag)), children)
         return value
 
     # -- from runtime ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relay
+from tvm.relay.backend.interpreter import ConstructorValue
 
 import relay_aot
 from relay_aot import pyruntime, testing
@@ -121,8 +122,13 @@ def test_returned_reference_is_live():
         np.testing.assert_array_equal(ref.value.numpy(), 2 * x)
 
 
-def test_long_lists_convert_without_deep_recursion():
-    """A 20000-element list is built by a tail loop, returned, passed back in and summed."""
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+def test_long_lists_convert_without_deep_recursion(backend):
+    """A 20000-element list is built by a tail loop, returned, passed back in and summed.
+
+    The list crosses the Python boundary both as the runtime's ADT and as the interpreter's
+    ``ConstructorValue``; the argument checks must not recurse on its depth.
+    """
     mod = parse("""
     type L { Cons(int32, L), Nil }
     def @build(%n: int32, %acc: L) -> L {
@@ -133,17 +139,23 @@ def test_long_lists_convert_without_deep_recursion():
     }
     def @main(%n: int32, %l: L) { (@build(%n, Nil), @sum(%l, 0)) }
     """)
-    compiled = relay_aot.compile(mod, backend="python")
+    compiled = relay_aot.compile(mod, backend=backend)
+    n = 20000
     nil = tvm.runtime.container.ADT(_tag(mod, "Nil"), [])
-    zero = tvm.nd.array(np.int32(0))
-    # The entry on runtime values: CompiledModule's argument checks recurse on a list's depth.
-    built, _ = compiled.entry(tvm.nd.array(np.int32(20000)), nil)
-    _, total = compiled.entry(zero, built)
-    assert int(total.numpy()) == 20000 * 20001 // 2
+    built, _ = compiled(np.int32(n), nil)
+    _, total = compiled.entry(*compiled.convert_args((0, built)))
+    assert int(total.numpy()) == n * (n + 1) // 2
     length, node = 0, built
     while len(node):
         length, node = length + 1, node[1]
-    assert length == 20000
+    assert length == n
+
+    ctors = {c.name_hint: c for gtv in mod.get_global_type_vars() for c in mod[gtv].constructors}
+    as_interpreter = ConstructorValue(ctors["Nil"].tag, [], ctors["Nil"])
+    for i in range(n, 0, -1):
+        as_interpreter = ConstructorValue(ctors["Cons"].tag, [tvm.nd.array(np.int32(i)), as_interpreter], ctors["Cons"])
+    _, total = compiled(0, as_interpreter)
+    assert int(total.numpy()) == n * (n + 1) // 2
 
 
 def _tag(mod, name):
