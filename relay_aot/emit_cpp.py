@@ -627,8 +627,8 @@ class CppEmitter:
 
     def _make_adt(self, rhs: ir.MakeAdt, stmt: ir.Let) -> None:
         ctor = self.program.adts[rhs.adt].ctors[rhs.ctor]
-        stmt = dataclasses.replace(stmt, note=ctor.name)
-        self.define(stmt, f"make_adt({', '.join([str(ctor.tag)] + [self.use(f, stmt) for f in rhs.fields])})")
+        fields = [self.use(f, stmt) for f in rhs.fields]  # before the copy below: liveness keys on the node
+        self.define(dataclasses.replace(stmt, note=ctor.name), f"make_adt({', '.join([str(ctor.tag)] + fields)})")
 
     def _make_closure(self, rhs: ir.MakeClosure, stmt: ir.Let) -> None:
         captures = ", ".join(self.use(c, stmt) if not is_native_scalar(c.type) else var(c) for c in rhs.captures)

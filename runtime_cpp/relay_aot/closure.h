@@ -134,7 +134,7 @@ class Closure : public ObjectRef {
 /*! \brief A new closure of generated class \p T over the captured values \p args. */
 template <typename T, typename... Args>
 inline Closure make_closure(Args&&... args) {
-  return Closure(make_iterative<T>(std::forward<Args>(args)...));
+  return Closure(detail::Adopted<Closure>(make_iterative<T>(std::forward<Args>(args)...)));
 }
 
 /*!
@@ -186,7 +186,7 @@ inline const ClosureObj* typed_closure(const Closure& fn, int signature) {
 
 /*! \brief The closure a generated function body is running in, as a value. */
 inline Closure closure_ref(const ClosureObj* self) {
-  return Closure(tvm::runtime::GetObjectPtr<Object>(const_cast<ClosureObj*>(self)));
+  return adopt<Closure>(self);
 }
 
 }  // namespace relay_aot

@@ -25,8 +25,34 @@
 
 namespace relay_aot {
 
+using tvm::runtime::ADT;
+using tvm::runtime::ADTObj;
 using tvm::runtime::Object;
+using tvm::runtime::ObjectRef;
 using tvm::runtime::SimpleObjAllocator;
+
+namespace detail {
+
+/*! \brief Gives a reference class \p T the pointer it holds (its data_ is protected). */
+template <typename T>
+struct Adopted : T {
+  explicit Adopted(tvm::runtime::ObjectPtr<Object>&& ptr) { this->data_ = std::move(ptr); }
+};
+
+}  // namespace detail
+
+/*!
+ * \brief A new reference of class \p T to \p obj: one reference-count increment.
+ *
+ * TVM's reference classes take their ObjectPtr by value and copy it into place, so
+ * ``T(GetObjectPtr(obj))`` costs an increment, a second increment and a decrement -- three
+ * atomic operations where one is needed. Every tensor, tuple and field access pays it, so it
+ * shows on list-heavy programs.
+ */
+template <typename T>
+inline T adopt(const Object* obj) {
+  return T(detail::Adopted<T>(tvm::runtime::GetObjectPtr<Object>(const_cast<Object*>(obj))));
+}
 
 namespace detail {
 
@@ -185,7 +211,7 @@ inline ADT make_adt(int32_t tag, Fields&&... fields) {
   ((new (slots + adt->size) ObjectRef(std::forward<Fields>(fields)), ++adt->size), ...);
   DeleterAccess::SetType(adt, ADTObj::RuntimeTypeIndex());
   DeleterAccess::Set(adt, &detail::free_adt_iteratively);
-  return ADT(tvm::runtime::GetObjectPtr<Object>(adt));
+  return adopt<ADT>(adt);
 }
 
 /*! \brief A new object of class \p T (a generated closure class). */

@@ -53,7 +53,7 @@ inline NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype) {
   char* data = static_cast<char*>(block) + detail::kHeaderBytes;
   auto* container = new (block) NDArray::Container(data, shape, dtype, kDevice);
   container->SetDeleter(&detail::free_tensor_block);
-  return NDArray(tvm::runtime::GetObjectPtr<tvm::runtime::Object>(container));
+  return adopt<NDArray>(container);
 }
 
 /*! \brief The shape of 0-d tensors, shared. */

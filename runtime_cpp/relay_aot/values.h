@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "memory.h"
+
 namespace relay_aot {
 
 using tvm::runtime::ADT;
@@ -36,7 +38,7 @@ using tvm::runtime::ObjectRef;
  */
 template <typename T>
 inline T as(const ObjectRef& value) {
-  return T(tvm::runtime::GetObjectPtr<Object>(const_cast<Object*>(value.get())));
+  return adopt<T>(value.get());
 }
 
 /*!
