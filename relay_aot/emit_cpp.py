@@ -271,21 +271,8 @@ class CppEmitter:
         self.namespace = f"{model}_relay_aot"
         self.constants_file = constants_file
         self.functions = {f.id: f for f in program.functions}
-        self._stmts = {ir.Let: self._let, ir.If: self._if, ir.Match: self._match}
-        self._rhs = {
-            ir.Constant: self._constant,
-            ir.KernelCall: self._kernel_call,
-            ir.MakeTuple: self._make_tuple,
-            ir.Proj: self._proj,
-            ir.MakeAdt: self._make_adt,
-            ir.MakeClosure: self._make_closure,
-            ir.CallGlobal: self._call_global,
-            ir.CallClosure: self._call_closure,
-            ir.CallKnown: self._call_known,
-            ir.RefNew: self._ref_new,
-            ir.RefRead: self._ref_read,
-            ir.RefWrite: self._ref_write,
-        }
+        self._stmts = ir.bind_handlers(self, ir.STATEMENT_HANDLERS)
+        self._rhs = ir.bind_handlers(self, ir.RHS_HANDLERS)
         self.out = Emitter()
         self.func: Optional[ir.Function] = None
         self.last: set = set()  # last uses in the function being printed (liveness.py)

@@ -102,21 +102,8 @@ class PythonEmitter:
         self.program = program
         self.model = model
         self.functions = {f.id: f for f in program.functions}
-        self._stmts = {ir.Let: self._let, ir.If: self._if, ir.Match: self._match}
-        self._rhs = {
-            ir.Constant: self._constant,
-            ir.KernelCall: self._kernel_call,
-            ir.MakeTuple: self._make_tuple,
-            ir.Proj: self._proj,
-            ir.MakeAdt: self._make_adt,
-            ir.MakeClosure: self._make_closure,
-            ir.CallGlobal: self._call_global,
-            ir.CallClosure: self._call_closure,
-            ir.CallKnown: self._call_known,
-            ir.RefNew: self._ref_new,
-            ir.RefRead: self._ref_read,
-            ir.RefWrite: self._ref_write,
-        }
+        self._stmts = ir.bind_handlers(self, ir.STATEMENT_HANDLERS)
+        self._rhs = ir.bind_handlers(self, ir.RHS_HANDLERS)
         self.out = Emitter(comment_prefix="#", indent_unit="    ")
         self.func: Optional[ir.Function] = None
         self._scalar_consts: dict[tuple, str] = {}  # (dtype, value text) -> module-level name

@@ -447,3 +447,27 @@ _INSTANTIATE = {
     TensorType: lambda t, args: t,
     AnyType: lambda t, args: t,
 }
+
+
+#: The method of a backend printer that prints each kind of statement, and of right-hand side.
+#: Both emitters bind these names (:func:`bind_handlers`), so they cover the same nodes.
+STATEMENT_HANDLERS = {Let: "_let", If: "_if", Match: "_match"}
+RHS_HANDLERS = {
+    Constant: "_constant",
+    KernelCall: "_kernel_call",
+    MakeTuple: "_make_tuple",
+    Proj: "_proj",
+    MakeAdt: "_make_adt",
+    MakeClosure: "_make_closure",
+    CallGlobal: "_call_global",
+    CallClosure: "_call_closure",
+    CallKnown: "_call_known",
+    RefNew: "_ref_new",
+    RefRead: "_ref_read",
+    RefWrite: "_ref_write",
+}
+
+
+def bind_handlers(printer: object, table: dict) -> dict:
+    """``table`` (node class -> method name) with each name bound to ``printer``'s method."""
+    return {cls: getattr(printer, name) for cls, name in table.items()}
