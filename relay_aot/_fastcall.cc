@@ -12,13 +12,20 @@
 // The results are turned into Python objects by TVM's own ctypes return converters, so they are
 // exactly what the ctypes FFI would have returned. Self-contained: the few DLPack/TVM C ABI
 // definitions it needs are declared here, so it builds without TVM's headers.
+//
+// It also makes the tuples and constructor values (runtime.ADT) that relay_aot builds in Python
+// (the Python backend's results, converted arguments): TVM's own ADT frees its fields
+// recursively, so dropping a list of a few hundred thousand cells made in Python overflowed
+// the C stack. ADTs made here free their fields through a per-thread work list instead.
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <vector>
 
 namespace py = pybind11;
@@ -59,6 +66,59 @@ enum TypeCode : int {
   kInt = 0, kUInt = 1, kFloat = 2, kDLTensorHandle = 7, kObjectHandle = 8, kPackedFuncHandle = 10,
   kNDArrayHandle = 13, kBool = 15,
 };
+
+// --- TVM's object header and ADT layout (include/tvm/runtime/object.h, container/adt.h) ---
+struct Object {
+  uint32_t type_index;
+  std::atomic<int32_t> ref_counter;
+  void (*deleter)(Object* self);
+};
+static_assert(sizeof(Object) == 16, "TVM's object header is 16 bytes on 64-bit platforms");
+
+/*! \brief An ADT: the header, tag and size, then `size` object pointers (TVM's InplaceArrayBase). */
+struct ADTObj : Object {
+  int32_t tag;
+  uint32_t size;
+};
+
+/*!
+ * \brief The object behind an NDArray's FFI handle, which points at the DLTensor that follows
+ *        the object header (NDArray::Container derives from Object, then ContainerBase).
+ */
+Object* object_of_tensor_handle(void* handle) {
+  return reinterpret_cast<Object*>(static_cast<char*>(handle) - sizeof(Object));
+}
+
+Object** adt_fields(ADTObj* adt) { return reinterpret_cast<Object**>(reinterpret_cast<char*>(adt) + sizeof(ADTObj)); }
+
+void inc_ref(Object* obj) { obj->ref_counter.fetch_add(1, std::memory_order_relaxed); }
+
+/*! \brief TVM's Object::DecRef: the last reference runs the object's deleter. */
+void dec_ref(Object* obj) {
+  if (obj->ref_counter.fetch_sub(1, std::memory_order_release) == 1) {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (obj->deleter != nullptr) obj->deleter(obj);
+  }
+}
+
+/*! \brief Deleter of the ADTs made here: fields are released in a loop, never by recursion. */
+void free_adt(Object* obj) {
+  thread_local std::vector<ADTObj*> pending;
+  thread_local bool draining = false;
+  pending.push_back(static_cast<ADTObj*>(obj));
+  if (draining) return;  // an outer free_adt on this thread releases it
+  draining = true;
+  while (!pending.empty()) {
+    ADTObj* adt = pending.back();
+    pending.pop_back();
+    Object** fields = adt_fields(adt);
+    for (uint32_t i = 0; i < adt->size; ++i) {
+      if (fields[i] != nullptr) dec_ref(fields[i]);
+    }
+    ::operator delete(adt);
+  }
+  draining = false;
+}
 
 /*! \brief The DLPack dtype of a numpy array, or false if it has none relay_aot uses. */
 bool dtype_of(const py::array& array, DLDataType* out) {
@@ -231,12 +291,50 @@ py::object empty(uintptr_t array_alloc, const std::vector<int64_t>& shape, int c
   return finish(status, ret, kNDArrayHandle, make_result, raise_error);
 }
 
+/*!
+ * \brief A new runtime.ADT with \p tag and \p fields (NDArrays, PackedFuncs or other TVM objects),
+ *        returned as TVM's Python FFI would return it; its deleter never recurses.
+ * \param type_index The runtime type index of runtime.ADT.
+ */
+py::object make_adt(uint32_t type_index, int32_t tag, const py::list& fields, const py::tuple& kinds,
+                    const py::object& make_result) {
+  const py::handle ndarray_class = kinds[0], packed_func_class = kinds[1], object_class = kinds[2];
+  const size_t count = fields.size();
+  std::vector<Object*> objects(count);
+  for (size_t i = 0; i < count; ++i) {
+    py::handle field = fields[i];
+    if (py::isinstance(field, ndarray_class)) {
+      objects[i] = object_of_tensor_handle(handle_of(field));
+    } else if (py::isinstance(field, packed_func_class) || py::isinstance(field, object_class)) {
+      objects[i] = static_cast<Object*>(handle_of(field));
+    } else {
+      throw py::type_error("a field of a runtime ADT must be a TVM object, not " +
+                           std::string(py::str(field.get_type().attr("__name__"))));
+    }
+  }
+  void* block = ::operator new(sizeof(ADTObj) + count * sizeof(Object*));
+  auto* adt = new (block) ADTObj();
+  adt->type_index = type_index;
+  adt->ref_counter.store(1, std::memory_order_relaxed);  // owned by the Python object returned
+  adt->deleter = &free_adt;
+  adt->tag = tag;
+  adt->size = static_cast<uint32_t>(count);
+  Object** slots = adt_fields(adt);
+  for (size_t i = 0; i < count; ++i) {
+    if (objects[i] != nullptr) inc_ref(objects[i]);
+    slots[i] = objects[i];
+  }
+  return make_result(static_cast<int>(kObjectHandle), reinterpret_cast<int64_t>(adt));
+}
+
 PYBIND11_MODULE(_fastcall, m) {
   m.doc() = "Call a relay_aot library's entry point from Python without TVM's ctypes FFI.";
   m.def("call", &call, py::arg("address"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
         py::arg("raise_error"));
   m.def("call_packed", &call_packed, py::arg("func_call"), py::arg("handle"), py::arg("args"), py::arg("kinds"),
         py::arg("make_result"), py::arg("raise_error"));
+  m.def("make_adt", &make_adt, py::arg("type_index"), py::arg("tag"), py::arg("fields"), py::arg("kinds"),
+        py::arg("make_result"));
   m.def("empty", &empty, py::arg("array_alloc"), py::arg("shape"), py::arg("code"), py::arg("bits"),
         py::arg("make_result"), py::arg("raise_error"));
 }

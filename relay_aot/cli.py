@@ -24,6 +24,7 @@ import re
 import sys
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
@@ -167,15 +168,28 @@ def read_model(path: str, fmt: Optional[str], input_shapes: Optional[str]) -> tu
 
 
 def _load_arrays(path: Path) -> dict:
+    """The arrays of a ``.npz`` file by name, or of a ``.npy`` file under the name ``""``."""
+    if path.is_dir():
+        raise CliError(f"{path}: is a directory, not a NumPy .npy/.npz file")
     try:
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as data:
+                if not isinstance(data, np.lib.npyio.NpzFile):
+                    raise ValueError("not an .npz archive")
                 return {key: data[key] for key in data.files}
-        return {"": np.load(path, allow_pickle=False)}
+        array = np.load(path, allow_pickle=False)
+        if not isinstance(array, np.ndarray):
+            raise ValueError("an .npz archive, not an .npy array")
+        return {"": array}
     except FileNotFoundError:
         raise CliError(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile):
-        raise CliError(f"{path}: not a NumPy .npy/.npz file") from None
+    except PermissionError:
+        raise CliError(f"{path}: permission denied") from None
+    # numpy reports damaged files as any of these (an empty file is an EOFError; a damaged
+    # archive member a BadZipFile, a zlib.error or a KeyError).
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CliError(f"{path}: not a NumPy .npy/.npz file ({detail})") from None
 
 
 def read_params(path: Optional[str]) -> dict:

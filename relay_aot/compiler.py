@@ -14,7 +14,8 @@ from typing import Mapping, Optional
 import numpy as np
 import tvm
 
-from . import __version__, build, kernels as kernel_stage, names, passes, scalars
+from . import __version__, build, names, passes
+from .config import Config
 from .emit_cpp import FUNCTIONS_PER_UNIT, CppSources, constants_blob, emit_cpp
 from .errors import CompileError, UnsupportedError
 from .lower import lower_program
@@ -26,6 +27,7 @@ BACKENDS = ("cpp", "python")
 # Pin the digest of relay_aot's code (part of every module-index key) to the code this process
 # imported, before anyone edits the files on disk.
 build.package_digest()
+build.runtime_sources_digest()
 
 
 def _target(target) -> tvm.target.Target:
@@ -82,21 +84,22 @@ def compile(  # noqa: A001 - the name users expect
     names.check_model_name(name)
     _check_backend(backend)
     target = _target(target)
+    config = Config.from_environment()  # the settings of this compile, read once
     flags = module_key = None
     if backend == "cpp":
-        flags = build.BuildFlags.default()
-        flags = flags.with_pch(build.pch_directory(flags))
-        module_key = _module_key(mod, params, target, name, opt_level, flags) if cache else None
-        found = _load_indexed(module_key, name, verbose) if module_key is not None else None
+        flags = build.BuildFlags.default(config)
+        flags = flags.with_pch(build.pch_directory(flags, config))
+        module_key = _module_key(mod, params, target, name, opt_level, flags, config) if cache else None
+        found = _load_indexed(module_key, name, verbose, config) if module_key is not None else None
         if found is not None:
             return found
     with tvm.transform.PassContext(opt_level=opt_level):
-        program, kernels = _lower(mod, params, name, target, opt_level)
+        program, kernels = _lower(mod, params, name, target, opt_level, config)
         if backend == "python":
             from .emit_python import compile_python
 
             return compile_python(program, kernels, name, cache=cache, verbose=verbose)
-        return _compile_cpp(program, kernels, name, flags, cache, verbose, module_key)
+        return _compile_cpp(program, kernels, name, flags, config, cache, verbose, module_key)
 
 
 def generate_source(
@@ -116,14 +119,15 @@ def generate_source(
         return compile(mod, target, params, backend, name, opt_level).source
     names.check_model_name(name)
     target = _target(target)
+    config = Config.from_environment()
     with tvm.transform.PassContext(opt_level=opt_level):
-        program, _ = _lower(mod, params, name, target, opt_level)
-    return _cpp_sources(program, name, build.BuildFlags.default()).text()
+        program, _ = _lower(mod, params, name, target, opt_level, config)
+    return _cpp_sources(program, name, build.BuildFlags.default(config)).text()
 
 
-def _lower(mod, params, name: str, target, opt_level: int):
+def _lower(mod, params, name: str, target, opt_level: int, config: Config):
     prepared = passes.prepare(mod, params, opt_level, target)
-    return lower_program(prepared, name, target)
+    return lower_program(prepared, name, target, config)
 
 
 def _params_text(params: Optional[Mapping[str, object]]) -> Optional[str]:
@@ -144,38 +148,43 @@ def _params_text(params: Optional[Mapping[str, object]]) -> Optional[str]:
     return digest.hexdigest()
 
 
-def _module_key(mod, params, target, name: str, opt_level: int, flags: build.BuildFlags) -> Optional[str]:
+def _module_key(
+    mod, params, target, name: str, opt_level: int, flags: build.BuildFlags, config: Config
+) -> Optional[str]:
     """The module-index key of this compile, or None when the input cannot be keyed (then the
-    pipeline runs and reports what is wrong with it)."""
+    pipeline runs and reports what is wrong with it).
+
+    Exact: the module's lossless fingerprint, the parameters' bytes, the options, the toolchain
+    and every setting that changes generated code (``Config.output_key``).
+    """
     if not isinstance(mod, tvm.IRModule):
         return None
     params_text = _params_text(params)
     try:
-        text = mod.astext()  # functions and types sorted by name; constants in its metadata
-    except tvm.error.TVMError:
+        fingerprint = passes.module_fingerprint(mod)
+    except (tvm.error.TVMError, ValueError):
         return None
     if params_text is None:
         return None
-    # Settings read from the environment change the generated code: they are part of the key.
-    settings = f"scalar fast path {scalars.enabled()}; parallel threshold {kernel_stage.PARALLEL_THRESHOLD}"
-    return build.module_key([text, params_text, str(target), name, str(opt_level), "cpp", settings], flags)
+    return build.index_key([fingerprint, params_text, str(target), name, str(opt_level), "cpp"], flags, config)
 
 
-def _load_indexed(module_key: str, name: str, verbose: bool) -> Optional[CompiledModule]:
+def _load_indexed(module_key: str, name: str, verbose: bool, config: Config) -> Optional[CompiledModule]:
     """The compiled module from the index, without running any pass (None: not there)."""
-    entry = build.lookup_index(module_key)
-    if entry is None:
+    found = build.find_indexed(module_key, config)
+    if found is None:
         return None
+    library = found.entry.library
     try:
-        module = load_library(entry.result.library)
+        module = load_library(library)
         signature = read_signature(module, name)
-        source = CppSources(entry.read_files(), entry.units).text()
+        source = CppSources(found.read_files(), found.units).text()
     except (OSError, ValueError, tvm.error.TVMError):
         return None  # the full pipeline finds the entry again, and evicts it if it is damaged
     if verbose:
-        print(f"[relay_aot] cache hit: {entry.result.library}", file=sys.stderr)
-    compiled = CompiledModule(module, signature, name, backend="cpp", source=source, library_path=entry.result.library)
-    compiled.build_result = entry.result
+        print(f"[relay_aot] cache hit: {library}", file=sys.stderr)
+    compiled = CompiledModule(module, signature, name, backend="cpp", source=source, library_path=library)
+    compiled.build_result = build.BuildResult(library, found.entry.key, True, found.entry.directory)
     return compiled
 
 
@@ -201,7 +210,8 @@ def _cpp_sources(program, name: str, flags: build.BuildFlags) -> CppSources:
 
 
 def _compile_cpp(
-    program, kernels, name: str, flags: build.BuildFlags, cache: bool, verbose: bool, module_key: Optional[str]
+    program, kernels, name: str, flags: build.BuildFlags, config: Config, cache: bool, verbose: bool,
+    module_key: Optional[str],
 ) -> CompiledModule:
     sources = _cpp_sources(program, name, flags)
     inputs = build.BuildInputs(
@@ -213,6 +223,7 @@ def _compile_cpp(
         has_kernels=kernels.needs_build,
         build_kernels=kernels.write_object,
         flags=flags,
+        config=config,
     )
     result = build.build_library(inputs, cache=cache, verbose=verbose)
     try:
@@ -220,12 +231,13 @@ def _compile_cpp(
     except tvm.error.TVMError as err:
         if not result.cached:
             raise CompileError(f"the built library {result.library} cannot be loaded: {err}") from None
-        # A damaged cache entry (e.g. truncated by a full disk) is rebuilt, not trusted forever.
-        build.evict(result)
+        # A cache entry that passed its digest check but still does not load is rebuilt, not
+        # trusted forever.
+        build.discard(result, config)
         result = build.build_library(inputs, cache=cache, verbose=verbose)
         module = load_library(result.library)
-    if module_key is not None:
-        build.record_index(module_key, result, sources.files, sources.units)
+    if module_key is not None and cache:
+        build.remember(module_key, result, sources.files, sources.units, config)
     compiled = CompiledModule(
         module,
         Signature.of_program(program, name),

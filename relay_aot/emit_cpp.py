@@ -554,6 +554,8 @@ class CppEmitter:
         if is_native_scalar(v.type):
             value = convert(f"constants()[{rhs.index}]", ir.AnyType(), v.type)
             self.out.line(f"const {ctype(v.type)} {var(v)} = {value};", comment=self.describe(v, "constant"))
+        elif rhs.fresh:  # it may reach a caller, who may write into it: a copy of its own
+            self.out.line(f"NDArray {var(v)} = copy_tensor(constants()[{rhs.index}]);", comment=self.describe(v, "constant"))
         else:
             self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=self.describe(v, "constant"))
 

@@ -36,7 +36,7 @@ from .scalars import is_native_scalar
 
 #: Runtime helpers the generated source imports from ``relay_aot.pyruntime``.
 _HELPERS = (
-    "Adt", "box", "call_guarded", "call_kernel", "empty", "export_value", "import_value", "int_div",
+    "Adt", "box", "call_guarded", "call_kernel", "copy_tensor", "empty", "export_value", "import_value", "int_div",
     "int_floor_div", "int_floor_mod", "int_mod", "match_failure", "truthy", "unbox",
 )
 
@@ -269,6 +269,8 @@ class PythonEmitter:
         value = f"{names.PY_CONSTANTS}[{rhs.index}]"
         if is_native_scalar(stmt.var.type):
             value = f"{names.PY_CONSTANTS}{rhs.index}"
+        elif rhs.fresh:  # it may reach a caller, who may write into it: a copy of its own
+            value = f"copy_tensor({value})"
         self.define(stmt, value, f"constant {const.dtype}{list(const.shape)}")
 
     def _kernel_call(self, rhs: ir.KernelCall, stmt: ir.Let) -> None:

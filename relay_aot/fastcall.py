@@ -1,10 +1,11 @@
 """Python side of the ``_fastcall`` extension: calling TVM without its ctypes FFI.
 
-``relay_aot/_fastcall.cc`` packs Python arguments into TVM's packed calling convention itself.
-This module holds what both users of it share -- the argument kinds it recognises, how results
-become Python objects (TVM's own ctypes return converters, so they are exactly what the ctypes
-FFI returns) and how errors are raised -- and the addresses of TVM's C API functions it calls.
-``available`` is False when the extension failed to build; callers then use the ctypes FFI.
+``relay_aot/_fastcall.cc`` packs Python arguments into TVM's packed calling convention itself,
+and makes the runtime ADTs relay_aot builds in Python (whose fields it frees without
+recursion, see :func:`make_adt`). This module holds what its users share -- the argument kinds
+it recognises, how results become Python objects (TVM's own ctypes return converters, so they
+are exactly what the ctypes FFI returns) and how errors are raised -- and the addresses of TVM's
+C API functions it calls.
 """
 
 from __future__ import annotations
@@ -16,12 +17,7 @@ import numpy as np
 import tvm
 from tvm._ffi._ctypes.types import RETURN_SWITCH, TVMValue
 
-try:
-    from . import _fastcall
-except ImportError:  # pragma: no cover - the extension failed to build
-    _fastcall = None
-
-available = _fastcall is not None
+from . import _fastcall
 
 #: Python classes passed by handle (NDArray, PackedFunc, Object), then numpy's scalar base class.
 KINDS = (tvm.nd.NDArray, tvm.runtime.PackedFunc, tvm.runtime.Object, np.generic)
@@ -47,6 +43,16 @@ _FUNC_CALL = _c_api("TVMFuncCall")
 _ARRAY_ALLOC = _c_api("TVMArrayAlloc")
 
 
+def _type_index(key: str) -> int:
+    index = ctypes.c_uint()
+    if tvm._ffi.base._LIB.TVMObjectTypeKey2Index(tvm._ffi.base.c_str(key), ctypes.byref(index)) != 0:
+        raise_last_error()
+    return index.value
+
+
+_ADT_TYPE_INDEX = _type_index("runtime.ADT")
+
+
 def call_entry(address: int, args):
     """Call a library's packed entry point; NotImplemented if an argument needs Python conversion."""
     return _fastcall.call(address, args, KINDS, make_result, raise_last_error)
@@ -67,3 +73,12 @@ def empty(shape: tuple, dtype: str) -> tvm.nd.NDArray:
     """A new, uninitialised CPU tensor."""
     code, bits = _dtype_code(dtype)
     return _fastcall.empty(_ARRAY_ALLOC, shape, code, bits, make_result, raise_last_error)
+
+
+def make_adt(tag: int, fields) -> tvm.runtime.container.ADT:
+    """A new ``runtime.ADT`` (a tuple when ``tag`` is 0) of TVM objects ``fields``.
+
+    Unlike ``tvm.runtime.container.ADT``, dropping it releases its fields in a loop: a list of a
+    million cells made in Python is freed without overflowing the C stack.
+    """
+    return _fastcall.make_adt(_ADT_TYPE_INDEX, tag, list(fields), KINDS, make_result)

@@ -111,9 +111,15 @@ class Rhs:
 
 @dataclass(eq=False)
 class Constant(Rhs):
-    """Constant tensor number ``index`` of ``Program.constants``."""
+    """Constant tensor number ``index`` of ``Program.constants``.
+
+    ``fresh``: the value may reach a caller (returned, or stored where a caller finds it), so
+    each evaluation is a new copy -- a caller writing into it must not change the constant
+    (see ``escapes.py``). Otherwise the shared tensor is used.
+    """
 
     index: int
+    fresh: bool = False
 
 
 @dataclass(eq=False)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 from typing import Callable, Optional
 
 import tvm
@@ -23,6 +22,7 @@ from tvm import relay
 from tvm.relay.backend import te_compiler
 
 from . import ir, names
+from .config import Config
 from .errors import CompileError, UnsupportedError
 from .scalars import is_native_scalar, scalar_kernel
 
@@ -36,12 +36,6 @@ def flatten_tensor_types(ty: ir.Type, what: str) -> list[ir.TensorType]:
     if isinstance(ty, ir.TupleType):
         return [t for f in ty.fields for t in flatten_tensor_types(f, what)]
     raise UnsupportedError(f"a fused kernel's {what} has type {ty}, which is not a tensor or tuple")
-
-
-#: Kernels whose loop nests run fewer iterations than this are built without a parallel launch.
-#: Launching TVM's thread pool costs microseconds -- far more than the work of a small kernel
-#: (a 1x16 by 16x64 dense takes 9.3 us threaded and 0.16 us serial on a 2-core machine).
-PARALLEL_THRESHOLD = int(os.environ.get("RELAY_AOT_PARALLEL_THRESHOLD", str(1 << 15)))
 
 
 def loop_work(stmt: tvm.tir.Stmt) -> int:
@@ -58,8 +52,13 @@ def loop_work(stmt: tvm.tir.Stmt) -> int:
     return loop_work(body) if isinstance(body, tvm.tir.Stmt) else 1
 
 
-def serialize_if_small(func: tvm.tir.PrimFunc, threshold: int = PARALLEL_THRESHOLD) -> tvm.tir.PrimFunc:
-    """Turn the parallel loops of ``func`` into serial ones when its total work is small."""
+def serialize_if_small(func: tvm.tir.PrimFunc, threshold: int) -> tvm.tir.PrimFunc:
+    """Turn the parallel loops of ``func`` into serial ones when its total work is below
+    ``threshold`` iterations (``Config.parallel_threshold``).
+
+    Launching TVM's thread pool costs microseconds -- far more than the work of a small kernel
+    (a 1x16 by 16x64 dense takes 9.3 us threaded and 0.16 us serial on a 2-core machine).
+    """
     if loop_work(func.body) >= threshold:
         return func
 
@@ -86,9 +85,10 @@ def _op_names(func: relay.Function) -> tuple[str, ...]:
 class KernelTable:
     """The kernels of one program, deduplicated, in the order they were first used."""
 
-    def __init__(self, model: str, target: tvm.target.Target, lower_type: TypeLowerer):
+    def __init__(self, model: str, target: tvm.target.Target, lower_type: TypeLowerer, config: Config):
         self.model = model
         self.target = target
+        self.config = config
         self.lower_type = lower_type
         self.kernels: list[ir.Kernel] = []
         self._funcs: list[relay.Function] = []
@@ -113,7 +113,7 @@ class KernelTable:
         index = len(self.kernels)
         fused = "fused_" + "_".join(dict.fromkeys(op.replace(".", "_") for op in ops))
         symbol = names.kernel_symbol(self.model, index, fused)
-        scalar = scalar_kernel(func) if is_native_scalar(result) else None
+        scalar = scalar_kernel(func) if self.config.scalar_fast_path and is_native_scalar(result) else None
         kernel = ir.Kernel(index, symbol, tuple(param_types), tuple(inputs), tuple(outputs), result, ops, scalar)
         self.kernels.append(kernel)
         self._funcs.append(func)
@@ -121,7 +121,7 @@ class KernelTable:
 
     def digest(self) -> str:
         """Identifies the kernels (structure of each primitive function, symbols, target)."""
-        parts = [str(self.target), f"parallel threshold {PARALLEL_THRESHOLD}"]
+        parts = [str(self.target), self.config.output_key()]
         for kernel, func in zip(self.kernels, self._funcs):
             parts.append(f"{kernel.symbol}:{tvm.ir.structural_hash(func)}")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -149,7 +149,7 @@ class KernelTable:
                 raise UnsupportedError(f"TVM could not lower the {what}: {_lowering_error(err)}") from None
             for gvar, prim in cached.funcs.functions.items():
                 name = kernel.symbol if gvar.same_as(cached.prim_fn_var) else f"{kernel.symbol}_{gvar.name_hint}"
-                merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim).with_attr("global_symbol", name)
+                merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim, self.config.parallel_threshold).with_attr("global_symbol", name)
             if progress is not None:
                 progress(done, len(self.kernels))
         return merged

@@ -26,9 +26,11 @@ import tvm
 from tvm import relay
 
 from . import ir, names
+from .config import Config
 from .errors import RelayAotError, UnsupportedError
 from .kernels import KernelTable
 from .dispatch import method_for
+from .escapes import mark_escaping_constants
 from .relay_types import TypeLowering
 
 Binding = Union[ir.Var, ir.Kernel]
@@ -74,10 +76,10 @@ def pattern_text(pat) -> str:
 class ProgramLowering:
     """Lowers a prepared module: one instance per compilation."""
 
-    def __init__(self, mod: tvm.IRModule, model: str, target: tvm.target.Target):
+    def __init__(self, mod: tvm.IRModule, model: str, target: tvm.target.Target, config: Config):
         self.mod = mod
         self.types = TypeLowering(mod)
-        self.kernels = KernelTable(model, target, self.types.lower)
+        self.kernels = KernelTable(model, target, self.types.lower, config)
         self.functions: list[ir.Function] = []
         self.constants: list = []
         self._constant_ids: dict[tuple, int] = {}
@@ -525,8 +527,11 @@ class FunctionLowering:
         return var
 
 
-def lower_program(mod: tvm.IRModule, model: str, target: tvm.target.Target) -> tuple[ir.Program, KernelTable]:
+def lower_program(
+    mod: tvm.IRModule, model: str, target: tvm.target.Target, config: Config
+) -> tuple[ir.Program, KernelTable]:
     """Lower a prepared module (see ``passes.prepare``) to a control-IR program."""
-    lowering = ProgramLowering(mod, model, target)
+    lowering = ProgramLowering(mod, model, target, config)
     program = lowering.run()
+    mark_escaping_constants(program)
     return program, lowering.kernels

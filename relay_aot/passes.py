@@ -18,6 +18,7 @@ globals, most of them unused tensor-array helpers.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Mapping, Optional
 
 import numpy as np
@@ -46,6 +47,26 @@ def reachable_globals(mod: tvm.IRModule, root: str = "main") -> list[relay.Globa
             if callee.name_hint not in seen:
                 stack.append(callee)
     return order
+
+
+def module_fingerprint(mod: tvm.IRModule) -> str:
+    """An exact identity of what compiling ``mod`` reads: the globals ``main`` reaches and every
+    type definition, each in TVM's lossless JSON serialization (constants' bytes included, float
+    attributes with 17 digits), in name order.
+
+    Not ``mod.astext()``, which rounds floats to 6 digits (two modules differing only past the
+    sixth digit of a constant would share a cache entry), and not ``tvm.ir.structural_hash``,
+    which differs between processes for functions that mention globals or ADTs. Spans are part
+    of the serialization: the same program parsed from another file is another key (a cache
+    miss, never a wrong hit).
+    """
+    digest = hashlib.sha256()
+    items = [(f"def {g.name_hint}", g) for g in reachable_globals(mod)]
+    items += [(f"type {t.name_hint}", t) for t in mod.get_global_type_vars()]
+    for name, var in sorted(items, key=lambda item: item[0]):
+        text = tvm.ir.save_json(mod[var])
+        digest.update(f"{name}\0{len(text)}\0".encode() + text.encode())
+    return digest.hexdigest()
 
 
 def prune(mod: tvm.IRModule) -> tvm.IRModule:

@@ -23,7 +23,6 @@ deep recursion.
 from __future__ import annotations
 
 import ctypes
-import functools
 import sys
 import types
 from typing import Any, Callable
@@ -36,8 +35,6 @@ from . import fastcall
 from .errors import IntegerDivisionByZero, KernelError, MatchError, RecursionDepthError
 from .scalars import NATIVE_DTYPES
 
-_DEVICE = tvm.cpu()
-_ALLOC = tvm.runtime.ndarray._ffi_api.TVMArrayAllocWithScope
 
 
 class Adt(tuple):
@@ -52,17 +49,16 @@ class Adt(tuple):
         return f"Adt({self.tag}, {tuple.__repr__(self)})"
 
 
-@functools.lru_cache(maxsize=None)
-def _alloc_spec(shape: tuple, dtype: str):
-    return tvm.runtime.ShapeTuple(shape), tvm.runtime.DataType(dtype)
-
-
 def empty(shape: tuple, dtype: str) -> tvm.nd.NDArray:
     """A new, uninitialised CPU tensor (a kernel's output)."""
-    if fastcall.available:
-        return fastcall.empty(shape, dtype)
-    shape_tuple, data_type = _alloc_spec(shape, dtype)
-    return _ALLOC(shape_tuple, data_type, _DEVICE, None)
+    return fastcall.empty(shape, dtype)
+
+
+def copy_tensor(tensor: tvm.nd.NDArray) -> tvm.nd.NDArray:
+    """A new tensor with the contents of ``tensor`` (a constant handed to a caller)."""
+    out = empty(tuple(tensor.shape), str(tensor.dtype))
+    tensor.copyto(out)
+    return out
 
 
 # ----------------------------------------------------------------------------------------
@@ -140,11 +136,11 @@ def truthy(cond: tvm.nd.NDArray) -> bool:
 def call_kernel(kernel: Callable, symbol: str, *tensors: tvm.nd.NDArray) -> None:
     """Run a compiled kernel on its inputs and preallocated outputs.
 
-    Through TVM's C API directly when the ``_fastcall`` extension is built (a ctypes call costs
-    microseconds, more than a small kernel's work).
+    Through TVM's C API directly (``_fastcall``: a ctypes call costs microseconds, more than a
+    small kernel's work).
     """
     try:
-        if not fastcall.available or fastcall.call_packed(kernel, tensors) is NotImplemented:
+        if fastcall.call_packed(kernel, tensors) is NotImplemented:
             kernel(*tensors)
     except tvm.error.TVMError as err:
         raise KernelError(f"kernel {symbol} failed: {err}") from None
@@ -255,21 +251,35 @@ def export_value(value: Any, top: bool = False) -> Any:
 
     ``top`` marks the value handed straight to Python (the program's result): references stay
     live cells and closures plain callables. Nested values must fit into TVM containers.
+    Iterative (lists can be very deep), and each tuple is converted once however often it is
+    shared, so sharing survives and a DAG costs its size, not its number of paths.
     """
     if not isinstance(value, tuple):
         return _export_leaf(value, top)
-    # Post-order over nested tuples and ADTs with an explicit stack (lists can be very deep).
+    return _convert_tree(value, tuple, lambda node: id(node), lambda leaf: _export_leaf(leaf, False),
+                         lambda node, fields: fastcall.make_adt(getattr(node, "tag", 0), fields))
+
+
+def _convert_tree(value, composite: type, identity: Callable, leaf: Callable, build: Callable) -> Any:
+    """Rebuild a tree of ``composite`` nodes bottom-up without recursion: leaves through
+    ``leaf``, nodes through ``build(node, converted fields)``; a node whose ``identity`` was seen
+    before is converted once."""
+    done: dict = {}
     stack = [(value, iter(value), [])]
     while True:
-        node, children, done = stack[-1]
+        node, children, fields = stack[-1]
         for child in children:
-            if isinstance(child, tuple):
+            if isinstance(child, composite):
+                key = identity(child)
+                if key in done:
+                    fields.append(done[key])
+                    continue
                 stack.append((child, iter(child), []))
                 break
-            done.append(_export_leaf(child, False))
+            fields.append(leaf(child))
         else:
             stack.pop()
-            built = ADT(getattr(node, "tag", 0), done)
+            built = done[identity(node)] = build(node, fields)
             if not stack:
                 return built
             stack[-1][2].append(built)
@@ -295,17 +305,5 @@ def import_value(value: Any) -> Any:
     """A TVM runtime value (or a value this module exported) as an internal value."""
     if not isinstance(value, ADT):
         return _import_leaf(value)
-    stack = [(value, iter(value), [])]
-    while True:
-        node, children, done = stack[-1]
-        for child in children:
-            if isinstance(child, ADT):
-                stack.append((child, iter(child), []))
-                break
-            done.append(_import_leaf(child))
-        else:
-            stack.pop()
-            built = Adt(int(node.tag), tuple(done))
-            if not stack:
-                return built
-            stack[-1][2].append(built)
+    return _convert_tree(value, ADT, lambda node: node.handle.value, _import_leaf,
+                         lambda node, fields: Adt(int(node.tag), tuple(fields)))

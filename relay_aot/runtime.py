@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
+import stat
 import struct
 from pathlib import Path
 from typing import Optional
@@ -20,6 +20,7 @@ import tvm
 from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 
 from . import fastcall, names
+from .build.cache import write_atomic
 from .metadata import Signature
 from .values import Converter
 
@@ -82,7 +83,7 @@ class CompiledModule:
         self.entry = entry if entry is not None else module[name]
         self._converter = Converter(signature)
         self._address = None
-        if fastcall.available and library_path is not None and entry is None:
+        if library_path is not None and entry is None:
             self._address = entry_address(library_path, name)
 
     @property
@@ -111,17 +112,32 @@ class CompiledModule:
         return self._converter.from_runtime(result, self.signature.ret)
 
     def export_library(self, path) -> Path:
-        """Copy the self-contained shared library (control code and kernels) to ``path``."""
+        """Copy the self-contained shared library (control code and kernels) to ``path``.
+
+        ``path`` must be a new file or a regular file, which is replaced atomically (a reader
+        sees the old library or the new one). Anything else -- a symbolic link, a directory, a
+        FIFO, a device -- is refused with ``ValueError`` rather than replaced by a file.
+        """
         if self.library_path is None:
             raise ValueError(f"the {self.backend} backend does not produce a shared library")
         path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        shutil.copyfile(self.library_path, tmp)
-        os.replace(tmp, path)
-        return path
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise ValueError(f"export_library: {path} is {_file_kind(mode)}, not a regular file; "
+                             "give a new path or a regular file to replace")
+        return write_atomic(path, Path(self.library_path), mode=0o644)
 
     def __repr__(self) -> str:
         return f"<relay_aot.CompiledModule {self.name!r} backend={self.backend}>"
+
+
+def _file_kind(mode: int) -> str:
+    kinds = [(stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def read_signature(module: tvm.runtime.Module, name: str) -> Signature:

@@ -12,7 +12,6 @@ without this fast path (``RELAY_AOT_SCALAR_FAST_PATH=0``) against TVM's interpre
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import numpy as np
@@ -45,11 +44,6 @@ BINARY = {
 }
 TERNARY = {"where"}
 ARITHMETIC = {"add", "subtract", "multiply", "divide", "floor_divide", "mod", "floor_mod", "negative", "abs"}
-
-
-def enabled() -> bool:
-    """Whether the scalar fast path is on (``RELAY_AOT_SCALAR_FAST_PATH=0`` turns it off)."""
-    return os.environ.get("RELAY_AOT_SCALAR_FAST_PATH", "1") != "0"
 
 
 def is_native_scalar(ty: ir.Type) -> bool:
@@ -108,9 +102,10 @@ class _Translator:
 
 
 def scalar_kernel(func: relay.Function) -> Optional[ir.ScalarExpr]:
-    """The scalar translation of primitive function ``func``, or None if it has none."""
-    if not enabled():
-        return None
+    """The scalar translation of primitive function ``func``, or None if it has none.
+
+    (``Config.scalar_fast_path``, ``RELAY_AOT_SCALAR_FAST_PATH=0``, turns the fast path off.)
+    """
     try:
         for p in func.params:
             _Translator._dtype(p)

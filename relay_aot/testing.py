@@ -21,6 +21,7 @@ from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 from tvm.runtime.container import ADT
 
 from .oracle import REFERENCES, IsolatedOracle, Outcome, error_text, evaluate, run_reference, unsupported_reason
+from .pyruntime import ExportedCell
 from .values import Closure, Ref
 
 __all__ = [
@@ -58,7 +59,7 @@ def normalize(value: Any) -> Any:
         return ("ref", normalize(value.value))
     if isinstance(value, Ref):
         return ("ref", normalize(value.value))
-    if isinstance(value, tvm.ir.container.Array) and len(value) == 1:  # a C++ reference cell
+    if isinstance(value, (tvm.ir.container.Array, ExportedCell)) and len(value) == 1:  # a reference cell
         return ("ref", normalize(value[0]))
     if _is_closure(value):
         return ("closure",)

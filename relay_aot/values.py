@@ -15,7 +15,7 @@ import numpy as np
 import tvm
 from tvm.runtime.container import ADT
 
-from . import ir
+from . import fastcall, ir
 from .ir import format_type, instantiate
 from .dispatch import method_for
 from .metadata import Signature
@@ -55,12 +55,27 @@ class _Path:
 
 
 class _Build:
-    """A composite value still to be built from its converted ``children`` by ``make``."""
+    """A composite value still to be built from its converted ``children`` by ``make``;
+    ``key`` remembers the result for other places the same value is met (see ``_identity``)."""
 
-    __slots__ = ("make", "children")
+    __slots__ = ("make", "children", "key")
 
     def __init__(self, make, children: list):
-        self.make, self.children = make, children
+        self.make, self.children, self.key = make, children, None
+
+
+_COMPOSITES = (tuple, list, ADT, ConstructorValue, RefValue)
+
+
+def _identity(value: Any):
+    """What makes two occurrences of a composite value the same object (None: not composite).
+
+    TVM objects are compared by the address of the object: their Python wrappers are made anew
+    on every access (``ConstructorValue.fields[0]`` is a new wrapper each time).
+    """
+    if isinstance(value, tvm.runtime.Object):
+        return value.handle.value if isinstance(value, _COMPOSITES) else None
+    return id(value) if isinstance(value, (tuple, list)) else None
 
 
 class Converter:
@@ -84,9 +99,12 @@ class Converter:
 
         Iterative, with paths built only when an error names them: a list argument of
         hundreds of thousands of cells neither exhausts Python's stack nor builds a path string
-        per cell.
+        per cell. A composite value met twice (parts shared in a DAG) is converted once, and
+        stays shared in the result: a tree of depth 60 with shared children converts in 60
+        steps, not 2**60.
         """
         results: list = []
+        done: dict = {}  # (identity, type) -> converted value
         work: list = [(value, ty, where)]
         while work:
             item = work.pop()
@@ -94,10 +112,19 @@ class Converter:
                 count = len(item.children)
                 fields = results[len(results) - count:]
                 del results[len(results) - count:]
-                results.append(item.make(fields))
+                made = item.make(fields)
+                if item.key is not None:
+                    done[item.key] = made
+                results.append(made)
+                continue
+            identity = _identity(item[0])
+            key = (identity, item[1]) if identity is not None else None
+            if key is not None and key in done:
+                results.append(done[key])
                 continue
             converted = method_for(self._to, item[1])(*item)
             if isinstance(converted, _Build):
+                converted.key = key
                 work.append(converted)
                 work.extend(reversed(converted.children))
             else:
@@ -157,7 +184,7 @@ class Converter:
         if len(fields) != len(ty.fields):
             raise ValueError(f"{where}: expected a tuple of {len(ty.fields)} fields, got {len(fields)}")
         children = [(f, t, _Path(where, f"[{i}]")) for i, (f, t) in enumerate(zip(fields, ty.fields))]
-        return _Build(tvm.runtime.container.tuple_object, children)
+        return _Build(functools.partial(fastcall.make_adt, 0), children)
 
     def _adt_in(self, value, ty: ir.AdtType, where):
         adt = self.adts[ty.adt]
@@ -174,7 +201,7 @@ class Converter:
             raise ValueError(f"{where}: {ctor.name} takes {len(ctor.fields)} fields, got {len(fields)}")
         field_types = self._field_types(ctor, ty)
         children = [(f, t, _Path(where, f".{ctor.name}[{i}]")) for i, (f, t) in enumerate(zip(fields, field_types))]
-        return _Build(functools.partial(ADT, tag), children)
+        return _Build(functools.partial(fastcall.make_adt, tag), children)
 
     def _field_types(self, ctor, ty: ir.AdtType) -> tuple:
         key = (ctor.name, ty)
@@ -205,11 +232,21 @@ class Converter:
         raise self._mismatch(value, ty, where)
 
     def _any_in(self, value, ty, where):
+        """A value whose static type is a type variable: made a runtime value of its own kind
+        (nothing is checked: the program cannot look inside it)."""
         if isinstance(value, (np.ndarray, np.generic)):
             return tvm.nd.array(np.asarray(value, order="C"))
         if isinstance(value, ConstructorValue):
             children = [(f, ty, where) for f in value.fields]
-            return _Build(functools.partial(ADT, int(value.tag)), children)
+            return _Build(functools.partial(fastcall.make_adt, int(value.tag)), children)
+        if isinstance(value, (tuple, list)):
+            return _Build(functools.partial(fastcall.make_adt, 0), [(f, ty, where) for f in value])
+        if isinstance(value, RefValue):
+            return _Build(tvm.runtime.convert, [(value.value, ty, _Path(where, ".value"))])
+        if isinstance(value, Ref):
+            return value.cell
+        if isinstance(value, Closure):
+            return value.packed
         return value
 
     # -- from runtime ------------------------------------------------------------------------

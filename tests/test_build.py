@@ -246,7 +246,7 @@ def test_waiting_for_a_lock_times_out_naming_the_lock_file(env, monkeypatch):
     relay_aot.clear_cache()
     lock_path = env.cache / "locks" / f"{key}.lock"
     monkeypatch.setenv("RELAY_AOT_LOCK_TIMEOUT", "0.3")
-    with build._Lock(lock_path, 0):
+    with build.Lock(lock_path, 0):
         with pytest.raises(relay_aot.CompileError, match="timed out") as info:
             compile_salted(8.0)
     assert str(lock_path) in str(info.value)
@@ -317,3 +317,64 @@ def test_an_interrupted_build_publishes_nothing(env, monkeypatch):
         compile_salted(15.0)
     assert env.libraries() == [] and not (env.cache / "failed").exists()
     assert list((env.cache / "tmp").iterdir()) == []
+
+
+def _damage(library: Path, how: str) -> None:
+    data = bytearray(library.read_bytes())
+    if how == "truncated":
+        data = data[: len(data) // 2]
+    else:  # a page of zeros in the middle (a write that never reached the disk)
+        middle = len(data) // 2 // 4096 * 4096
+        data[middle : middle + 4096] = bytes(4096)
+    library.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["truncated", "zeroed page"])
+def test_a_damaged_library_is_evicted_and_rebuilt(env, how):
+    first = env.run(16.0)
+    library = Path(first["library"])
+    _damage(library, how)
+    # A new process would crash in dlopen (SIGBUS) or at the first call if it loaded it.
+    again = env.run(16.0)
+    assert again["out"] == expected(16.0)
+    assert not again["cached"] and again["builds"] == 1
+    assert env.run(16.0)["cached"]  # the rebuilt entry is trusted again
+
+
+def test_an_index_record_cannot_name_a_library_outside_the_cache(env, tmp_path):
+    first = env.run(17.0)
+    marker = tmp_path / "loaded"
+    planted = tmp_path / "planted.so"
+    source = tmp_path / "planted.c"
+    source.write_text(f'#include <stdio.h>\n__attribute__((constructor)) static void f(void) {{ fopen("{marker}", "w"); }}\n')
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(planted), str(source)], check=True)
+    records = list((env.cache / "index").glob("*/*.json"))
+    assert len(records) == 1
+    record = json.loads(records[0].read_text())
+    assert record["library"] == str(Path(first["library"]).relative_to(env.cache))
+    for library in (str(planted), "lib/../../planted.so", "../planted.so"):
+        records[0].write_text(json.dumps(dict(record, library=library)))
+        again = env.run(17.0)
+        assert again["out"] == expected(17.0)
+        assert not marker.exists(), f"an index record naming {library} was loaded"
+
+
+def test_every_cache_directory_is_private_whatever_the_umask(env):
+    child = "import os; os.umask(0)\n" + CHILD
+    proc = subprocess.run([sys.executable, "-c", child, program(18.0)], env={**os.environ, **env.env, "RELAY_AOT_PCH": "1"},
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    directories = [env.cache] + [p for p in env.cache.rglob("*") if p.is_dir()]
+    assert {"index", "lib", "pch", "tmp", "locks"} <= {p.name for p in directories}
+    modes = {str(p.relative_to(env.cache)): oct(stat.S_IMODE(p.stat().st_mode)) for p in directories}
+    assert set(modes.values()) == {"0o700"}, modes
+
+
+def test_a_cache_subdirectory_writable_by_others_is_refused(env):
+    compile_salted(19.0)
+    (env.cache / "index").chmod(0o777)
+    try:
+        with pytest.raises(relay_aot.CompileError, match=r"index is writable by others.*RELAY_AOT_CACHE_DIR"):
+            compile_salted(19.5)
+    finally:
+        (env.cache / "index").chmod(0o700)

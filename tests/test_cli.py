@@ -290,3 +290,83 @@ def test_run_takes_tensor_parameters_only(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["relay-aot: error: parameter %p has type (Tensor[(3), float32], Tensor[(3), float32]): "
                    "relay-aot run passes tensors only"], err
+
+
+# -- damaged and unexpected input files ------------------------------------------------------------
+
+
+def _input_files(directory: Path) -> dict[str, list[str]]:
+    """``--inputs`` argument lists of every kind of bad input file, by name."""
+    good = save_npy(lstm_args(), directory)
+    np.savez(directory / "good.npz", *lstm_args())
+    data = Path(good[0]).read_bytes()
+    archive = (directory / "good.npz").read_bytes()
+    files = {
+        "empty.npy": b"",
+        "truncated.npy": data[: len(data) // 2],
+        "header-only.npy": data[:128],
+        "garbage.npy": bytes(range(256)) * 4,
+        "empty.npz": b"",
+        "truncated.npz": archive[: len(archive) // 2],
+        "garbage.npz": b"PK\x03\x04" + bytes(200),
+    }
+    for name, content in files.items():
+        (directory / name).write_bytes(content)
+    (directory / "dir.npy").mkdir()
+    (directory / "dir.npz").mkdir()
+    np.save(directory / "object.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    np.save(directory / "float64.npy", lstm_args()[0].astype("float64"))
+    np.save(directory / "wrong-shape.npy", lstm_args()[0][:5])
+    np.savez(directory / "wrong-names.npz", a=lstm_args()[0], b=lstm_args()[1])
+    np.save(directory / "npz-named.npy", 0)
+    (directory / "npz-named.npy").write_bytes(archive)
+    rest = good[1:]
+    cases = {name: [str(directory / name), *rest] for name in
+             ("empty.npy", "truncated.npy", "header-only.npy", "garbage.npy", "dir.npy", "object.npy",
+              "float64.npy", "wrong-shape.npy", "npz-named.npy")}
+    cases.update({name: [str(directory / name)] for name in
+                  ("empty.npz", "truncated.npz", "garbage.npz", "dir.npz", "wrong-names.npz")})
+    cases["too few"] = good[:2]
+    return cases
+
+
+def test_bad_input_files_end_in_one_line(lstm_so, tmp_path, capsys):
+    """Every damaged or unexpected input file: exit status 1, one line naming the file."""
+    cases = _input_files(tmp_path)
+    problems = []
+    for name, inputs in cases.items():
+        status = cli.main(["run", str(lstm_so), "--inputs", *inputs])
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        if status != 1 or len(lines) != 1 or not lines[0].startswith("relay-aot: error: "):
+            problems.append(f"{name}: status {status}, stderr {captured.err!r}")
+        elif name.endswith((".npy", ".npz")) and name not in lines[0] and "%" not in lines[0]:
+            problems.append(f"{name}: the message names neither the file nor the parameter: {lines[0]}")
+    assert not problems, "\n".join(problems)
+
+
+def test_randomly_damaged_input_files_end_in_one_line(lstm_so, tmp_path, capsys):
+    """Truncations and byte flips of a good .npy and .npz (a small fuzz campaign)."""
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    good = save_npy(lstm_args(), tmp_path)
+    np.savez(tmp_path / "good.npz", *lstm_args())
+    originals = {".npy": Path(good[0]).read_bytes(), ".npz": (tmp_path / "good.npz").read_bytes()}
+
+    @hypothesis.settings(max_examples=60, deadline=None, database=None)
+    @hypothesis.given(suffix=st.sampled_from([".npy", ".npz"]), cut=st.integers(0, 100_000),
+                      flips=st.lists(st.tuples(st.integers(0, 100_000), st.integers(1, 255)), max_size=4))
+    def damaged(suffix, cut, flips):
+        data = bytearray(originals[suffix])
+        for position, value in flips:
+            data[position % len(data)] ^= value
+        data = data[: cut % (len(data) + 1)]
+        path = tmp_path / f"damaged{suffix}"
+        path.write_bytes(bytes(data))
+        inputs = [str(path), *good[1:]] if suffix == ".npy" else [str(path)]
+        status = cli.main(["run", str(lstm_so), "--inputs", *inputs])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert status == 0 or (status == 1 and len(err) == 1 and err[0].startswith("relay-aot: error: ")), err
+
+    damaged()

@@ -10,7 +10,10 @@
  * that is not there.
  *
  * Traversal uses an explicit work list, so a list of a million elements is checked without
- * deep recursion.
+ * deep recursion, and visits each (object, type) pair once: a value whose parts are shared (a
+ * tree of depth 60 whose two children are the same object, which programs build and return)
+ * is checked in time linear in its number of objects, not its number of paths. Only objects
+ * with more than one reference can be reached twice, so only those are remembered.
  */
 #ifndef RELAY_AOT_CHECK_H_
 #define RELAY_AOT_CHECK_H_
@@ -23,6 +26,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "errors.h"
@@ -87,6 +91,19 @@ struct Pending {
   bool is_ref_contents;  //!< found as the contents of a reference
 };
 
+/*! \brief An (object, type index) pair, for remembering shared objects already checked. */
+struct Visit {
+  const Object* value;
+  int type;
+  bool operator==(const Visit& other) const { return value == other.value && type == other.type; }
+};
+
+struct VisitHash {
+  size_t operator()(const Visit& v) const {
+    return std::hash<const void*>()(v.value) ^ (static_cast<size_t>(v.type) * 0x9E3779B97F4A7C15ull);
+  }
+};
+
 inline std::string path_of(const std::vector<Pending>& seen, int index) {
   std::string path;
   for (int i = index; seen[i].parent >= 0; i = seen[i].parent) {
@@ -108,10 +125,15 @@ inline std::string path_of(const std::vector<Pending>& seen, int index) {
 inline void check_value(const ObjectRef& value, int type, const TypeDesc* table, const std::string& what) {
   using detail::Pending;
   std::vector<Pending> seen;
+  std::unordered_set<detail::Visit, detail::VisitHash> shared;  // checked objects with several owners
   seen.push_back({value.get(), type, -1, 0, nullptr, false});
   for (size_t next = 0; next < seen.size(); ++next) {
     const Object* obj = seen[next].value;
     const TypeDesc& desc = table[seen[next].type];
+    if (obj != nullptr && desc.kind != Kind::kTensor && ObjectAccess::UseCount(obj) > 1 &&
+        !shared.insert({obj, seen[next].type}).second) {
+      continue;  // this object was checked against this type already
+    }
     const int here = static_cast<int>(next);
     auto fail = [&](const char* error_kind, const std::string& got) {
       throw Error(error_kind, what + detail::path_of(seen, here) + ": expected " + desc.text + ", got " + got);

@@ -38,7 +38,8 @@ using tvm::runtime::TVMRetValue;
 /*!
  * \brief Convert one packed argument to a runtime value of type \p expected (an entry of a type
  *        table): tensors passed as DLTensor* are copied, and a Python or C++ number passed where
- *        a 0-d tensor is expected becomes one of the expected dtype.
+ *        a 0-d tensor is expected becomes one of the expected dtype (see scalar_of_dtype for
+ *        which kinds of number fit which dtypes).
  */
 inline ObjectRef object_from_arg(const TVMArgValue& arg, const std::string& what, const TypeDesc& expected) {
   switch (arg.type_code()) {
@@ -55,11 +56,10 @@ inline ObjectRef object_from_arg(const TVMArgValue& arg, const std::string& what
     case kDLFloat:
     case kTVMArgBool:
       if (expected.kind == Kind::kTensor && expected.ndim == 0) {
-      {
-        bool is_real = arg.type_code() == kDLFloat;
-        return scalar_of_dtype(expected.dtype, is_real ? arg.value().v_float64 : 0.0,
-                               is_real ? 0 : arg.value().v_int64, is_real, what.c_str());
-      }
+        const int code = arg.type_code();
+        const NumberKind kind = code == kDLFloat ? NumberKind::kFloat : code == kDLInt ? NumberKind::kInt : NumberKind::kBool;
+        return scalar_of_dtype(expected.dtype, kind, code == kDLFloat ? arg.value().v_float64 : 0.0,
+                               code == kDLFloat ? 0 : arg.value().v_int64, what.c_str());
       }
       [[fallthrough]];
     default:

@@ -4,7 +4,12 @@
  *
  * `tvm.runtime.load_module(path)[name]` finds these by symbol and wraps them as PackedFuncs
  * (see TVM's src/runtime/library_module.cc), so they must catch every C++ exception and
- * report it through TVMAPISetLastError instead of letting it cross the C boundary.
+ * report it as TVM's last error instead of letting it cross the C boundary.
+ *
+ * They report it the way TVM's own C API functions do (TVMAPIHandleException): an exception
+ * raised by a Python function the program called (TVM wraps it, holding the Python exception
+ * object) stays that Python exception, type, message and traceback, for the Python caller --
+ * formatting it as text would leave an empty message.
  */
 #ifndef RELAY_AOT_ENTRY_H_
 #define RELAY_AOT_ENTRY_H_
@@ -20,6 +25,13 @@
 #include "check.h"
 #include "closure.h"
 #include "errors.h"
+
+/*!
+ * \brief Record \p e as the calling thread's last TVM error, keeping a wrapped Python exception
+ *        as it is; returns -1. Defined in libtvm_runtime.so / libtvm.so (src/runtime/runtime_base.h),
+ *        which every TVM C API function ends with.
+ */
+int TVMAPIHandleException(const std::exception& e);
 
 namespace relay_aot {
 
@@ -56,8 +68,7 @@ inline int packed_entry(TVMValue* args, int* type_codes, int num_args, TVMValue*
     rv.MoveToCHost(ret, ret_type_code);
     return 0;
   } catch (const std::exception& e) {
-    TVMAPISetLastError(e.what());
-    return -1;
+    return TVMAPIHandleException(e);
   }
 }
 
@@ -69,8 +80,7 @@ inline int packed_metadata(const char* text, size_t size, TVMValue* ret, int* re
     rv.MoveToCHost(ret, ret_type_code);
     return 0;
   } catch (const std::exception& e) {
-    TVMAPISetLastError(e.what());
-    return -1;
+    return TVMAPIHandleException(e);
   }
 }
 

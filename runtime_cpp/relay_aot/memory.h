@@ -165,13 +165,16 @@ void iterative_deleter(Object* obj) {
   release(obj, Handler::Deleter());
 }
 
-/*! \brief Set an object's deleter and type (protected in Object; reached through a subclass). */
-struct DeleterAccess : Object {
+/*! \brief An object's deleter, type and reference count (protected in Object; reached through a subclass). */
+struct ObjectAccess : Object {
+  static int32_t UseCount(const Object* obj) {
+    return static_cast<const ObjectAccess*>(obj)->ref_counter_.load(std::memory_order_relaxed);
+  }
   static void Set(const Object* obj, Object::FDeleter deleter) {
-    static_cast<DeleterAccess*>(const_cast<Object*>(obj))->deleter_ = deleter;
+    static_cast<ObjectAccess*>(const_cast<Object*>(obj))->deleter_ = deleter;
   }
   static void SetType(const Object* obj, uint32_t type_index) {
-    static_cast<DeleterAccess*>(const_cast<Object*>(obj))->type_index_ = type_index;
+    static_cast<ObjectAccess*>(const_cast<Object*>(obj))->type_index_ = type_index;
   }
 };
 
@@ -209,8 +212,8 @@ inline ADT make_adt(int32_t tag, Fields&&... fields) {
   adt->size = 0;
   ObjectRef* slots = detail::adt_fields(adt);
   ((new (slots + adt->size) ObjectRef(std::forward<Fields>(fields)), ++adt->size), ...);
-  DeleterAccess::SetType(adt, ADTObj::RuntimeTypeIndex());
-  DeleterAccess::Set(adt, &detail::free_adt_iteratively);
+  ObjectAccess::SetType(adt, ADTObj::RuntimeTypeIndex());
+  ObjectAccess::Set(adt, &detail::free_adt_iteratively);
   return adopt<ADT>(adt);
 }
 
@@ -218,7 +221,7 @@ inline ADT make_adt(int32_t tag, Fields&&... fields) {
 template <typename T, typename... Args>
 inline tvm::runtime::ObjectPtr<T> make_iterative(Args&&... args) {
   auto ptr = tvm::runtime::make_object<T>(std::forward<Args>(args)...);
-  DeleterAccess::Set(ptr.get(), &iterative_deleter<SimpleObjAllocator::Handler<T>>);
+  ObjectAccess::Set(ptr.get(), &iterative_deleter<SimpleObjAllocator::Handler<T>>);
   return ptr;
 }
 

@@ -30,7 +30,7 @@ class Ref : public ObjectRef {
 /*! \brief `ref(value)` */
 inline Ref ref_new(const ObjectRef& value) {
   auto cell = ArrayNode::CreateRepeated(1, value);
-  DeleterAccess::Set(cell.get(), &iterative_deleter<SimpleObjAllocator::ArrayHandler<ArrayNode, ObjectRef>>);
+  ObjectAccess::Set(cell.get(), &iterative_deleter<SimpleObjAllocator::ArrayHandler<ArrayNode, ObjectRef>>);
   return Ref(std::move(cell));
 }
 

@@ -80,22 +80,34 @@ inline ScalarTensor scalar_arg(const T* value) {
   return ScalarTensor(value);
 }
 
+/*! \brief The kind of a number passed through the packed calling convention. */
+enum class NumberKind { kBool, kInt, kFloat };
+
 /*!
  * \brief A 0-d tensor of dtype \p dtype holding a number passed through the packed calling
- *        convention (\p real if \p is_real, else \p integer); TypeError if it does not fit.
+ *        convention (\p real if its kind is kFloat, else \p integer).
+ *
+ * The rule both backends follow (docs/guarantees.md): a bool only for a bool tensor, an
+ * integer for an integer or float tensor, a float only for a float tensor; a number that does
+ * not fit the dtype is a ValueError, one of the wrong kind a TypeError.
  */
-inline NDArray scalar_of_dtype(DLDataType dtype, double real, int64_t integer, bool is_real, const char* what) {
+inline NDArray scalar_of_dtype(DLDataType dtype, NumberKind kind, double real, int64_t integer, const char* what) {
   auto fail = [&]() -> NDArray {  // a number of the right kind, out of range
     throw Error("ValueError", std::string(what) + ": the number does not fit in dtype " +
                                   tvm::runtime::DLDataType2String(dtype));
   };
   auto mismatch = [&]() -> NDArray {
+    const char* got = kind == NumberKind::kBool ? "bool" : kind == NumberKind::kInt ? "integer" : "float";
     raise_type_error(std::string(what) + ": expected a tensor of dtype " + tvm::runtime::DLDataType2String(dtype) +
-                     ", got a " + (is_real ? "float" : "integer"));
+                     ", got a " + got);
   };
   if (dtype.lanes != 1) return mismatch();
+  if (dtype.code == kDLUInt && dtype.bits == 1) {
+    return kind == NumberKind::kBool ? box(integer != 0) : mismatch();
+  }
+  if (kind == NumberKind::kBool) return mismatch();
   if (dtype.code == kDLFloat) {
-    double value = is_real ? real : static_cast<double>(integer);
+    double value = kind == NumberKind::kFloat ? real : static_cast<double>(integer);
     if (dtype.bits == 32) {
       if (std::isfinite(value) && std::fabs(value) > std::numeric_limits<float>::max()) return fail();
       return box(static_cast<float>(value));
@@ -103,11 +115,7 @@ inline NDArray scalar_of_dtype(DLDataType dtype, double real, int64_t integer, b
     if (dtype.bits == 64) return box(value);
     return mismatch();
   }
-  if (is_real) return mismatch();  // no silent truncation of a float to an integer tensor
-  if (dtype.code == kDLUInt && dtype.bits == 1) {
-    if (integer != 0 && integer != 1) return fail();
-    return box(integer != 0);
-  }
+  if (kind == NumberKind::kFloat) return mismatch();  // no silent truncation of a float to an integer tensor
   auto in_range = [&](auto typed) {
     using T = decltype(typed);
     return integer >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&

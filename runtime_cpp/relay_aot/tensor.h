@@ -16,6 +16,7 @@
 #include <tvm/runtime/ndarray.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -54,6 +55,18 @@ inline NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype) {
   auto* container = new (block) NDArray::Container(data, shape, dtype, kDevice);
   container->SetDeleter(&detail::free_tensor_block);
   return adopt<NDArray>(container);
+}
+
+/*!
+ * \brief A new tensor with the contents of \p tensor (a constant of the program that may reach
+ *        a caller, who may write into it).
+ */
+inline NDArray copy_tensor(const NDArray& tensor) {
+  const DLTensor* from = tensor.operator->();
+  NDArray out = alloc_tensor(tensor.Shape(), from->dtype);
+  std::memcpy(const_cast<DLTensor*>(out.operator->())->data, static_cast<const char*>(from->data) + from->byte_offset,
+              tvm::runtime::GetDataSize(*from));
+  return out;
 }
 
 /*! \brief The shape of 0-d tensors, shared. */

@@ -1,0 +1,319 @@
+"""Stage 5: compile generated C++ and TVM kernels into one shared library, with a cache.
+
+:func:`build_library` writes the sources into a fresh private directory, writes a
+``build.ninja`` (``ninja.py``) and runs the ``ninja`` of the PyPI package: the C++ units compile
+while TVM builds the kernels in this process; the link waits for both. The finished directory
+is published into the cache (``cache.py``) with an atomic ``rename``, under an ``fcntl.flock``
+lock per key, so concurrent processes build once and a build killed halfway leaves nothing that
+looks finished. The library's file name carries the key, because ``dlopen`` returns the
+already-loaded library for a path it has seen.
+
+The pieces, one concern each: ``toolchain.py`` (compiler, flags, commands), ``ninja.py`` (the
+ninja file and running it), ``pch.py`` (the precompiled header), ``cache.py`` (directories,
+atomic writes, locks, digests, the module index), ``progress.py`` (what a build prints).
+
+Settings (``relay_aot.config``): ``CXX``, ``RELAY_AOT_CXXFLAGS``, ``RELAY_AOT_JOBS``,
+``RELAY_AOT_PCH=0``, ``RELAY_AOT_CACHE_DIR``, ``RELAY_AOT_LOCK_TIMEOUT`` and
+``RELAY_AOT_PROGRESS``. See ``docs/build.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import shutil
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import tvm
+
+from ..config import Config
+from ..errors import CompileError
+from .cache import (
+    Entry,
+    IndexEntry,
+    Lock,
+    clear_cache,
+    evict,
+    index_key,
+    keep_until_exit,
+    key_lock,
+    library_intact,
+    lookup_index,
+    move_locked,
+    new_build_dir,
+    package_digest,
+    record_digest,
+    record_index,
+    subdir,
+    cache_root,
+    sweep_tmp,
+    write_atomic,
+)
+from .ninja import NinjaRun, ninja_binary, ninja_file
+from .pch import PchBuild, pch_directory
+from .progress import Reporter, progress_enabled
+from .toolchain import BuildFlags, command_line, compiler_version, object_name, runtime_sources_digest
+
+__all__ = [
+    "BuildFlags",
+    "BuildInputs",
+    "BuildResult",
+    "Entry",
+    "IndexEntry",
+    "Lock",
+    "build_library",
+    "discard",
+    "find_indexed",
+    "remember",
+    "runtime_sources_digest",
+    "cache_root",
+    "clear_cache",
+    "command_line",
+    "compiler_version",
+    "index_key",
+    "library_intact",
+    "lookup_index",
+    "object_name",
+    "package_digest",
+    "pch_directory",
+    "record_index",
+    "source_hook",
+    "stats",
+    "write_atomic",
+]
+
+#: ``build_kernels(path, progress)`` writes the kernels' object file; ``progress(done, total)``.
+KernelBuilder = Callable[[Path, Callable[[int, int], None]], None]
+
+
+@dataclasses.dataclass
+class BuildInputs:
+    """Everything a library is built from.
+
+    ``files`` are generated sources by name, ``units`` the ones to compile, ``blobs`` binary
+    inputs by name (the constants), ``kernel_digest`` identifies the kernels, ``has_kernels``
+    says whether there are any, and ``build_kernels`` writes their object file (called only on
+    a cache miss, while the C++ units compile).
+    """
+
+    model: str
+    files: dict[str, str]
+    units: list[str]
+    blobs: dict[str, bytes]
+    kernel_digest: str
+    has_kernels: bool
+    build_kernels: KernelBuilder
+    flags: BuildFlags
+    config: Config
+
+    def key(self) -> str:
+        """The cache key: hash of sources, blobs, kernels, flags, settings, toolchain and versions."""
+        from .. import __version__
+
+        digest = hashlib.sha256()
+        parts = [
+            f"relay_aot {__version__}",
+            f"tvm {tvm.__version__}",
+            self.flags.identity(),
+            self.config.output_key(),
+            runtime_sources_digest(),
+            self.kernel_digest,
+        ]
+        for part in parts:
+            digest.update(part.encode() + b"\0")
+        for name in sorted(self.files):
+            digest.update(name.encode() + b"\0" + self.files[name].encode() + b"\0")
+        for name in sorted(self.blobs):
+            digest.update(name.encode() + b"\0" + hashlib.sha256(self.blobs[name]).digest())
+        return digest.hexdigest()
+
+
+@dataclasses.dataclass
+class BuildResult:
+    """A built library: its path, its key, whether it came from the cache, and its sources' directory."""
+
+    library: Path
+    key: str
+    cached: bool
+    directory: Path
+
+    @property
+    def entry(self) -> Entry:
+        """The cache entry of the library."""
+        return Entry(self.library, self.key)
+
+
+@dataclasses.dataclass
+class BuildStats:
+    """What this process's builds did (read by tests and benchmarks)."""
+
+    builds: int = 0  #: libraries compiled
+    hits: int = 0  #: libraries found in the cache
+
+
+stats = BuildStats()
+
+_source_hook: Optional[Callable[[str, str], str]] = None
+
+
+@contextlib.contextmanager
+def source_hook(hook: Callable[[str, str], str]) -> Iterator[None]:
+    """Testing aid: rewrite every generated file as ``hook(name, text)`` before it is built.
+
+    Used by the tests to inject a syntax error into generated code; the rewritten text is part
+    of the cache key, so a broken build never shares an entry with a good one, and the module
+    index is bypassed meanwhile.
+    """
+    global _source_hook
+    previous, _source_hook = _source_hook, hook
+    try:
+        yield
+    finally:
+        _source_hook = previous
+
+
+def library_name(model: str, key: str) -> str:
+    """File name of a built library: the model name and the build key."""
+    return f"{model}-{key[:24]}.so"
+
+
+def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, reporter: Reporter) -> None:
+    """Compile ``inputs`` in ``build_dir``: PCH (if missing) and units while TVM builds the kernels."""
+    for name, text in inputs.files.items():
+        (build_dir / name).write_text(text)
+    for name, data in inputs.blobs.items():
+        (build_dir / name).write_bytes(data)
+    headers = [n for n in list(inputs.files) + list(inputs.blobs) if n not in inputs.units]
+    (build_dir / "build.ninja").write_text(ninja_file(inputs.flags, inputs.units, headers, inputs.has_kernels, library))
+    stats.builds += 1
+    jobs = inputs.config.jobs
+    pch = PchBuild.start(inputs.flags, root, reporter)
+    # Units wait for a PCH being built (they are faster with it); otherwise they start now.
+    units = None if pch is not None else NinjaRun(build_dir, jobs, ["objects"], reporter)
+    try:
+        if inputs.has_kernels:
+            reporter.message("building the kernels with TVM")
+            inputs.build_kernels(build_dir / "kernels.o", reporter.kernels)
+            reporter.phase("kernels", "done")
+        if pch is not None:
+            pch.finish()
+            pch = None
+        if units is not None:
+            units.wait(build_dir)
+            units = None
+        final = NinjaRun(build_dir, jobs, [], reporter)
+        try:
+            final.wait(build_dir)
+        finally:
+            final.kill()
+        for leftover in build_dir.glob("*.o"):
+            leftover.unlink()
+        record_digest(build_dir / library)
+    finally:
+        if pch is not None:
+            pch.discard()
+        if units is not None:
+            units.kill()
+
+
+def _keep_failed(build_dir: Path, lock: Lock, root: Path, inputs: BuildInputs, key: str, err: CompileError) -> CompileError:
+    """Move a failed build to ``failed/<model>-<key>`` and say so in the error."""
+    failed = subdir(root, "failed") / f"{inputs.model}-{key[:16]}"
+    shutil.rmtree(failed, ignore_errors=True)
+    try:
+        move_locked(build_dir, lock, failed)
+    except OSError:  # another process's failure of the same key got there first
+        failed = build_dir
+    message = str(err).split("\n", 1)[0]
+    return CompileError(
+        f"{message}; the sources and build.ninja are kept in {failed} "
+        f"(rerun with `{command_line([ninja_binary(), '-C', str(failed)])}`)",
+        output=err.output,
+        source_dir=str(failed),
+    )
+
+
+def _build_in(root: Path, inputs: BuildInputs, key: str, library: str, reporter: Reporter) -> tuple[Path, Lock]:
+    """Build in a fresh directory under ``tmp/``; returns it and its lock. Failures are kept."""
+    sweep_tmp(root)
+    build_dir, lock = new_build_dir(root, key[:16])
+    try:
+        _run_build(build_dir, inputs, library, root, reporter)
+    except CompileError as err:
+        raise _keep_failed(build_dir, lock, root, inputs, key, err) from None
+    except BaseException:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        lock.release()
+        raise
+    return build_dir, lock
+
+
+def _cached(final: Path, library: str) -> bool:
+    """Whether the entry ``final`` holds an intact ``library`` (a damaged one is removed)."""
+    if not (final / library).exists() and not final.exists():
+        return False
+    if library_intact(final / library):
+        return True
+    shutil.rmtree(final, ignore_errors=True)  # truncated, corrupted, or its digest is missing
+    return False
+
+
+def build_library(inputs: BuildInputs, cache: bool = True, verbose: bool = False) -> BuildResult:
+    """Build (or find in the cache) the shared library for ``inputs``."""
+    if _source_hook is not None:
+        inputs = dataclasses.replace(inputs, files={n: _source_hook(n, t) for n, t in inputs.files.items()})
+    key = inputs.key()
+    library = library_name(inputs.model, key)
+    root = cache_root(inputs.config)
+    final = root / "lib" / key[:2] / key
+    reporter = Reporter(verbose, progress_enabled(inputs.config, verbose))
+    try:
+        if not cache:
+            build_dir, lock = _build_in(root, inputs, key, library, reporter)
+            keep_until_exit(build_dir, lock)
+            return BuildResult(build_dir / library, key, False, build_dir)
+
+        def waiting() -> None:
+            reporter.message(f"waiting for another process's build of {final} (lock {key}.lock)")
+            reporter.phase("waiting", f"for another process's build of {library}")
+
+        with key_lock(root, key, inputs.config.lock_timeout, on_wait=waiting):
+            if _cached(final, library):  # built before, or by another process while we waited
+                stats.hits += 1
+                reporter.message(f"cache hit: {final / library}")
+                return BuildResult(final / library, key, True, final)
+            build_dir, lock = _build_in(root, inputs, key, library, reporter)
+            subdir(root, "lib", key[:2])
+            try:
+                move_locked(build_dir, lock, final)
+            except OSError:
+                # Only if the lock file was deleted under a running build: use the other build.
+                shutil.rmtree(build_dir, ignore_errors=True)
+                if not (final / library).exists():
+                    raise
+        return BuildResult(final / library, key, False, final)
+    finally:
+        reporter.close()
+
+
+def find_indexed(key: str, config: Config) -> Optional[IndexEntry]:
+    """The intact library the module index records for ``key`` (None: not there, or damaged)."""
+    if _source_hook is not None:
+        return None
+    found = lookup_index(cache_root(config), key)
+    if found is not None:
+        stats.hits += 1
+    return found
+
+
+def remember(key: str, result: BuildResult, files, units, config: Config) -> None:
+    """Record in the module index that ``key`` compiles to ``result`` (cached libraries only)."""
+    if _source_hook is None:
+        record_index(cache_root(config), key, result.entry, files, units)
+
+
+def discard(result: BuildResult, config: Config) -> None:
+    """Remove a cache entry that turned out to be unusable."""
+    evict(cache_root(config), result.entry, config.lock_timeout)

@@ -1,0 +1,162 @@
+"""The C++ toolchain: which compiler, which flags, which headers, and the commands they make.
+
+:class:`BuildFlags` holds the compiler and every flag in one object; its :meth:`identity`
+(compiler path and version, flags) is part of every cache key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterable, Optional
+
+import tvm
+
+from ..config import Config
+from ..errors import CompileError
+
+#: The header every unit includes first; precompiled when the compiler supports it.
+PCH_HEADER = "relay_aot/runtime.h"
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def runtime_include_dir() -> Path:
+    """Directory holding ``relay_aot/runtime.h`` (a checkout's ``runtime_cpp`` or the installed copy)."""
+    for candidate in (_PACKAGE_DIR.parent / "runtime_cpp", _PACKAGE_DIR / "runtime_cpp"):
+        if (candidate / "relay_aot" / "runtime.h").is_file():
+            return candidate
+    raise CompileError("relay_aot's C++ runtime headers (runtime_cpp/) are missing from the installation")
+
+
+@functools.lru_cache(maxsize=None)
+def runtime_sources_digest() -> str:
+    """Hash of the C++ runtime headers (they are part of every build key).
+
+    Computed once per process, like :func:`relay_aot.build.cache.package_digest`: the headers a
+    process compiles against are the ones it found first.
+    """
+    digest = hashlib.sha256()
+    for path in sorted((runtime_include_dir() / "relay_aot").glob("*")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def tvm_include_dirs() -> tuple[str, ...]:
+    """TVM's header directories, as shipped in the wheel (looked up once: it walks the disk)."""
+    return tuple(tvm._ffi.libinfo.find_include_path())
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_info(cxx: str) -> tuple[str, str]:
+    """(resolved path, ``--version`` output) of compiler ``cxx``."""
+    path = shutil.which(cxx)
+    if path is None:
+        raise CompileError(f"C++ compiler {cxx!r} not found (set CXX to choose another)")
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        raise CompileError(f"cannot run the C++ compiler {path}: {err}") from None
+    return os.path.realpath(path), out
+
+
+def compiler_version(cxx: str) -> str:
+    """The compiler's resolved path and the first line of ``cxx --version``."""
+    path, out = _compiler_info(cxx)
+    return f"{path}: {out.splitlines()[0] if out else '?'}"
+
+
+def compiler_is_gcc(cxx: str) -> bool:
+    """Whether ``cxx`` is GCC (whose ``.gch`` precompiled headers relay_aot knows how to use)."""
+    return "Free Software Foundation" in _compiler_info(cxx)[1]
+
+
+def command_line(args: list[str]) -> str:
+    """``args`` as one shell command line."""
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def object_name(unit: str) -> str:
+    """The object file of translation unit ``unit``."""
+    return unit.rsplit(".", 1)[0] + ".o"
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildFlags:
+    """Compiler and flags of a build (one object, so the cache key sees all of them).
+
+    ``pch_dir`` is the directory holding the precompiled ``relay_aot/runtime.h.gch`` (see
+    :func:`relay_aot.build.pch.pch_directory`), or None to compile without one.
+    """
+
+    cxx: str
+    cxxflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    pch_dir: Optional[str] = None
+
+    @classmethod
+    def default(cls, config: Optional[Config] = None, opt: str = "-O1", extra: Iterable[str] = ()) -> "BuildFlags":
+        """Flags for generated code: C++17, PIC, hidden visibility, TVM's and our headers.
+
+        ``-O1``: the generated code is calls into TVM's runtime and kernels; it runs as fast
+        as at ``-O2`` and compiles 30-40% faster (measurements in ``docs/build.md``).
+
+        ``config.cxx`` (``$CXX``) is the compiler and ``config.cxxflags``
+        (``$RELAY_AOT_CXXFLAGS``) come after these flags (so ``-O2`` there overrides ``opt``).
+        """
+        config = config or Config.from_environment()
+        includes = [f"-I{runtime_include_dir()}"] + [f"-I{d}" for d in tvm_include_dirs()]
+        cxxflags = (
+            "-std=c++17",
+            opt,
+            "-fPIC",
+            "-fvisibility=hidden",
+            "-fvisibility-inlines-hidden",
+            # Relay integers wrap on overflow (TVM's kernels do); make C++ arithmetic agree.
+            "-fwrapv",
+            "-DDMLC_USE_LOGGING_LIBRARY=<tvm/runtime/logging.h>",
+            *includes,
+            *extra,
+            *config.cxxflags,
+        )
+        # Libraries loaded into a process that has libtvm.so must leave TVM symbols undefined.
+        # -Bsymbolic: a library's references to its own symbols bind to its own definitions.
+        # Every library exports TVM's loader slots (__TVMBackendParallelLaunch, ...) under the
+        # same names; without it, two libraries linked into one executable share the first
+        # one's slots, which stay null until that one is loaded -- a crash (tests/test_deploy.py).
+        # The version script (emit_cpp.version_script, a generated file) exports only the
+        # model-prefixed symbols and TVM's loader protocol.
+        # -z nodelete: values the library made (ADTs, closures: their code and deleters live in
+        # it) may outlive the tvm.runtime.Module that loaded it; dlclose must not unmap it then.
+        ldflags = ("-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,nodelete", "-Wl,--version-script=exports.map")
+        return cls(config.cxx, cxxflags, ldflags)
+
+    def with_pch(self, pch_dir: Optional[Path]) -> "BuildFlags":
+        """These flags, compiling with the precompiled header in ``pch_dir`` (None: without)."""
+        return dataclasses.replace(self, pch_dir=str(pch_dir) if pch_dir is not None else None)
+
+    def compile_command(self, source: str, output: str) -> list[str]:
+        """The command compiling ``source`` to the object ``output`` (in the build directory)."""
+        # The PCH directory must come before runtime_cpp on the include path: GCC looks for
+        # name.gch next to each candidate header, and uses the first header it finds.
+        pch = ["-I" + self.pch_dir, "-Winvalid-pch", "-include", PCH_HEADER] if self.pch_dir else []
+        return [self.cxx, *pch, *self.cxxflags, "-c", source, "-o", output]
+
+    def pch_command(self, header: str, output: str) -> list[str]:
+        """The command precompiling ``header`` into ``output`` (same flags as every unit)."""
+        return [self.cxx, *self.cxxflags, "-x", "c++-header", header, "-o", output]
+
+    def link_command(self, objects: list[str], output: str) -> list[str]:
+        """The command linking ``objects`` into the shared library ``output``."""
+        return [self.cxx, *self.ldflags, "-o", output, *objects]
+
+    def identity(self) -> str:
+        """Everything about the toolchain that changes the output (the PCH directory included)."""
+        return "\n".join([compiler_version(self.cxx), *self.cxxflags, "--", *self.ldflags, f"pch {self.pch_dir}"])
