@@ -81,6 +81,19 @@ struct ADTObj : Object {
   uint32_t size;
 };
 
+/*! \brief runtime.Array: the header, size and capacity, then `size` object pointers. */
+struct ArrayNode : Object {
+  int64_t size;
+  int64_t capacity;
+};
+
+/*! \brief The interpreter's relay.ConstructorValue (src/relay/backend/interpreter.cc). */
+struct ConstructorValueObj : Object {
+  int32_t tag;
+  ArrayNode* fields;
+  Object* constructor;
+};
+
 /*!
  * \brief The object behind an NDArray's FFI handle, which points at the DLTensor that follows
  *        the object header (NDArray::Container derives from Object, then ContainerBase).
@@ -327,6 +340,49 @@ py::object make_adt(uint32_t type_index, int32_t tag, const py::list& fields, co
   return make_result(static_cast<int>(kObjectHandle), reinterpret_cast<int64_t>(adt));
 }
 
+/*!
+ * \brief \p obj as TVM's Python FFI returns an object (a new reference): NDArrays and
+ *        PackedFuncs by their own type codes, None for a null reference.
+ */
+py::object to_python(Object* obj, uint32_t ndarray_index, uint32_t packed_func_index, const py::object& make_result) {
+  if (obj == nullptr) return py::none();
+  inc_ref(obj);
+  if (obj->type_index == ndarray_index) {
+    return make_result(static_cast<int>(kNDArrayHandle), reinterpret_cast<int64_t>(reinterpret_cast<char*>(obj) + sizeof(Object)));
+  }
+  const int code = obj->type_index == packed_func_index ? kPackedFuncHandle : kObjectHandle;
+  return make_result(code, reinterpret_cast<int64_t>(obj));
+}
+
+/*!
+ * \brief (tag, [fields]) of a runtime.ADT (\p of_constructor_value false) or of the interpreter's
+ *        ConstructorValue, read in one call instead of one FFI call per field.
+ * \param type_indices The runtime type indices of NDArray and PackedFunc.
+ */
+py::tuple parts(const py::handle& value, bool of_constructor_value, const py::tuple& type_indices,
+                const py::object& make_result) {
+  auto* obj = static_cast<Object*>(handle_of(value));
+  const auto ndarray_index = type_indices[0].cast<uint32_t>(), packed_func_index = type_indices[1].cast<uint32_t>();
+  int32_t tag;
+  size_t count;
+  Object** fields;
+  if (of_constructor_value) {
+    auto* cv = static_cast<ConstructorValueObj*>(obj);
+    tag = cv->tag;
+    count = cv->fields != nullptr ? static_cast<size_t>(cv->fields->size) : 0;
+    fields = cv->fields != nullptr ? reinterpret_cast<Object**>(reinterpret_cast<char*>(cv->fields) + sizeof(ArrayNode))
+                                   : nullptr;
+  } else {
+    auto* adt = static_cast<ADTObj*>(obj);
+    tag = adt->tag;
+    count = adt->size;
+    fields = adt_fields(adt);
+  }
+  py::list out(count);
+  for (size_t i = 0; i < count; ++i) out[i] = to_python(fields[i], ndarray_index, packed_func_index, make_result);
+  return py::make_tuple(tag, out);
+}
+
 PYBIND11_MODULE(_fastcall, m) {
   m.doc() = "Call a relay_aot library's entry point from Python without TVM's ctypes FFI.";
   m.def("call", &call, py::arg("address"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
@@ -334,6 +390,8 @@ PYBIND11_MODULE(_fastcall, m) {
   m.def("call_packed", &call_packed, py::arg("func_call"), py::arg("handle"), py::arg("args"), py::arg("kinds"),
         py::arg("make_result"), py::arg("raise_error"));
   m.def("make_adt", &make_adt, py::arg("type_index"), py::arg("tag"), py::arg("fields"), py::arg("kinds"),
+        py::arg("make_result"));
+  m.def("parts", &parts, py::arg("value"), py::arg("of_constructor_value"), py::arg("type_indices"),
         py::arg("make_result"));
   m.def("empty", &empty, py::arg("array_alloc"), py::arg("shape"), py::arg("code"), py::arg("bits"),
         py::arg("make_result"), py::arg("raise_error"));

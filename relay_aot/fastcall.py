@@ -51,6 +51,7 @@ def _type_index(key: str) -> int:
 
 
 _ADT_TYPE_INDEX = _type_index("runtime.ADT")
+_LEAF_TYPE_INDICES = (_type_index("runtime.NDArray"), _type_index("runtime.PackedFunc"))
 
 
 def call_entry(address: int, args):
@@ -82,3 +83,30 @@ def make_adt(tag: int, fields) -> tvm.runtime.container.ADT:
     million cells made in Python is freed without overflowing the C stack.
     """
     return _fastcall.make_adt(_ADT_TYPE_INDEX, tag, list(fields), KINDS, make_result)
+
+
+def adt_parts(adt: tvm.runtime.container.ADT) -> tuple[int, list]:
+    """``(tag, fields)`` of a runtime ADT, read in one call (iterating it through TVM's ctypes
+    FFI costs three FFI calls per field)."""
+    return _fastcall.parts(adt, False, _LEAF_TYPE_INDICES, make_result)
+
+
+def constructor_value_parts(value) -> tuple[int, list]:
+    """``(tag, fields)`` of the interpreter's ``ConstructorValue``, read in one call."""
+    return _fastcall.parts(value, True, _LEAF_TYPE_INDICES, make_result)
+
+
+def _check_layouts() -> None:
+    """The extension reads TVM objects by their layout: make sure it is this TVM's."""
+    from tvm.relay.backend.interpreter import ConstructorValue
+
+    tensor = tvm.nd.array(np.arange(3, dtype="float32"))
+    inner = tvm.runtime.container.ADT(2, [])
+    for parts, value in ((adt_parts, tvm.runtime.container.ADT(7, [tensor, inner])),
+                         (constructor_value_parts, ConstructorValue(7, [tensor, inner], None))):
+        tag, fields = parts(value)
+        if tag != 7 or len(fields) != 2 or not fields[0].same_as(tensor) or not fields[1].same_as(inner):
+            raise ImportError("relay_aot._fastcall does not match the object layout of this TVM build")
+
+
+_check_layouts()

@@ -20,6 +20,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+import numpy as np
+
 from .oracle import IsolatedOracle, Outcome, unsupported_reason
 from .strategies import Program
 from .testing import Mismatch, Report, compare_outcomes, equivalence_report
@@ -60,6 +62,9 @@ def check_program(
 ) -> Checked:
     """Run one generated program (or batch) everywhere; :class:`Mismatch` if executors disagree.
 
+    With the C++ backend, it also checks that a look-alike of the program (float constants one
+    ulp away) compiled into the same cache gets a library of its own (:func:`check_lookalike`).
+
     Each backend compiles the whole batch once. A reference that cannot run the batch (TVM's
     executors reject some programs, see ``docs/testing.md``) is run on each case on its own and
     compared with that case's slice of every backend's result, so one awkward case does not
@@ -67,6 +72,8 @@ def check_program(
     shows the first case that fails on its own (as Relay text), ready to be pinned as a
     regression test.
     """
+    if "cpp" in backends:
+        check_lookalike(program, **compile_options)
     own_oracle = oracle is None
     oracle = oracle if oracle is not None else IsolatedOracle()
     try:
@@ -124,6 +131,49 @@ def _check_cases(program: Program, reference: str, report: Report, oracle, check
             problem = compare_outcomes(f"{name} (case {index} of the batch)", mine, reference, outcome, RTOL, ATOL)
             if problem is not None:
                 raise Mismatch(f"executors disagree:\n{problem}\nprogram:\n{case.text()}\narguments: {case.args!r}")
+
+
+def perturb_constants(mod) -> tuple:
+    """``mod`` with every float constant moved to its next representable value (one ulp up),
+    and how many constants changed."""
+    import tvm
+    from tvm import relay
+
+    class Perturb(relay.ExprMutator):
+        def __init__(self):
+            super().__init__()
+            self.changed = 0
+
+        def visit_constant(self, const):
+            data = const.data.numpy()
+            if data.dtype.kind != "f" or data.size == 0:
+                return const
+            self.changed += 1
+            return relay.const(np.nextafter(data, np.inf).astype(data.dtype), dtype=str(data.dtype))
+
+    mutator = Perturb()
+    updated = tvm.IRModule(dict(mod.functions.items()), type_definitions=mod.type_definitions)
+    for gvar, func in mod.functions.items():
+        updated[gvar] = mutator.visit(func)
+    return updated, mutator.changed
+
+
+def check_lookalike(program: Program, **compile_options) -> bool:
+    """Compile ``program`` and then a look-alike -- every float constant one ulp away, which
+    ``mod.astext()`` prints the same -- in the same cache: the look-alike must get a library of
+    its own (a cache key that confuses them would run the first program). False when the
+    program has no float constant to perturb."""
+    from . import compile as aot_compile
+
+    perturbed, changed = perturb_constants(program.module)
+    if not changed:
+        return False
+    first = aot_compile(program.module, **compile_options)
+    second = aot_compile(perturbed, **compile_options)
+    if second.build_result.key == first.build_result.key:
+        raise Mismatch(f"a module with its float constants one ulp away got the first module's library "
+                       f"{first.library_path}\nprogram:\n{program.text()}")
+    return True
 
 
 def first_failing_case(program: Program, oracle, backends, references, compile_options) -> str:

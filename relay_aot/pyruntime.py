@@ -256,33 +256,38 @@ def export_value(value: Any, top: bool = False) -> Any:
     """
     if not isinstance(value, tuple):
         return _export_leaf(value, top)
-    return _convert_tree(value, tuple, lambda node: id(node), lambda leaf: _export_leaf(leaf, False),
-                         lambda node, fields: fastcall.make_adt(getattr(node, "tag", 0), fields))
+    return _convert_tree(value, tuple, id, lambda node: (getattr(node, "tag", 0), node),
+                         lambda leaf: _export_leaf(leaf, False), fastcall.make_adt)
 
 
-def _convert_tree(value, composite: type, identity: Callable, leaf: Callable, build: Callable) -> Any:
-    """Rebuild a tree of ``composite`` nodes bottom-up without recursion: leaves through
-    ``leaf``, nodes through ``build(node, converted fields)``; a node whose ``identity`` was seen
-    before is converted once."""
+def _convert_tree(value, composite: type, identity: Callable, parts: Callable, leaf: Callable, build: Callable) -> Any:
+    """Rebuild a tree of ``composite`` nodes bottom-up without recursion.
+
+    ``parts(node)`` gives a node's ``(tag, children)``; leaves are converted by ``leaf`` and
+    nodes by ``build(tag, converted children)``. A node whose ``identity`` was seen before is
+    converted once.
+    """
     done: dict = {}
-    stack = [(value, iter(value), [])]
+    tag, children = parts(value)
+    stack = [(value, tag, iter(children), [])]
     while True:
-        node, children, fields = stack[-1]
+        node, tag, children, fields = stack[-1]
         for child in children:
             if isinstance(child, composite):
                 key = identity(child)
                 if key in done:
                     fields.append(done[key])
                     continue
-                stack.append((child, iter(child), []))
+                child_tag, grandchildren = parts(child)
+                stack.append((child, child_tag, iter(grandchildren), []))
                 break
             fields.append(leaf(child))
         else:
             stack.pop()
-            built = done[identity(node)] = build(node, fields)
+            built = done[identity(node)] = build(tag, fields)
             if not stack:
                 return built
-            stack[-1][2].append(built)
+            stack[-1][3].append(built)
 
 
 def _import_leaf(value: Any) -> Any:
@@ -305,5 +310,5 @@ def import_value(value: Any) -> Any:
     """A TVM runtime value (or a value this module exported) as an internal value."""
     if not isinstance(value, ADT):
         return _import_leaf(value)
-    return _convert_tree(value, ADT, lambda node: node.handle.value, _import_leaf,
-                         lambda node, fields: Adt(int(node.tag), tuple(fields)))
+    return _convert_tree(value, ADT, lambda node: node.handle.value, fastcall.adt_parts, _import_leaf,
+                         lambda tag, fields: Adt(tag, tuple(fields)))

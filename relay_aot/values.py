@@ -78,6 +78,20 @@ def _identity(value: Any):
     return id(value) if isinstance(value, (tuple, list)) else None
 
 
+def _adt_maker(tag: int, original, fields: list):
+    """How to build a converted ADT: ``original`` itself (a runtime ADT) when every field
+    converted to the very object it was, else a new ADT of the converted fields."""
+    if original is None:
+        return functools.partial(fastcall.make_adt, tag)
+
+    def make(converted: list):
+        if all(c is f for c, f in zip(converted, fields)):
+            return original
+        return fastcall.make_adt(tag, converted)
+
+    return make
+
+
 class Converter:
     """Converts values of one program's types (its ADT definitions come from the signature)."""
 
@@ -173,10 +187,12 @@ class Converter:
         return tvm.nd.array(np.asarray(array, order="C"), device=tvm.cpu())
 
     def _tuple_in(self, value, ty: ir.TupleType, where):
+        original = None
         if isinstance(value, ADT):
-            if value.tag != 0:
-                raise TypeError(f"{where}: expected a tuple, got an ADT with tag {value.tag}")
-            fields = list(value)
+            tag, fields = fastcall.adt_parts(value)
+            if tag != 0:
+                raise TypeError(f"{where}: expected a tuple, got an ADT with tag {tag}")
+            original = value
         elif isinstance(value, (tuple, list)):
             fields = list(value)
         else:
@@ -184,14 +200,16 @@ class Converter:
         if len(fields) != len(ty.fields):
             raise ValueError(f"{where}: expected a tuple of {len(ty.fields)} fields, got {len(fields)}")
         children = [(f, t, _Path(where, f"[{i}]")) for i, (f, t) in enumerate(zip(fields, ty.fields))]
-        return _Build(functools.partial(fastcall.make_adt, 0), children)
+        return _Build(_adt_maker(0, original, fields), children)
 
     def _adt_in(self, value, ty: ir.AdtType, where):
         adt = self.adts[ty.adt]
+        original = None
         if isinstance(value, ConstructorValue):
-            tag, fields = int(value.tag), list(value.fields)
+            tag, fields = fastcall.constructor_value_parts(value)
         elif isinstance(value, ADT):
-            tag, fields = int(value.tag), list(value)
+            tag, fields = fastcall.adt_parts(value)
+            original = value
         else:
             raise self._mismatch(value, ty, where)
         ctor = next((c for c in adt.ctors if c.tag == tag), None)
@@ -201,7 +219,7 @@ class Converter:
             raise ValueError(f"{where}: {ctor.name} takes {len(ctor.fields)} fields, got {len(fields)}")
         field_types = self._field_types(ctor, ty)
         children = [(f, t, _Path(where, f".{ctor.name}[{i}]")) for i, (f, t) in enumerate(zip(fields, field_types))]
-        return _Build(functools.partial(fastcall.make_adt, tag), children)
+        return _Build(_adt_maker(tag, original, fields), children)
 
     def _field_types(self, ctor, ty: ir.AdtType) -> tuple:
         key = (ctor.name, ty)
@@ -237,8 +255,8 @@ class Converter:
         if isinstance(value, (np.ndarray, np.generic)):
             return tvm.nd.array(np.asarray(value, order="C"))
         if isinstance(value, ConstructorValue):
-            children = [(f, ty, where) for f in value.fields]
-            return _Build(functools.partial(fastcall.make_adt, int(value.tag)), children)
+            tag, fields = fastcall.constructor_value_parts(value)
+            return _Build(functools.partial(fastcall.make_adt, tag), [(f, ty, where) for f in fields])
         if isinstance(value, (tuple, list)):
             return _Build(functools.partial(fastcall.make_adt, 0), [(f, ty, where) for f in value])
         if isinstance(value, RefValue):

@@ -1,0 +1,280 @@
+"""Values crossing the boundary: long lists, shared parts, returned constants, callbacks that
+fail, the interpreter's values, argument kinds, and exported files (issue: reliability, 2nd wave).
+
+Each test runs on both backends, through ``CompiledModule`` and (for the C++ backend) through the
+raw PackedFunc. Tests whose failure is a crash run in a fresh process (``run_isolated``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+from tvm.relay.backend.interpreter import RefValue
+
+import relay_aot
+from relay_aot import testing
+
+from isolated import run_isolated
+
+LONG_LISTS = '''
+#[version = "0.0.5"]
+type List[A] { Cons(A, List[A]), Nil }
+def @build(%i: int64, %acc: List[int64]) -> List[int64] {
+  if (equal(%i, 0i64)) { %acc } else { @build(subtract(%i, 1i64), Cons(%i, %acc)) }
+}
+def @sum(%l: List[int64], %s: int64) -> int64 {
+  match (%l) { Cons(%h, %t) => @sum(%t, add(%s, %h)), Nil => %s }
+}
+def @main(%n: int64, %l: List[int64]) -> (List[int64], int64) { (@build(%n, Nil), @sum(%l, 0i64)) }
+'''
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+def test_million_element_lists_made_in_python_are_freed_without_recursion(backend):
+    """Returned by the program, passed back in, passed in as the interpreter's values: each list
+    of 1,000,000 cells is dropped without overflowing the C stack."""
+    result = run_isolated(
+        f'''
+        import json, threading, numpy as np, tvm, relay_aot
+        from tvm.relay.backend.interpreter import ConstructorValue
+        mod = tvm.relay.parse({LONG_LISTS!r})
+        compiled = relay_aot.compile(mod, backend={backend!r})
+        _, cons, nil = mod.get_type("List")
+        n = 1_000_000
+        empty = tvm.runtime.container.ADT(nil.tag, [])
+        made, _ = compiled(np.int64(n), empty)
+        _, total = compiled(np.int64(0), made)  # the program's own list, passed back in
+        out = {{"returned": int(total.numpy())}}
+        del made
+        values = ConstructorValue(nil.tag, [], nil)
+        for i in range(n, 0, -1):
+            values = ConstructorValue(cons.tag, [tvm.nd.array(np.int64(i)), values], cons)
+        _, total = compiled(np.int64(0), values)  # converted in Python into runtime ADTs
+        out["interpreter values"] = int(total.numpy())
+        # The interpreter's own list is TVM's to free (recursively): drop it on a big stack.
+        holder = [values]
+        del values
+        threading.stack_size(1 << 30)
+        dropper = threading.Thread(target=holder.clear)
+        dropper.start()
+        dropper.join()
+        print(json.dumps(out))
+        ''',
+        timeout=600,
+    )
+    assert result == {"returned": 500_000_500_000, "interpreter values": 500_000_500_000}
+
+
+SHARED = '''
+#[version = "0.0.5"]
+type Tree { Leaf(int32), Node(Tree, Tree) }
+def @build(%d: int32) -> Tree {
+  if (equal(%d, 0)) { Leaf(%d) } else { let %t = @build(subtract(%d, 1)); Node(%t, %t) }
+}
+def @depth(%t: Tree) -> int32 { match (%t) { Leaf(_) => 0, Node(%l, _) => add(@depth(%l), 1) } }
+def @main(%d: int32, %t: Tree) -> (Tree, int32) { (@build(%d), @depth(%t)) }
+'''
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+def test_a_value_with_shared_parts_is_checked_once_per_object(backend):
+    """A tree of depth 60 whose two children are one object has 60 objects and 2**60 paths."""
+    result = run_isolated(
+        f'''
+        import json, time, numpy as np, tvm, relay_aot
+        mod = tvm.relay.parse({SHARED!r})
+        compiled = relay_aot.compile(mod, backend={backend!r})
+        leaf = tvm.runtime.container.ADT(mod.get_type("Tree")[1].tag, [tvm.nd.array(np.int32(0))])
+        tree, _ = compiled(np.int32(60), leaf)
+        times = {{}}
+        for how, call in (("CompiledModule", compiled), ("PackedFunc", compiled.entry)):
+            start = time.perf_counter()
+            depth = call(np.int32(0) if how == "CompiledModule" else tvm.nd.array(np.int32(0)), tree)[1]
+            times[how] = (int(depth.numpy()), time.perf_counter() - start)
+        print(json.dumps(times))
+        ''',
+        timeout=120,
+    )
+    for how, (depth, seconds) in result.items():
+        assert depth == 60, how
+        assert seconds < 1.0, f"{how}: {seconds:.2f} s for 60 objects"
+
+
+RETURNS_CONSTANTS = '''
+#[version = "0.0.5"]
+def @same(%c: Tensor[(3), float32]) -> Tensor[(3), float32] { %c }
+def @main(%x: Tensor[(3), float32]) {
+  let %k = meta[relay.Constant][0];
+  let %r = ref(meta[relay.Constant][0]);
+  (%k, @same(%k), add(%x, %k), fn () { %k }, %r, %x)
+}
+'''
+
+
+def _constants_module() -> tvm.IRModule:
+    const = relay.const(np.array([1, 2, 3], "float32"))
+    return tvm.relay.parse(RETURNS_CONSTANTS, init_meta_table={"relay.Constant": [const]})
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+@pytest.mark.parametrize("how", ["CompiledModule", "PackedFunc"])
+def test_writing_into_a_result_never_changes_a_later_call(backend, how):
+    compiled = relay_aot.compile(_constants_module(), backend=backend)
+    call = compiled if how == "CompiledModule" else compiled.entry
+    x = tvm.nd.array(np.zeros(3, "float32"))
+    first = call(x)
+    for tensor in (first[0], first[1], first[2], first[3](), first[4][0]):
+        tensor.copyfrom(np.full(3, 99, "float32"))
+    second = call(x)
+    for tensor in (second[0], second[1], second[2], second[3](), second[4][0]):
+        np.testing.assert_array_equal(tensor.numpy(), [1, 2, 3])
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+def test_a_passed_through_argument_is_the_same_tensor(backend):
+    """Like a Python function returning its argument (docs/guarantees.md)."""
+    compiled = relay_aot.compile(_constants_module(), backend=backend)
+    x = tvm.nd.array(np.zeros(3, "float32"))
+    assert compiled(x)[5].same_as(x)
+
+
+CALLBACK = '''
+#[version = "0.0.5"]
+def @main(%f: fn (Tensor[(2), float32]) -> Tensor[(2), float32], %x: Tensor[(2), float32]) {
+  let %g = fn (%y: Tensor[(2), float32]) -> Tensor[(2), float32] { %f(add(%y, %y)) };
+  (%f(%x), %g)
+}
+'''
+
+
+class Boom(ValueError):
+    pass
+
+
+def _raises(value):
+    raise Boom("boom from the callback")
+
+
+def _returns_a_string(value):
+    return "not a tensor"
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+@pytest.mark.parametrize("how", ["CompiledModule", "PackedFunc"])
+def test_errors_in_python_callbacks_keep_their_type_and_message(backend, how):
+    compiled = relay_aot.compile(tvm.relay.parse(CALLBACK), backend=backend)
+    call = compiled if how == "CompiledModule" else compiled.entry
+    wrap = (lambda f: f) if how == "CompiledModule" else tvm.runtime.convert
+    x = tvm.nd.array(np.ones(2, "float32"))
+    with pytest.raises(Boom, match="boom from the callback"):
+        call(wrap(_raises), x)
+    with pytest.raises(TypeError, match="str|type code"):
+        call(wrap(_returns_a_string), x)
+    # through a closure the program returned, called later from Python
+    def raises_on_twos(value):
+        if value.numpy()[0] > 1:
+            raise Boom("boom from the callback")
+        return value
+
+    _, closure = call(wrap(raises_on_twos), x)
+    with pytest.raises(Boom, match="boom from the callback"):
+        closure(x)
+
+
+POLYMORPHIC = '''
+#[version = "0.0.5"]
+def @main[A](%x: A) -> A { %x }
+'''
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+def test_interpreter_reference_values_where_the_interpreter_takes_them(backend):
+    """TVM's test_backend_interpreter passes RefValue to a polymorphic @main."""
+    mod = tvm.relay.parse(POLYMORPHIC)
+    ref = RefValue(tvm.nd.array(np.arange(3, dtype="float32")))
+    for arg in (ref, (np.int32(1), ref)):
+        testing.check_equivalence(mod, [arg], backends=[backend], references=["interpreter"])
+
+
+KINDS = '''
+#[version = "0.0.5"]
+def @main(%i: int32, %f: float32, %b: bool, %l: int64) { (%i, %f, %b, %l) }
+'''
+
+#: (description, arguments, expected error class or None): one rule on both backends.
+ARGUMENT_KINDS = [
+    ("ints and floats", (1, 2.5, True, 2**62), None),
+    ("an int for a float", (1, 2, True, 1), None),
+    ("True for an int32", (True, 2.5, True, 1), TypeError),
+    ("True for a float32", (1, True, True, 1), TypeError),
+    ("1 for a bool", (1, 2.5, 1, 1), TypeError),
+    ("a float for an int32", (1.5, 2.5, True, 1), TypeError),
+    ("np.bool_ for an int32", (np.bool_(True), 2.5, True, 1), TypeError),
+    ("np.int64 for an int32", (np.int64(1), 2.5, True, 1), TypeError),
+    ("2**31 for an int32", (2**31, 2.5, True, 1), ValueError),
+    ("2**64 for an int64", (1, 2.5, True, 2**64), ValueError),
+    ("1e39 for a float32", (1, 1e39, True, 1), ValueError),
+]
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+@pytest.mark.parametrize("what,args,error", ARGUMENT_KINDS, ids=[k[0] for k in ARGUMENT_KINDS])
+def test_one_rule_for_the_kinds_of_numbers(backend, what, args, error):
+    compiled = relay_aot.compile(tvm.relay.parse(KINDS), backend=backend)
+    if error is None:
+        out = compiled(*args)
+        assert [v.numpy().item() for v in out] == [np.int32(args[0]), np.float32(args[1]), bool(args[2]), args[3]]
+        return
+    with pytest.raises(error):
+        compiled(*args)
+
+
+def test_the_raw_packed_func_follows_the_rule_where_tvm_passes_the_kind():
+    """Through the raw PackedFunc, TVM's ctypes FFI passes Python numbers by kind, and the
+    library applies the same rule -- except that it wraps ints beyond 64 bits itself, before
+    the library sees them (docs/guarantees.md)."""
+    compiled = relay_aot.compile(tvm.relay.parse(KINDS))
+    with pytest.raises(TypeError):
+        compiled.entry(True, 2.5, True, 1)
+    with pytest.raises(TypeError):
+        compiled.entry(1, 2.5, 1, 1)
+    assert compiled.entry(1, 2.5, True, 2**64 + 5)[3].numpy() == 5  # TVM's FFI wrapped it
+
+
+def _special_files(tmp_path):
+    target = tmp_path / "target.so"
+    target.write_bytes(b"keep me")
+    link = tmp_path / "link.so"
+    link.symlink_to(target)
+    fifo = tmp_path / "fifo.so"
+    os.mkfifo(fifo)
+    directory = tmp_path / "dir.so"
+    directory.mkdir()
+    files = {"symbolic link": link, "FIFO": fifo, "directory": directory}
+    device = tmp_path / "null.so"
+    try:
+        os.mknod(device, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        files["character device"] = device
+    except PermissionError:
+        pass  # not root: no device node to test with
+    return target, files
+
+
+def test_export_library_refuses_anything_but_a_regular_file(tmp_path):
+    compiled = relay_aot.compile(tvm.relay.parse(KINDS))
+    target, files = _special_files(tmp_path)
+    for kind, path in files.items():
+        before = path.lstat()
+        with pytest.raises(ValueError, match=f"is a {kind}, not a regular file"):
+            compiled.export_library(path)
+        after = path.lstat()
+        assert (before.st_mode, before.st_ino) == (after.st_mode, after.st_ino), kind
+    assert target.read_bytes() == b"keep me"
+    compiled.export_library(target)  # a regular file is replaced
+    assert relay_aot.load(target)(1, 2.5, True, 3)[3].numpy() == 3
