@@ -1,4 +1,4 @@
-"""Build script for the one compiled extension, relay_aot._fastcall (see its source for why).
+"""Build script for the one compiled extension, relay_aot.runtime._fastcall (see its source for why).
 
 Everything else is in pyproject.toml. The extension is required: besides calling compiled
 libraries without TVM's ctypes FFI, it makes the runtime ADTs relay_aot builds in Python, whose
@@ -10,6 +10,6 @@ from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import setup
 
 setup(
-    ext_modules=[Pybind11Extension("relay_aot._fastcall", ["relay_aot/_fastcall.cc"], cxx_std=17)],
+    ext_modules=[Pybind11Extension("relay_aot.runtime._fastcall", ["relay_aot/runtime/_fastcall.cc"], cxx_std=17)],
     cmdclass={"build_ext": build_ext},
 )

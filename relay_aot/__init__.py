@@ -10,7 +10,7 @@ import os as _os
 # TVM otherwise tries to download tuning logs on every kernel build (there is no network).
 _os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402,F401
 
 from .build import clear_cache  # noqa: E402
 from .compiler import compile  # noqa: E402,A001
@@ -22,8 +22,7 @@ from .errors import (  # noqa: E402
     RelayAotError,
     UnsupportedError,
 )
-from .runtime import CompiledModule, load  # noqa: E402
-from .values import Closure  # noqa: E402
+from .runtime import Closure, CompiledModule, load  # noqa: E402
 
 __all__ = [
     "compile",

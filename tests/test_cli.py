@@ -6,7 +6,6 @@ mistakes calls ``main`` in-process (each must end with one line on stderr and a 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -126,7 +125,6 @@ def test_show_prints_the_source_without_building(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("relay_aot.emit_python") is None, reason="no python backend yet")
 def test_show_python_backend(tmp_path):
     model = tmp_path / "structures.relay"
     model.write_text(STRUCTURES)

@@ -2,7 +2,7 @@
 
 Each example is a batch of independent random programs (``strategies.batches``) compiled once per
 backend, so CI checks hundreds of programs with a few dozen C++ builds. The examples are fixed
-(a seed per test), so CI is reproducible; ``python -m relay_aot.fuzz`` (and the ``slow`` test
+(a seed per test), so CI is reproducible; ``python -m relay_aot.testing.fuzz`` (and the ``slow`` test
 below) run fresh random campaigns. A disagreement names the executors and the failing case as
 Relay text, to be pinned in ``tests/programs`` (see docs/testing.md).
 """
@@ -12,7 +12,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from relay_aot import fuzz, oracle, strategies
+from relay_aot.testing import fuzz, oracle, strategies
 
 #: Programs per batch (one compile per backend per batch).
 CASES = 8

@@ -13,7 +13,8 @@ from tvm import relay
 from tvm.relay.backend.interpreter import ConstructorValue
 
 import relay_aot
-from relay_aot import pyruntime, testing
+from relay_aot import testing
+from relay_aot.backends.python import runtime as pyruntime
 
 F2 = relay.TensorType((2,), "float32")
 
@@ -118,7 +119,7 @@ def test_returned_reference_is_live():
     x = np.array([1, 2], dtype="float32")
     for backend in ("cpp", "python"):
         ref = relay_aot.compile(mod, backend=backend)(x)
-        assert isinstance(ref, relay_aot.values.Ref)
+        assert isinstance(ref, relay_aot.runtime.values.Ref)
         np.testing.assert_array_equal(ref.value.numpy(), 2 * x)
 
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 import tvm
 from tvm import relay
 
-from relay_aot import strategies
+from relay_aot.testing import strategies
 
 EXAMPLES = 500
 

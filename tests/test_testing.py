@@ -5,8 +5,9 @@ import pytest
 import tvm
 
 import relay_aot
-from relay_aot import oracle, testing
-from relay_aot.emit_python import load_python
+from relay_aot import testing
+from relay_aot.testing import oracle
+from relay_aot.backends.python.driver import load_python
 
 
 def parse(text):

@@ -30,6 +30,7 @@ import tvm
 
 from ..config import Config
 from ..errors import CompileError
+from ..version import __version__
 from .cache import (
     Entry,
     IndexEntry,
@@ -110,7 +111,6 @@ class BuildInputs:
 
     def key(self) -> str:
         """The cache key: hash of sources, blobs, kernels, flags, settings, toolchain and versions."""
-        from .. import __version__
 
         digest = hashlib.sha256()
         parts = [

@@ -51,6 +51,7 @@ import tvm
 
 from ..config import Config
 from ..errors import CompileError
+from ..version import __version__
 from .toolchain import BuildFlags, runtime_sources_digest
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -335,8 +336,6 @@ def package_digest() -> str:
 def index_key(parts: Iterable[str], flags: BuildFlags, config: Config) -> str:
     """Key of an input (``parts``: the module's fingerprint, parameters, options) under
     ``flags`` and the output-changing settings of ``config``."""
-    from .. import __version__
-
     digest = hashlib.sha256()
     head = (f"relay_aot {__version__}", package_digest(), f"tvm {tvm.__version__}", flags.identity(),
             config.output_key())

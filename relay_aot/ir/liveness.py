@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from . import ir
-from .dispatch import method_for
+from ..dispatch import method_for
+from . import nodes as ir
 
 #: (id of a Let, Block or TailCall node, variable id) pairs: that node's use of that variable is
 #: its last. For a Block the use is the block's result.

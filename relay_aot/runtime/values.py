@@ -15,9 +15,10 @@ import numpy as np
 import tvm
 from tvm.runtime.container import ADT
 
-from . import fastcall, ir
-from .ir import format_type, instantiate
-from .dispatch import method_for
+from .. import ir
+from ..dispatch import method_for
+from ..ir import format_type, instantiate
+from . import fastcall
 from .metadata import Signature
 
 from tvm.relay.backend.interpreter import ConstructorValue, RefValue

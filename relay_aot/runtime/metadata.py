@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import ir
+from .. import ir
 
 FORMAT_VERSION = 1
 

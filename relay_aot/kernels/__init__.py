@@ -21,9 +21,9 @@ import tvm
 from tvm import relay
 from tvm.relay.backend import te_compiler
 
-from . import ir, names
-from .config import Config
-from .errors import CompileError, UnsupportedError
+from .. import ir, names
+from ..config import Config
+from ..errors import CompileError, UnsupportedError
 from .scalars import is_native_scalar, scalar_kernel
 
 TypeLowerer = Callable[[relay.Type], ir.Type]

@@ -15,9 +15,9 @@ from typing import Mapping, Optional
 import tvm
 from tvm import relay
 
-from . import ir
-from .dispatch import method_for
-from .errors import UnsupportedError
+from .. import ir
+from ..dispatch import method_for
+from ..errors import UnsupportedError
 
 
 class TypeLowering:

@@ -22,12 +22,12 @@ from typing import Callable, Optional
 
 import tvm
 
-from . import ir, names
-from .dispatch import dispatch
-from .emitter import Emitter, cpp_string_literal, escape_comment
-from .liveness import last_uses
-from .metadata import Signature
-from .scalars import NATIVE_DTYPES, hex_literal, is_native_scalar
+from ... import ir, names
+from ...dispatch import dispatch
+from ...ir.liveness import last_uses
+from ...kernels.scalars import NATIVE_DTYPES, hex_literal, is_native_scalar
+from ...runtime.metadata import Signature
+from ..emitter import Emitter, cpp_string_literal, escape_comment
 
 _CTYPES = {
     ir.TensorType: "NDArray",

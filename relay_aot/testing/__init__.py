@@ -1,13 +1,12 @@
 """Differential testing: run a Relay program on TVM's executors and on relay_aot, and compare.
 
-``normalize`` turns the values of every executor into one comparable form (numpy arrays,
-``("adt", tag, fields)``, ``("ref", value)``, ``("closure",)``); ``assert_same`` compares two
-normalized values (integers and booleans exactly, floats with tolerances) and names the path
-of the first difference; ``check_equivalence`` runs a module on relay_aot's backends and on
+``normalize`` and ``assert_same`` (``compare.py``) put every executor's values in one form and
+compare them; ``check_equivalence`` runs a module on relay_aot's backends and on
 TVM's executors (skipping, or isolating in a child process, those that cannot run it safely;
 see ``oracle.py``) and raises a :class:`Mismatch` report naming whoever disagreed.
 
-Random well-typed programs for these checks come from ``relay_aot.strategies``.
+Random well-typed programs for these checks come from ``relay_aot.testing.strategies`` (which
+needs Hypothesis, a test extra; nothing else here does), and ``fuzz.py`` runs campaigns of them.
 """
 
 from __future__ import annotations
@@ -15,14 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-import numpy as np
 import tvm
-from tvm.relay.backend.interpreter import ConstructorValue, RefValue
-from tvm.runtime.container import ADT
 
+from .compare import Mismatch, assert_same, normalize, summary
 from .oracle import REFERENCES, IsolatedOracle, Outcome, error_text, evaluate, run_reference, unsupported_reason
-from .pyruntime import ExportedCell
-from .values import Closure, Ref
 
 __all__ = [
     "Mismatch",
@@ -37,85 +32,12 @@ __all__ = [
 ]
 
 
-class Mismatch(AssertionError):
-    """Two executors disagreed; the message names them, the path and both values."""
-
-
-def normalize(value: Any) -> Any:
-    """A comparable form of a value from any executor."""
-    if isinstance(value, tvm.nd.NDArray):
-        return value.numpy()
-    if isinstance(value, (np.ndarray, np.generic)):
-        return np.asarray(value)
-    if isinstance(value, (bool, int, float)):
-        return np.asarray(value)
-    if isinstance(value, ADT):
-        return ("adt", int(value.tag), tuple(normalize(f) for f in value))
-    if isinstance(value, ConstructorValue):
-        return ("adt", int(value.tag), tuple(normalize(f) for f in value.fields))
-    if isinstance(value, tuple):
-        return ("adt", 0, tuple(normalize(f) for f in value))
-    if isinstance(value, RefValue):
-        return ("ref", normalize(value.value))
-    if isinstance(value, Ref):
-        return ("ref", normalize(value.value))
-    if isinstance(value, (tvm.ir.container.Array, ExportedCell)) and len(value) == 1:  # a reference cell
-        return ("ref", normalize(value[0]))
-    if _is_closure(value):
-        return ("closure",)
-    raise TypeError(f"cannot normalize a value of type {type(value).__name__}")
-
-
-def _is_closure(value: Any) -> bool:
-    if isinstance(value, (Closure, tvm.runtime.PackedFunc)) or callable(value):
-        return True
-    # The interpreter's and the VM's closures reach Python as unregistered objects.
-    return type(value) is tvm.runtime.Object and "Closure" in repr(value)[:40]
-
-
-def assert_same(actual: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6, path: str = "result",
-                names: tuple[str, str] = ("actual", "expected")) -> None:
-    """Raise :class:`Mismatch` unless two normalized values agree."""
-    if isinstance(expected, np.ndarray):
-        if not isinstance(actual, np.ndarray):
-            raise Mismatch(f"{path}: {names[0]} is {actual!r}, {names[1]} is a tensor {expected!r}")
-        if actual.dtype != expected.dtype or actual.shape != expected.shape:
-            raise Mismatch(
-                f"{path}: {names[0]} is {actual.dtype}{list(actual.shape)}, "
-                f"{names[1]} is {expected.dtype}{list(expected.shape)}"
-            )
-        if expected.dtype.kind == "f":
-            same = np.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
-        else:
-            same = np.array_equal(actual, expected)
-        if not same:
-            raise Mismatch(f"{path}: {names[0]} = {actual!r}\n{' ' * len(path)}  {names[1]} = {expected!r}")
-        return
-    if not isinstance(actual, tuple) or not actual or actual[0] != expected[0]:
-        raise Mismatch(f"{path}: {names[0]} is {_short(actual)}, {names[1]} is {_short(expected)}")
-    kind = expected[0]
-    if kind == "adt":
-        if actual[1] != expected[1] or len(actual[2]) != len(expected[2]):
-            raise Mismatch(f"{path}: {names[0]} is {_short(actual)}, {names[1]} is {_short(expected)}")
-        for i, (a, e) in enumerate(zip(actual[2], expected[2])):
-            assert_same(a, e, rtol, atol, f"{path}[{i}]", names)
-    elif kind == "ref":
-        assert_same(actual[1], expected[1], rtol, atol, f"{path}.value", names)
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, tuple) and value and value[0] == "adt":
-        return f"ADT(tag={value[1]}, {len(value[2])} fields)"
-    text = repr(value)
-    return text if len(text) < 200 else text[:200] + "..."
-
-
 Executor = Union[str, tuple[str, Callable]]
 
 
 @dataclasses.dataclass
 class Report:
-    """What :func:`equivalence_report` saw: every executor's :class:`~relay_aot.oracle.Outcome`.
+    """What :func:`equivalence_report` saw: every executor's :class:`~relay_aot.testing.oracle.Outcome`.
 
     ``value`` is the agreed normalized result (None when the program raised everywhere).
     """
@@ -137,7 +59,7 @@ class Report:
         lines = []
         for name, outcome in self.outcomes.items():
             if outcome.kind == "value":
-                lines.append(f"{name}: returned {_short(outcome.value)}")
+                lines.append(f"{name}: returned {summary(outcome.value)}")
             else:
                 lines.append(f"{name}: {outcome.kind} ({outcome.detail})")
         return "\n".join(lines)
@@ -150,7 +72,7 @@ def compare_outcomes(name: str, outcome: Outcome, base_name: str, base: Outcome,
         return None  # each executor words its run-time errors differently
     if outcome.kind != base.kind:
         def say(n, o):
-            return f"{n} returned {_short(o.value)}" if o.kind == "value" else f"{n} raised {o.detail}"
+            return f"{n} returned {summary(o.value)}" if o.kind == "value" else f"{n} raised {o.detail}"
 
         return f"{say(name, outcome)}, but {say(base_name, base)}"
     try:
@@ -162,7 +84,7 @@ def compare_outcomes(name: str, outcome: Outcome, base_name: str, base: Outcome,
 
 def _run_backend(mod, args, backend: Executor, compile_options) -> tuple[str, Outcome]:
     if isinstance(backend, str):
-        from . import compile as aot_compile
+        from .. import compile as aot_compile
 
         name = f"relay_aot {backend} backend"
         func = aot_compile(mod, backend=backend, **compile_options)  # compile errors propagate
@@ -236,8 +158,8 @@ def check_equivalence(
     ``backends`` are backend names (compiled with ``compile_options``) or ``(name, callable)``
     pairs, e.g. an already compiled module. ``references`` are TVM executors; one that cannot
     run the program is skipped (the VM has no references; the interpreter overflows beyond
-    :data:`~relay_aot.oracle.INTERPRETER_MAX_DEPTH` levels of ``recursion_depth``, when the
-    caller knows it). ``isolate=True`` (or an :class:`~relay_aot.oracle.IsolatedOracle` to reuse)
+    :data:`~relay_aot.testing.oracle.INTERPRETER_MAX_DEPTH` levels of ``recursion_depth``, when the
+    caller knows it). ``isolate=True`` (or an :class:`~relay_aot.testing.oracle.IsolatedOracle` to reuse)
     runs the references in a child process, so that one that crashes or hangs is reported as
     unavailable instead of taking this process down. ``expected`` (a plain value) is checked too.
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from . import ir
+from . import nodes as ir
 
 #: Right-hand sides that store operands where a caller may find them, and those operands.
 _STORED = {

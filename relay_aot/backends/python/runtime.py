@@ -31,9 +31,9 @@ import numpy as np
 import tvm
 from tvm.runtime.container import ADT
 
-from . import fastcall
-from .errors import IntegerDivisionByZero, KernelError, MatchError, RecursionDepthError
-from .scalars import NATIVE_DTYPES
+from ...errors import IntegerDivisionByZero, KernelError, MatchError, RecursionDepthError
+from ...kernels.scalars import NATIVE_DTYPES
+from ...runtime import fastcall
 
 
 

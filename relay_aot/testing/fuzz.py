@@ -1,6 +1,6 @@
 """Differential fuzzing: generated Relay programs on relay_aot's backends and TVM's executors.
 
-``python -m relay_aot.fuzz`` runs a campaign: Hypothesis draws batches of random well-typed
+``python -m relay_aot.testing.fuzz`` runs a campaign: Hypothesis draws batches of random well-typed
 programs (``strategies.batches``), each batch is compiled once per backend, and every result is
 compared with TVM's executors (run in a child process, so an executor crash is reported rather
 than fatal). On a disagreement the failing batch is shrunk by Hypothesis, the smallest failing
@@ -24,7 +24,7 @@ import numpy as np
 
 from .oracle import IsolatedOracle, Outcome, unsupported_reason
 from .strategies import Program
-from .testing import Mismatch, Report, compare_outcomes, equivalence_report
+from . import Mismatch, Report, compare_outcomes, equivalence_report
 
 #: Tolerances for generated programs: executors fuse float arithmetic differently.
 RTOL = 1e-4
@@ -163,7 +163,7 @@ def check_lookalike(program: Program, **compile_options) -> bool:
     ``mod.astext()`` prints the same -- in the same cache: the look-alike must get a library of
     its own (a cache key that confuses them would run the first program). False when the
     program has no float constant to perturb."""
-    from . import compile as aot_compile
+    from .. import compile as aot_compile
 
     perturbed, changed = perturb_constants(program.module)
     if not changed:
@@ -226,7 +226,7 @@ def run_campaign(
             batches_done[0] += 1
             if batches_done[0] % 10 == 0:
                 rate = total.programs / (time.time() - start)
-                print(f"relay_aot.fuzz: {total} ({rate:.2f} programs/s)", file=sys.stderr)
+                print(f"relay_aot.testing.fuzz: {total} ({rate:.2f} programs/s)", file=sys.stderr)
 
         if seed is not None:
             campaign = hypothesis_seed(seed)(campaign)
@@ -236,17 +236,17 @@ def run_campaign(
             out_dir.mkdir(parents=True, exist_ok=True)
             path = out_dir / f"failure-{int(time.time())}.txt"
             path.write_text(str(err))
-            print(f"relay_aot.fuzz: executors disagree; report written to {path}\n{err}", file=sys.stderr)
+            print(f"relay_aot.testing.fuzz: executors disagree; report written to {path}\n{err}", file=sys.stderr)
             return 1
-    print(f"relay_aot.fuzz: all executors agree: {total}")
+    print(f"relay_aot.testing.fuzz: all executors agree: {total}")
     for reason, count in total.reasons.most_common(5):
         print(f"  skipped {count}x: {reason}")
     return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Command-line entry: ``python -m relay_aot.fuzz --help``."""
-    parser = argparse.ArgumentParser(prog="python -m relay_aot.fuzz", description=__doc__.split("\n\n")[0])
+    """Command-line entry: ``python -m relay_aot.testing.fuzz --help``."""
+    parser = argparse.ArgumentParser(prog="python -m relay_aot.testing.fuzz", description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=200, help="batches to check (default 200)")
     parser.add_argument("--cases", type=int, default=8, help="programs per batch, i.e. per compile (default 8)")
     parser.add_argument("--backends", default="cpp,python", help="comma-separated relay_aot backends")

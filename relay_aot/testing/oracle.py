@@ -29,7 +29,8 @@ import numpy as np
 import tvm
 from tvm import relay
 
-from .passes import prune, reachable_globals
+from ..passes import prune, reachable_globals
+from .compare import normalize
 
 #: TVM's executors, by the names check_equivalence uses.
 REFERENCES = ("interpreter", "vm")
@@ -124,8 +125,6 @@ class Outcome:
 
 def evaluate(mod: tvm.IRModule, args: Sequence[Any], executor: str) -> Outcome:
     """Run a reference in this process and classify the result (see :class:`Outcome`)."""
-    from .testing import normalize
-
     try:
         mod = _prepared(mod)
         func = _executor(mod, executor)
@@ -214,7 +213,7 @@ class IsolatedOracle:
         # The references run tiny kernels, for which TVM's thread pool costs more than it saves.
         env.setdefault("TVM_NUM_THREADS", "1")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "relay_aot.oracle"],
+            [sys.executable, "-m", "relay_aot.testing.oracle"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import logging
 import os
 import re
@@ -29,6 +28,11 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
+
+from .format import format_result, result_tensors
+
+__all__ = ["CliError", "build_parser", "format_result", "main", "read_inputs", "read_model", "read_params",
+           "result_tensors"]
 
 PROG = "relay-aot"
 FORMATS = ("relay", "onnx")
@@ -85,7 +89,7 @@ def _diagnostic(text: str) -> Optional[str]:
 
 def _one_line(err: BaseException) -> str:
     """The meaningful line of an exception message (TVM's carry a backtrace and a note)."""
-    from .errors import CompileError
+    from ..errors import CompileError
 
     if isinstance(err, CompileError):  # a bug of ours: the compiler's words are what helps
         return str(err)
@@ -204,7 +208,7 @@ def read_params(path: Optional[str]) -> dict:
 def read_inputs(files: Sequence[str], signature) -> list:
     """The arguments of @main from one ``.npz`` (keys: parameter names, or numpy's ``arr_<i>``)
     or from one ``.npy`` file per parameter, in order."""
-    from . import ir
+    from .. import ir
 
     params = signature.params
     for p in params:
@@ -227,78 +231,18 @@ def read_inputs(files: Sequence[str], signature) -> list:
     return [_load_arrays(Path(f))[""] for f in files]
 
 
-# -- printing results --------------------------------------------------------------------------
-
-
-def _element_format(dtype: np.dtype):
-    """How elements of ``dtype`` print (as deploy.cc prints them); None for unsupported dtypes."""
-    if dtype.kind == "b":
-        return lambda x: "true" if x else "false"
-    if dtype.kind in "iu" and dtype.itemsize in (1, 2, 4, 8):
-        return lambda x: str(int(x))
-    if dtype.kind == "f" and dtype.itemsize in (4, 8):
-        spec = ".9g" if dtype.itemsize == 4 else ".17g"  # shortest widths that round-trip
-        return lambda x: "nan" if np.isnan(x) else format(float(x), spec)
-    return None
-
-
-def format_result(value, path: str = "result") -> list[str]:
-    """Lines describing a result, one per tensor, tuple/ADT, reference or function.
-
-    ``examples/cpp_deploy/deploy.cc`` prints the same lines (tuples are ADTs with tag 0 there,
-    so they are here too)::
-
-        result = adt tag 0, 2 fields
-        result[0] = float32[1, 16] 0.0769425705 0.0761797205 ...
-        result[1] = ref
-        result[1].value = int32[] 3
-    """
-    from .testing import normalize
-
-    return _format(normalize(value), path)
-
-
-def _format(value, path: str) -> list[str]:
-    if isinstance(value, np.ndarray):
-        element = _element_format(value.dtype) or (lambda x: "?")
-        dims = ", ".join(str(d) for d in value.shape)
-        elements = "".join(" " + element(x) for x in value.ravel())
-        return [f"{path} = {value.dtype}[{dims}]{elements}"]
-    kind = value[0]
-    if kind == "adt":
-        lines = [f"{path} = adt tag {value[1]}, {len(value[2])} fields"]
-        for i, field in enumerate(value[2]):
-            lines += _format(field, f"{path}[{i}]")
-        return lines
-    if kind == "ref":
-        return [f"{path} = ref"] + _format(value[1], f"{path}.value")
-    return [f"{path} = function"]
-
-
-def _tensors(value, path: str, out: dict) -> dict:
-    """The tensors inside a normalized value, by the path ``format_result`` prints."""
-    if isinstance(value, np.ndarray):
-        out[path] = value
-    elif value[0] == "adt":
-        for i, field in enumerate(value[2]):
-            _tensors(field, f"{path}[{i}]", out)
-    elif value[0] == "ref":
-        _tensors(value[1], f"{path}.value", out)
-    return out
-
-
 # -- sub-commands ------------------------------------------------------------------------------
 
 
 def _signature_line(signature) -> str:
-    from .ir import format_type
+    from ..ir import format_type
 
     params = ", ".join(f"%{p.name}: {format_type(p.type, signature.adts)}" for p in signature.params)
     return f"@main({params}) -> {format_type(signature.ret, signature.adts)}"
 
 
 def _compile_args(args) -> dict:
-    from . import names
+    from .. import names
 
     try:
         names.check_model_name(args.name)
@@ -330,24 +274,20 @@ def cmd_compile(args) -> int:
 def cmd_run(args) -> int:
     """``relay-aot run``: run a compiled library on inputs from files and print the result."""
     import relay_aot
-    from .testing import normalize
 
     module = relay_aot.load(args.library, args.name)
     result = module(*read_inputs(args.inputs, module.signature))
     print("\n".join(format_result(result)))
     if args.output:
-        tensors = _tensors(normalize(result), "result", {})
         with open(args.output, "wb") as out:
-            np.savez(out, **tensors)
+            np.savez(out, **result_tensors(result))
     return 0
 
 
 def cmd_show(args) -> int:
     """``relay-aot show``: print the source the model compiles to."""
-    from .compiler import generate_source
+    from ..compiler import generate_source
 
-    if args.backend == "python" and importlib.util.find_spec("relay_aot.emit_python") is None:
-        raise CliError("the python backend is not available in this version of relay_aot")
     print(generate_source(**_compile_args(args)))
     return 0
 
@@ -423,10 +363,6 @@ def _is_user_facing(err: Exception) -> bool:
     """Errors about the user's program, files or inputs (everything else is a bug: traceback)."""
     import tvm
 
-    from .errors import RelayAotError
+    from ..errors import RelayAotError
 
     return isinstance(err, (OSError, ValueError, TypeError, RelayAotError, tvm.error.TVMError))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

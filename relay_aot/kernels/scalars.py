@@ -18,8 +18,8 @@ import numpy as np
 import tvm
 from tvm import relay
 
-from . import ir
-from .dispatch import method_for
+from .. import ir
+from ..dispatch import method_for
 
 #: Dtypes held unboxed in generated code (and the C++ types that hold them).
 NATIVE_DTYPES = {

@@ -1,40 +1,33 @@
-"""Stage 4b: print a control-IR program as Python source, and load it (the Python backend).
+"""Stage 4b: print a control-IR program as Python source (the Python backend).
 
 The Python backend needs no C++ compiler: kernels are built by TVM into an in-memory LLVM module
-(``KernelTable.build``) and the generated Python calls them through that module's PackedFuncs,
-looked up once when the source is loaded. The source mirrors the C++ backend's structure:
+(``KernelTable.build``, see ``driver.py``) and the generated Python calls them through that
+module's PackedFuncs, looked up once when the source is loaded. The source mirrors the C++
+backend's structure:
 
 * one Python function per global (``f0``, ``f1``, ...);
 * one factory per lifted closure (``Closure_f3(captures...)``) returning a nested function
   ``f3`` that reads its captures as Python closure variables and refers to itself by name when
   it is recursive;
 * self tail calls rebind the parameters and ``continue`` a ``while True`` loop;
-* ``main(*args)``, the entry, converts TVM runtime values in and out (``pyruntime.py``).
+* ``main(*args)``, the entry, converts TVM runtime values in and out (``runtime.py``).
 
 Identifiers come from ``names.py``; Relay names appear only in escaped comments and in
-string literals written with ``repr``. ``pyruntime.py`` describes the values generated code
+string literals written with ``repr``. ``runtime.py`` describes the values generated code
 works on.
 """
 
 from __future__ import annotations
 
-import hashlib
-import linecache
-import sys
 from typing import Callable, Optional
 
-import tvm
+from ... import ir, names
+from ...dispatch import dispatch
+from ...kernels.scalars import is_native_scalar
+from ...version import __version__
+from ..emitter import Emitter
 
-from . import __version__, ir, names
-from .dispatch import dispatch
-from .emitter import Emitter
-from .errors import UnsupportedError
-from .kernels import KernelTable
-from .metadata import Signature
-from .runtime import CompiledModule
-from .scalars import is_native_scalar
-
-#: Runtime helpers the generated source imports from ``relay_aot.pyruntime``.
+#: Runtime helpers the generated source imports from ``relay_aot.backends.python.runtime``.
 _HELPERS = (
     "Adt", "box", "call_guarded", "call_kernel", "copy_tensor", "empty", "export_value", "import_value", "int_div",
     "int_floor_div", "int_floor_mod", "int_mod", "match_failure", "truthy", "unbox",
@@ -61,7 +54,7 @@ def _integer_or_float(int_helper: str, float_form: str):
 
 #: Python for each scalar operator on numpy scalars: (operands, operand dtype, result dtype) ->
 #: expression. numpy scalars carry TVM's semantics: wrapping integers, IEEE floats of the
-#: operand's width; division and modulo of integers go through pyruntime (truncating, checked).
+#: operand's width; division and modulo of integers go through the runtime's helpers (truncating, checked).
 _SCALAR_OPS = {
     "add": lambda a, d, t: f"({a[0]} + {a[1]})",
     "subtract": lambda a, d, t: f"({a[0]} - {a[1]})",
@@ -117,9 +110,9 @@ class PythonEmitter:
         e.decl_comment(f"Loading binds {names.PY_KERNEL_MODULE} (the kernels' tvm.runtime.Module) and "
                        f"{names.PY_CONSTANTS} (the constant tensors).")
         e.decl("import numpy as np")
-        e.decl(f"from relay_aot.pyruntime import {', '.join(_HELPERS)}")
+        e.decl(f"from relay_aot.backends.python.runtime import {', '.join(_HELPERS)}")
         e.decl()
-        e.decl_comment("0-d constants, unboxed once (numpy scalars: see relay_aot.pyruntime).")
+        e.decl_comment("0-d constants, unboxed once (numpy scalars: see relay_aot.backends.python.runtime).")
         for i, const in enumerate(self.program.constants):
             if const.ndim == 0 and is_native_scalar(ir.TensorType((), str(const.dtype))):
                 e.decl(f"{names.PY_CONSTANTS}{i} = unbox({names.PY_CONSTANTS}[{i}])")
@@ -153,7 +146,7 @@ class PythonEmitter:
         arity = len(main.params)
         e.line(f"def {names.PY_ENTRY}(*{names.ARGS}):")
         with e.indent():
-            e.comment("TVM runtime values in, TVM runtime values out (see relay_aot.pyruntime).")
+            e.comment("TVM runtime values in, TVM runtime values out (see relay_aot.backends.python.runtime).")
             e.line(f"if len({names.ARGS}) != {arity}:")
             with e.indent():
                 e.line(f'raise TypeError(f"the program takes {arity} arguments, got {{len({names.ARGS})}}")')
@@ -374,58 +367,3 @@ class PythonEmitter:
 def emit_python(program: ir.Program, model: str) -> str:
     """Print ``program`` as the source of one Python module."""
     return PythonEmitter(program, model).emit()
-
-
-def load_python(source: str, model: str, kernel_module: Optional[tvm.runtime.Module], constants: list) -> Callable:
-    """Execute generated ``source`` against its kernels and constants; return its entry.
-
-    The source is registered with ``linecache`` under a name carrying the model and a hash of
-    the source, so tracebacks through generated code show its lines.
-    """
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    filename = f"<relay_aot python backend: {model} {digest}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    try:
-        code = compile(source, filename, "exec")
-    except (SyntaxError, RecursionError, MemoryError) as err:
-        # CPython limits how deeply blocks may nest (about 100 indentation levels).
-        raise UnsupportedError(
-            f"the program's control flow is nested too deeply for the python backend ({type(err).__name__}: {err}); "
-            "use the cpp backend"
-        ) from None
-    namespace = {
-        "__name__": f"relay_aot_generated_{model}",
-        names.PY_KERNEL_MODULE: kernel_module,
-        names.PY_CONSTANTS: [tvm.nd.array(c, device=tvm.cpu()) for c in constants],
-    }
-    exec(code, namespace)  # noqa: S102 - our own generated code
-    return namespace[names.PY_ENTRY]
-
-
-def compile_python(
-    program: ir.Program, kernels: KernelTable, name: str, cache: bool = True, verbose: bool = False
-) -> CompiledModule:
-    """The Python backend: build the kernels in memory, print and load the Python control code.
-
-    ``cache`` is accepted for symmetry with the C++ backend; nothing is written to disk (the
-    kernels are built in memory on every compile).
-    """
-    del cache
-    source = emit_python(program, name)
-    module = kernels.build()
-    entry = load_python(source, name, module, program.constants)
-    if verbose:
-        print(
-            f"relay_aot: python backend: {len(program.functions)} functions, {len(program.kernels)} kernels "
-            f"built in memory, {len(source.splitlines())} lines of Python",
-            file=sys.stderr,
-        )
-    return CompiledModule(
-        module,
-        Signature.of_program(program, name),
-        name,
-        backend="python",
-        source=source,
-        entry=entry,
-    )
-

@@ -25,13 +25,13 @@ from typing import Optional, Union
 import tvm
 from tvm import relay
 
-from . import ir, names
-from .config import Config
-from .errors import RelayAotError, UnsupportedError
-from .kernels import KernelTable
-from .dispatch import method_for
-from .escapes import mark_escaping_constants
-from .relay_types import TypeLowering
+from .. import ir, names
+from ..config import Config
+from ..dispatch import method_for
+from ..errors import RelayAotError, UnsupportedError
+from ..ir.escapes import mark_escaping_constants
+from ..kernels import KernelTable
+from .types import TypeLowering
 
 Binding = Union[ir.Var, ir.Kernel]
 Result = Union[ir.Var, ir.TailCall]

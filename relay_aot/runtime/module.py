@@ -19,8 +19,9 @@ from typing import Optional
 import tvm
 from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 
-from . import fastcall, names
-from .build.cache import write_atomic
+from .. import names
+from ..build.cache import write_atomic
+from . import fastcall
 from .metadata import Signature
 from .values import Converter
 

@@ -1,0 +1,70 @@
+"""The Python backend's driver: build the kernels in memory, print and load the Python source."""
+
+from __future__ import annotations
+
+import hashlib
+import linecache
+import sys
+from typing import Callable, Optional
+
+import tvm
+
+from ... import names
+from ...errors import UnsupportedError
+from ...request import Request
+from ...runtime import CompiledModule
+from ...runtime.metadata import Signature
+from .emit import emit_python
+
+
+def load_python(source: str, model: str, kernel_module: Optional[tvm.runtime.Module], constants: list) -> Callable:
+    """Execute generated ``source`` against its kernels and constants; return its entry.
+
+    The source is registered with ``linecache`` under a name carrying the model and a hash of
+    the source, so tracebacks through generated code show its lines.
+    """
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    filename = f"<relay_aot python backend: {model} {digest}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    try:
+        code = compile(source, filename, "exec")
+    except (SyntaxError, RecursionError, MemoryError) as err:
+        # CPython limits how deeply blocks may nest (about 100 indentation levels).
+        raise UnsupportedError(
+            f"the program's control flow is nested too deeply for the python backend ({type(err).__name__}: {err}); "
+            "use the cpp backend"
+        ) from None
+    namespace = {
+        "__name__": f"relay_aot_generated_{model}",
+        names.PY_KERNEL_MODULE: kernel_module,
+        names.PY_CONSTANTS: [tvm.nd.array(c, device=tvm.cpu()) for c in constants],
+    }
+    exec(code, namespace)  # noqa: S102 - our own generated code
+    return namespace[names.PY_ENTRY]
+
+
+def compile_python(request: Request, cache: bool = True, verbose: bool = False) -> CompiledModule:
+    """The Python backend: build the kernels in memory, print and load the Python control code.
+
+    ``cache`` is accepted for symmetry with the C++ backend; nothing is written to disk (the
+    kernels are built in memory on every compile).
+    """
+    del cache
+    program, kernels = request.lower()
+    name = request.name
+    source = emit_python(program, name)
+    module = kernels.build()
+    entry = load_python(source, name, module, program.constants)
+    if verbose:
+        print(
+            f"relay_aot: python backend: {len(program.functions)} functions, {len(program.kernels)} kernels "
+            f"built in memory, {len(source.splitlines())} lines of Python",
+            file=sys.stderr,
+        )
+    return CompiledModule(module, Signature.of_program(program, name), name, backend="python", source=source, entry=entry)
+
+
+def generate_python(request: Request) -> str:
+    """The Python source of ``request`` (printing it needs no kernels built)."""
+    program, _ = request.lower()
+    return emit_python(program, request.name)

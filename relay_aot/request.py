@@ -1,0 +1,84 @@
+"""What one compile is asked to do, and the part every backend shares: running the passes and
+lowering the module into the control IR (stages 1-3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Mapping, Optional
+
+import numpy as np
+import tvm
+
+from . import ir, names, passes
+from .config import Config
+from .errors import UnsupportedError
+from .kernels import KernelTable
+from .lower import lower_program
+
+
+def target_of(target) -> tvm.target.Target:
+    """``target`` as a TVM target; ``ValueError`` if it is not one, ``UnsupportedError`` if not a CPU."""
+    try:
+        target = tvm.target.Target(target)
+    except (tvm.error.TVMError, ValueError) as err:
+        raise ValueError(f"invalid target {target!r}: {err}") from None
+    if target.kind.name != "llvm":
+        raise UnsupportedError(f"target {target.kind.name!r} is not supported; relay_aot targets the CPU (llvm)")
+    return target
+
+
+@dataclasses.dataclass
+class Request:
+    """A module to compile, with its parameters, options and settings (read once, at its start)."""
+
+    mod: tvm.IRModule
+    params: Optional[Mapping[str, object]]
+    target: tvm.target.Target
+    name: str
+    opt_level: int
+    config: Config
+
+    @classmethod
+    def make(cls, mod, target, params, name: str, opt_level: int) -> "Request":
+        """A checked request; the settings are read from the environment now."""
+        names.check_model_name(name)
+        return cls(mod, params, target_of(target), name, opt_level, Config.from_environment())
+
+    def lower(self) -> tuple[ir.Program, KernelTable]:
+        """Run the passes and lower the result into the control IR and its kernel table."""
+        with tvm.transform.PassContext(opt_level=self.opt_level):
+            prepared = passes.prepare(self.mod, self.params, self.opt_level, self.target)
+            return lower_program(prepared, self.name, self.target, self.config)
+
+    def fingerprint(self) -> Optional[list[str]]:
+        """The exact identity of the module, parameters and options, as text for a cache key;
+        None when the input cannot be keyed (then the pipeline runs and reports what is wrong)."""
+        if not isinstance(self.mod, tvm.IRModule):
+            return None
+        params = _params_digest(self.params)
+        try:
+            module = passes.module_fingerprint(self.mod)
+        except (tvm.error.TVMError, ValueError):
+            return None
+        if params is None:
+            return None
+        return [module, params, str(self.target), self.name, str(self.opt_level)]
+
+
+def _params_digest(params: Optional[Mapping[str, object]]) -> Optional[str]:
+    """A digest of ``params`` (None if a value is not plain tensor data)."""
+    if not params:
+        return ""
+    digest = hashlib.sha256()
+    try:
+        for key in sorted(params):
+            value = params[key]
+            array = value.numpy() if isinstance(value, tvm.nd.NDArray) else np.asarray(value)
+            if array.dtype == object:
+                return None
+            digest.update(f"{key}\0{array.dtype}\0{array.shape}\0".encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+    except (TypeError, ValueError, tvm.error.TVMError):
+        return None
+    return digest.hexdigest()

@@ -1,0 +1,13 @@
+"""Stage 6: running compiled programs from Python.
+
+``module.py`` loads a library and wraps its entry (:class:`CompiledModule`, :func:`load`);
+``values.py`` converts Python values to runtime values and back; ``metadata.py`` is the
+signature embedded in every library; ``fastcall.py`` is the Python side of the ``_fastcall``
+extension (calls without TVM's ctypes FFI, and the ADTs relay_aot makes in Python).
+"""
+
+from .module import CompiledModule, exported_symbols, load, load_library, model_names, read_signature
+from .values import Closure, Ref
+
+__all__ = ["CompiledModule", "Closure", "Ref", "exported_symbols", "load", "load_library", "model_names",
+           "read_signature"]
