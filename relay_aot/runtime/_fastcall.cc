@@ -1,161 +1,59 @@
-// relay_aot._fastcall: call a compiled library's entry point from Python without ctypes.
+// relay_aot.runtime._fastcall: relay_aot's C++ runtime, reachable from Python.
 //
-// TVM's Python FFI (ctypes, in this TVM build) costs several microseconds per call, and
-// converting a numpy argument with tvm.nd.array tens more: for a small program that is most of
-// the time of a call. This extension packs Python arguments straight into TVM's packed calling
-// convention and calls the entry's C symbol: numpy arrays are passed as DLTensors viewing their
-// data (the library's entry copies them into tensors it owns, and checks dtype and shape),
-// Python and numpy numbers as numbers (the entry makes 0-d tensors of the parameter's dtype),
-// TVM objects by handle. Anything else (tuples, the interpreter's values, Python callables)
-// makes `call` return NotImplemented, and relay_aot converts the arguments in Python instead.
+// 1. Calls without TVM's ctypes FFI. TVM's Python FFI costs several microseconds per call, and
+//    converting a numpy argument with tvm.nd.array tens more: for a small program that is most
+//    of a call. `call` packs Python arguments straight into TVM's packed calling convention and
+//    calls a library's entry symbol: numpy arrays as DLTensors viewing their data (the entry
+//    copies them into tensors it owns and checks them), Python and numpy numbers as numbers,
+//    TVM objects by handle. Anything else makes it return NotImplemented, and relay_aot
+//    converts the arguments in Python instead. `call_packed` does the same for any PackedFunc
+//    (the Python backend's kernel calls).
 //
-// The results are turned into Python objects by TVM's own ctypes return converters, so they are
-// exactly what the ctypes FFI would have returned. Self-contained: the few DLPack/TVM C ABI
-// definitions it needs are declared here, so it builds without TVM's headers.
+// 2. The same checks and rules compiled code applies, for values converted in Python: the
+//    checks of runtime_cpp/relay_aot/check.h against a type table built from the same
+//    description the C++ emitter prints (relay_aot/ir/typetable.py), the rule for numbers
+//    passed for 0-d tensors (scalar_of_dtype) and TVM's integer semantics of 0-d arithmetic
+//    (int_div, ...; the Python backend's scalar code calls them). One implementation, one
+//    wording of every message, on both backends.
 //
-// It also makes the tuples and constructor values (runtime.ADT) that relay_aot builds in Python
-// (the Python backend's results, converted arguments): TVM's own ADT frees its fields
-// recursively, so dropping a list of a few hundred thousand cells made in Python overflowed
-// the C stack. ADTs made here free their fields through a per-thread work list instead.
+// 3. The runtime values relay_aot builds in Python (the Python backend's results, converted
+//    arguments) are made by make_adt_of, whose deleter frees fields without recursion: TVM's
+//    own ADT frees them recursively, and dropping a list of a few hundred thousand cells made
+//    in Python overflowed the C stack. `parts` reads an ADT or the interpreter's
+//    ConstructorValue in one call.
+//
+// Results become Python objects through TVM's own ctypes return converters (make_result), so
+// they are exactly what the ctypes FFI returns; errors raised here become the Python classes
+// TVM's FFI would use for the same error kind (make_error).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <atomic>
+#include <relay_aot/runtime.h>
+#include <tvm/runtime/c_backend_api.h>
+
 #include <cstdint>
 #include <cstring>
-#include <new>
+#include <deque>
+#include <string>
 #include <vector>
 
 namespace py = pybind11;
+using relay_aot::Kind;
+using relay_aot::TypeDesc;
+using tvm::runtime::NDArray;
+using tvm::runtime::Object;
+using tvm::runtime::ObjectRef;
+using tvm::runtime::TVMRetValue;
 
 namespace {
 
-// --- the C ABI of DLPack and TVM's packed functions (stable; see dlpack.h, c_runtime_api.h) ---
-struct DLDevice {
-  int32_t device_type;
-  int32_t device_id;
-};
-struct DLDataType {
-  uint8_t code;
-  uint8_t bits;
-  uint16_t lanes;
-};
-struct DLTensor {
-  void* data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t* shape;
-  int64_t* strides;
-  uint64_t byte_offset;
-};
-union TVMValue {
-  int64_t v_int64;
-  double v_float64;
-  void* v_handle;
-  const char* v_str;
-  DLDataType v_type;
-  DLDevice v_device;
-};
-using PackedCFunc = int (*)(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code,
-                            void* resource_handle);
-
-enum TypeCode : int {
-  kInt = 0, kUInt = 1, kFloat = 2, kDLTensorHandle = 7, kObjectHandle = 8, kPackedFuncHandle = 10,
-  kNDArrayHandle = 13, kBool = 15,
-};
-
-// --- TVM's object header and ADT layout (include/tvm/runtime/object.h, container/adt.h) ---
-struct Object {
-  uint32_t type_index;
-  std::atomic<int32_t> ref_counter;
-  void (*deleter)(Object* self);
-};
-static_assert(sizeof(Object) == 16, "TVM's object header is 16 bytes on 64-bit platforms");
-
-/*! \brief An ADT: the header, tag and size, then `size` object pointers (TVM's InplaceArrayBase). */
-struct ADTObj : Object {
-  int32_t tag;
-  uint32_t size;
-};
-
-/*! \brief runtime.Array: the header, size and capacity, then `size` object pointers. */
-struct ArrayNode : Object {
-  int64_t size;
-  int64_t capacity;
-};
-
-/*! \brief The interpreter's relay.ConstructorValue (src/relay/backend/interpreter.cc). */
-struct ConstructorValueObj : Object {
-  int32_t tag;
-  ArrayNode* fields;
-  Object* constructor;
-};
-
 /*!
- * \brief The object behind an NDArray's FFI handle, which points at the DLTensor that follows
- *        the object header (NDArray::Container derives from Object, then ContainerBase).
+ * \brief Turns an error's kind and message into the Python exception TVM's FFI would raise.
+ *        Never freed: a static py::object would be released after the interpreter is gone.
  */
-Object* object_of_tensor_handle(void* handle) {
-  return reinterpret_cast<Object*>(static_cast<char*>(handle) - sizeof(Object));
-}
-
-Object** adt_fields(ADTObj* adt) { return reinterpret_cast<Object**>(reinterpret_cast<char*>(adt) + sizeof(ADTObj)); }
-
-void inc_ref(Object* obj) { obj->ref_counter.fetch_add(1, std::memory_order_relaxed); }
-
-/*! \brief TVM's Object::DecRef: the last reference runs the object's deleter. */
-void dec_ref(Object* obj) {
-  if (obj->ref_counter.fetch_sub(1, std::memory_order_release) == 1) {
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (obj->deleter != nullptr) obj->deleter(obj);
-  }
-}
-
-/*! \brief Deleter of the ADTs made here: fields are released in a loop, never by recursion. */
-void free_adt(Object* obj) {
-  thread_local std::vector<ADTObj*> pending;
-  thread_local bool draining = false;
-  pending.push_back(static_cast<ADTObj*>(obj));
-  if (draining) return;  // an outer free_adt on this thread releases it
-  draining = true;
-  while (!pending.empty()) {
-    ADTObj* adt = pending.back();
-    pending.pop_back();
-    Object** fields = adt_fields(adt);
-    for (uint32_t i = 0; i < adt->size; ++i) {
-      if (fields[i] != nullptr) dec_ref(fields[i]);
-    }
-    ::operator delete(adt);
-  }
-  draining = false;
-}
-
-/*! \brief The DLPack dtype of a numpy array, or false if it has none relay_aot uses. */
-bool dtype_of(const py::array& array, DLDataType* out) {
-  py::dtype dtype = array.dtype();
-  const char kind = dtype.kind();
-  const auto bits = static_cast<uint8_t>(8 * dtype.itemsize());
-  if (dtype.byteorder() == '>') return false;  // big-endian data
-  switch (kind) {
-    case 'b': *out = {1, 1, 1}; return true;  // numpy bool: one byte per element, TVM's uint1
-    case 'i': *out = {0, bits, 1}; return true;
-    case 'u': *out = {1, bits, 1}; return true;
-    case 'f': *out = {2, bits, 1}; return true;
-    default: return false;
-  }
-}
-
-/*! \brief Arguments packed for one call; owns the DLTensor views and their shapes. */
-struct Packed {
-  std::vector<TVMValue> values;
-  std::vector<int> codes;
-  std::vector<DLTensor> tensors;
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<py::object> keep_alive;  // numpy arrays made from numpy scalars, while in use
-};
+py::object* make_error = nullptr;
 
 /*!
  * \brief The pointer inside a TVM object's ctypes handle (a c_void_p, or for NDArrays a ctypes
@@ -171,12 +69,69 @@ void* handle_of(const py::handle& obj) {
   return pointer;
 }
 
-}  // namespace
+/*! \brief The Python classes of TVM's FFI that hold objects (see fastcall.KINDS). */
+struct Kinds {
+  py::handle ndarray, packed_func, object, numpy_generic;
+  explicit Kinds(const py::tuple& kinds) : ndarray(kinds[0]), packed_func(kinds[1]), object(kinds[2]), numpy_generic(kinds[3]) {}
+};
+
+/*! \brief A new reference to the object a Python TVM object holds; null for None. */
+ObjectRef object_of(const py::handle& value, const Kinds& kinds) {
+  if (value.is_none()) return ObjectRef();
+  if (py::isinstance(value, kinds.ndarray)) {
+    auto* tensor = static_cast<TVMArrayHandle>(handle_of(value));
+    if (py::bool_(value.attr("is_view"))) {  // a bare DLTensor (an argument of a callback): copy it
+      return NDArray::NewFromDLTensor(tensor, tensor->device);
+    }
+    // NDArray::FFIDataFromHandle (protected): the handle is the container's DLTensor.
+    return NDArray(tvm::runtime::GetObjectPtr<Object>(
+        static_cast<NDArray::Container*>(reinterpret_cast<NDArray::ContainerBase*>(tensor))));
+  }
+  if (py::isinstance(value, kinds.packed_func) || py::isinstance(value, kinds.object)) {
+    return ObjectRef(tvm::runtime::GetObjectPtr<Object>(static_cast<Object*>(handle_of(value))));
+  }
+  throw py::type_error("expected a TVM object, got a " + std::string(py::str(value.get_type().attr("__name__"))));
+}
+
+/*! \brief \p value as TVM's Python FFI returns it (the Python object owns the reference). */
+py::object to_python(ObjectRef value, const py::object& make_result) {
+  if (!value.defined()) return py::none();
+  TVMRetValue rv;
+  rv = std::move(value);
+  TVMValue out;
+  int code;
+  rv.MoveToCHost(&out, &code);
+  return make_result(code, out.v_int64);
+}
+
+// --- 1. calls -----------------------------------------------------------------------------------
+
+/*! \brief The DLPack dtype of a numpy array, or false if it has none relay_aot uses. */
+bool dtype_of(const py::array& array, DLDataType* out) {
+  py::dtype dtype = array.dtype();
+  const char kind = dtype.kind();
+  const auto bits = static_cast<uint8_t>(8 * dtype.itemsize());
+  if (dtype.byteorder() == '>') return false;  // big-endian data
+  switch (kind) {
+    case 'b': *out = {kDLUInt, 1, 1}; return true;  // numpy bool: one byte per element, TVM's uint1
+    case 'i': *out = {kDLInt, bits, 1}; return true;
+    case 'u': *out = {kDLUInt, bits, 1}; return true;
+    case 'f': *out = {kDLFloat, bits, 1}; return true;
+    default: return false;
+  }
+}
+
+/*! \brief Arguments packed for one call; owns the DLTensor views and their shapes. */
+struct Packed {
+  std::vector<TVMValue> values;
+  std::vector<int> codes;
+  std::vector<DLTensor> tensors;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<py::object> keep_alive;  // numpy arrays made from numpy scalars, while in use
+};
 
 /*! \brief Pack \p args into \p packed; false if one cannot be passed directly. */
-bool pack_args(const py::tuple& args, const py::tuple& kinds, Packed& packed) {
-  const py::handle ndarray_class = kinds[0], packed_func_class = kinds[1], object_class = kinds[2];
-  const py::handle numpy_generic = kinds[3];
+bool pack_args(const py::tuple& args, const Kinds& kinds, Packed& packed) {
   const size_t count = args.size();
   packed.values.resize(count);
   packed.codes.resize(count);
@@ -186,7 +141,7 @@ bool pack_args(const py::tuple& args, const py::tuple& kinds, Packed& packed) {
     py::handle arg = args[i];
     TVMValue& value = packed.values[i];
     int& code = packed.codes[i];
-    if (py::isinstance(arg, numpy_generic) || py::isinstance<py::array>(arg)) {
+    if (py::isinstance(arg, kinds.numpy_generic) || py::isinstance<py::array>(arg)) {
       // First: np.float64 is a Python float too, but keeps its dtype here (checked by the entry).
       py::array array = py::reinterpret_borrow<py::object>(arg);
       if (!py::isinstance<py::array>(arg)) {
@@ -196,32 +151,32 @@ bool pack_args(const py::tuple& args, const py::tuple& kinds, Packed& packed) {
       DLDataType dtype;
       if (!array || !dtype_of(array, &dtype) || !(array.flags() & py::array::c_style)) return false;
       packed.shapes.emplace_back(array.shape(), array.shape() + array.ndim());
-      packed.tensors.push_back(DLTensor{const_cast<void*>(array.data()), DLDevice{1, 0},
-                                        static_cast<int32_t>(array.ndim()), dtype,
-                                        packed.shapes.back().data(), nullptr, 0});
+      packed.tensors.push_back(DLTensor{const_cast<void*>(array.data()), DLDevice{kDLCPU, 0},
+                                        static_cast<int32_t>(array.ndim()), dtype, packed.shapes.back().data(),
+                                        nullptr, 0});
       value.v_handle = &packed.tensors.back();
-      code = kDLTensorHandle;
+      code = kTVMDLTensorHandle;
     } else if (PyBool_Check(arg.ptr())) {
       value.v_int64 = arg.ptr() == Py_True ? 1 : 0;
-      code = kBool;
+      code = kTVMArgBool;
     } else if (PyLong_Check(arg.ptr())) {
       int overflow = 0;
       long long number = PyLong_AsLongLongAndOverflow(arg.ptr(), &overflow);
       if (overflow != 0) return false;
       value.v_int64 = number;
-      code = kInt;
+      code = kDLInt;
     } else if (PyFloat_Check(arg.ptr())) {
       value.v_float64 = PyFloat_AS_DOUBLE(arg.ptr());
-      code = kFloat;
-    } else if (py::isinstance(arg, ndarray_class)) {
+      code = kDLFloat;
+    } else if (py::isinstance(arg, kinds.ndarray)) {
       value.v_handle = handle_of(arg);
-      code = py::bool_(arg.attr("is_view")) ? kDLTensorHandle : kNDArrayHandle;
-    } else if (py::isinstance(arg, packed_func_class)) {
+      code = py::bool_(arg.attr("is_view")) ? kTVMDLTensorHandle : kTVMNDArrayHandle;
+    } else if (py::isinstance(arg, kinds.packed_func)) {
       value.v_handle = handle_of(arg);
-      code = kPackedFuncHandle;
-    } else if (py::isinstance(arg, object_class)) {
+      code = kTVMPackedFuncHandle;
+    } else if (py::isinstance(arg, kinds.object)) {
       value.v_handle = handle_of(arg);
-      code = kObjectHandle;
+      code = kTVMObjectHandle;
     } else {
       return false;
     }
@@ -248,151 +203,245 @@ py::object finish(int status, TVMValue ret, int ret_code, const py::object& make
 py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
                 const py::object& raise_error) {
   Packed packed;
-  if (!pack_args(args, kinds, packed)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  if (!pack_args(args, Kinds(kinds), packed)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
   TVMValue ret;
   ret.v_int64 = 0;
-  int ret_code = 4;  // kTVMNullptr
+  int ret_code = kTVMNullptr;
   int status;
   {
     // Compiled code may run long, and may call back into Python (functions passed to the
     // program): let other threads run meanwhile.
     py::gil_scoped_release release;
-    status = reinterpret_cast<PackedCFunc>(address)(packed.values.data(), packed.codes.data(),
-                                                    static_cast<int>(packed.values.size()), &ret, &ret_code, nullptr);
+    status = reinterpret_cast<TVMBackendPackedCFunc>(address)(packed.values.data(), packed.codes.data(),
+                                                              static_cast<int>(packed.values.size()), &ret,
+                                                              &ret_code, nullptr);
   }
   return finish(status, ret, ret_code, make_result, raise_error);
 }
 
-using TVMFuncCallFn = int (*)(void* func, TVMValue* args, int* type_codes, int num_args, TVMValue* ret,
-                              int* ret_type_code);
-
-/*!
- * \brief Call a TVM PackedFunc (by its handle) through TVM's C API ``TVMFuncCall`` at
- *        \p func_call: the Python backend's kernel calls, without ctypes.
- */
-py::object call_packed(uintptr_t func_call, uintptr_t handle, const py::tuple& args, const py::tuple& kinds,
-                       const py::object& make_result, const py::object& raise_error) {
+/*! \brief Call a TVM PackedFunc (by its handle) through TVM's C API: the Python backend's kernel calls. */
+py::object call_packed(uintptr_t handle, const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
+                       const py::object& raise_error) {
   Packed packed;
-  if (!pack_args(args, kinds, packed)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  if (!pack_args(args, Kinds(kinds), packed)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
   TVMValue ret;
   ret.v_int64 = 0;
-  int ret_code = 4;
+  int ret_code = kTVMNullptr;
   int status;
   {
     py::gil_scoped_release release;
-    status = reinterpret_cast<TVMFuncCallFn>(func_call)(reinterpret_cast<void*>(handle), packed.values.data(),
-                                                        packed.codes.data(), static_cast<int>(packed.values.size()),
-                                                        &ret, &ret_code);
+    status = TVMFuncCall(reinterpret_cast<TVMFunctionHandle>(handle), packed.values.data(), packed.codes.data(),
+                         static_cast<int>(packed.values.size()), &ret, &ret_code);
   }
   return finish(status, ret, ret_code, make_result, raise_error);
 }
 
-using TVMArrayAllocFn = int (*)(const int64_t* shape, int ndim, int dtype_code, int dtype_bits, int dtype_lanes,
-                                int device_type, int device_id, void** out);
-
-/*!
- * \brief A new CPU tensor through TVM's C API ``TVMArrayAlloc`` at \p array_alloc, returned as
- *        TVM's Python FFI would return it (an owned NDArray).
- */
-py::object empty(uintptr_t array_alloc, const std::vector<int64_t>& shape, int code, int bits,
-                 const py::object& make_result, const py::object& raise_error) {
-  void* handle = nullptr;
-  int status = reinterpret_cast<TVMArrayAllocFn>(array_alloc)(shape.data(), static_cast<int>(shape.size()), code,
-                                                              bits, 1, 1, 0, &handle);
-  TVMValue ret;
-  ret.v_handle = handle;
-  return finish(status, ret, kNDArrayHandle, make_result, raise_error);
+/*! \brief A new, uninitialised CPU tensor (compiled code's allocator: one block, recycled per thread). */
+py::object empty(const std::vector<int64_t>& shape, int code, int bits, const py::object& make_result) {
+  tvm::runtime::ShapeTuple shape_tuple(shape);
+  return to_python(relay_aot::alloc_tensor(shape_tuple, DLDataType{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1}),
+                   make_result);
 }
 
+// --- 2. checks and rules ----------------------------------------------------------------------
+
 /*!
- * \brief A new runtime.ADT with \p tag and \p fields (NDArrays, PackedFuncs or other TVM objects),
- *        returned as TVM's Python FFI would return it; its deleter never recurses.
- * \param type_index The runtime type index of runtime.ADT.
+ * \brief A type table (check.h's TypeDesc array) built from the rows of relay_aot/ir/typetable.py,
+ *        owning every array and string its descriptors point to.
  */
-py::object make_adt(uint32_t type_index, int32_t tag, const py::list& fields, const py::tuple& kinds,
-                    const py::object& make_result) {
-  const py::handle ndarray_class = kinds[0], packed_func_class = kinds[1], object_class = kinds[2];
-  const size_t count = fields.size();
-  std::vector<Object*> objects(count);
-  for (size_t i = 0; i < count; ++i) {
-    py::handle field = fields[i];
-    if (py::isinstance(field, ndarray_class)) {
-      objects[i] = object_of_tensor_handle(handle_of(field));
-    } else if (py::isinstance(field, packed_func_class) || py::isinstance(field, object_class)) {
-      objects[i] = static_cast<Object*>(handle_of(field));
+class TypeTable {
+ public:
+  explicit TypeTable(const py::list& rows) {
+    descs_.reserve(rows.size());
+    for (py::handle row : rows) descs_.push_back(Descriptor(row));
+  }
+
+  /*! \brief Check \p value (a TVM object or None) against type \p type (check.h's check_value). */
+  void Check(const py::handle& value, int type, const std::string& what, const py::tuple& kinds) const {
+    CheckIndex(type);
+    relay_aot::check_value(object_of(value, Kinds(kinds)), type, descs_.data(), what);
+  }
+
+  /*! \brief Raise check.h's error for a value that has no runtime form, described as \p got. */
+  void Mismatch(int type, const std::string& what, const std::string& got) const {
+    CheckIndex(type);
+    relay_aot::raise_type_error(what + ": expected " + descs_[type].text + ", got " + got);
+  }
+
+  /*! \brief A number passed for a 0-d tensor of type \p type, as that tensor (scalar_of_dtype). */
+  py::object Scalar(const py::handle& number, int type, const std::string& what, const py::object& make_result) const {
+    CheckIndex(type);
+    const TypeDesc& desc = descs_[type];
+    if (desc.kind != Kind::kTensor || desc.ndim != 0) Mismatch(type, what, "a number");
+    relay_aot::NumberKind kind = relay_aot::NumberKind::kFloat;
+    double real = 0;
+    int64_t integer = 0;
+    if (PyBool_Check(number.ptr())) {
+      kind = relay_aot::NumberKind::kBool;
+      integer = number.ptr() == Py_True;
+    } else if (PyLong_Check(number.ptr())) {
+      kind = relay_aot::NumberKind::kInt;
+      int overflow = 0;
+      integer = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
+      if (overflow != 0) {
+        unsigned long long big = PyLong_AsUnsignedLongLong(number.ptr());
+        if (PyErr_Occurred() || desc.dtype.code != kDLUInt || desc.dtype.bits != 64) {
+          PyErr_Clear();
+          throw relay_aot::Error("ValueError", what + ": the number does not fit in dtype " +
+                                                   tvm::runtime::DLDataType2String(desc.dtype));
+        }
+        return to_python(relay_aot::box(static_cast<uint64_t>(big)), make_result);
+      }
     } else {
-      throw py::type_error("a field of a runtime ADT must be a TVM object, not " +
-                           std::string(py::str(field.get_type().attr("__name__"))));
+      real = PyFloat_AsDouble(number.ptr());
+      if (PyErr_Occurred()) throw py::error_already_set();
+    }
+    return to_python(relay_aot::scalar_of_dtype(desc.dtype, kind, real, integer, what.c_str()), make_result);
+  }
+
+ private:
+  void CheckIndex(int type) const {
+    if (type < 0 || static_cast<size_t>(type) >= descs_.size()) throw py::index_error("no such type in the table");
+  }
+
+  const char* Text(const std::string& text) { return texts_.emplace_back(text).c_str(); }
+
+  const int* Ints(const py::handle& values, int* count) {
+    std::vector<int>& stored = ints_.emplace_back(values.cast<std::vector<int>>());
+    *count = static_cast<int>(stored.size());
+    return stored.empty() ? nullptr : stored.data();
+  }
+
+  TypeDesc Descriptor(const py::handle& row) {
+    const std::string kind = row.attr("kind").cast<std::string>();
+    TypeDesc desc{Kind::kAny, Text(row.attr("text").cast<std::string>()), DLDataType{kDLInt, 0, 0}, 0, nullptr,
+                  0, nullptr, 0, nullptr};
+    if (kind == "tensor") {
+      desc.kind = Kind::kTensor;
+      desc.dtype = tvm::runtime::String2DLDataType(row.attr("dtype").cast<std::string>());
+      std::vector<int64_t>& shape = shapes_.emplace_back(row.attr("shape").cast<std::vector<int64_t>>());
+      desc.ndim = static_cast<int>(shape.size());
+      desc.shape = shape.empty() ? nullptr : shape.data();
+    } else if (kind == "tuple" || kind == "ref") {
+      desc.kind = kind == "tuple" ? Kind::kTuple : Kind::kRef;
+      desc.fields = Ints(row.attr("fields"), &desc.num_fields);
+    } else if (kind == "adt") {
+      desc.kind = Kind::kAdt;
+      std::vector<relay_aot::CtorDesc>& ctors = ctors_.emplace_back();
+      for (py::handle ctor : row.attr("ctors")) {
+        relay_aot::CtorDesc c{ctor.attr("tag").cast<int32_t>(), 0, nullptr, Text(ctor.attr("name").cast<std::string>())};
+        c.fields = Ints(ctor.attr("fields"), &c.num_fields);
+        ctors.push_back(c);
+      }
+      desc.num_ctors = static_cast<int>(ctors.size());
+      desc.ctors = ctors.data();
+    } else if (kind == "func") {
+      desc.kind = Kind::kFunc;
+    }
+    return desc;
+  }
+
+  std::vector<TypeDesc> descs_;
+  // Deques: what their elements own never moves as more are added.
+  std::deque<std::string> texts_;
+  std::deque<std::vector<int>> ints_;
+  std::deque<std::vector<int64_t>> shapes_;
+  std::deque<std::vector<relay_aot::CtorDesc>> ctors_;
+};
+
+/*! \brief Relay integer division and modulo on 0-d values of dtype (code, bits): scalar.h's. */
+template <typename T>
+py::int_ integer_op(int op, T a, T b) {
+  switch (op) {
+    case 0: return py::int_(relay_aot::int_div(a, b));
+    case 1: return py::int_(relay_aot::int_mod(a, b));
+    case 2: return py::int_(relay_aot::int_floor_div(a, b));
+    default: return py::int_(relay_aot::int_floor_mod(a, b));
+  }
+}
+
+py::int_ integer(int op, int code, int bits, const py::int_& a, const py::int_& b) {
+  if (code == kDLUInt) {
+    switch (bits) {
+      case 8: return integer_op<uint8_t>(op, a.cast<uint8_t>(), b.cast<uint8_t>());
+      case 16: return integer_op<uint16_t>(op, a.cast<uint16_t>(), b.cast<uint16_t>());
+      case 32: return integer_op<uint32_t>(op, a.cast<uint32_t>(), b.cast<uint32_t>());
+      default: return integer_op<uint64_t>(op, a.cast<uint64_t>(), b.cast<uint64_t>());
     }
   }
-  void* block = ::operator new(sizeof(ADTObj) + count * sizeof(Object*));
-  auto* adt = new (block) ADTObj();
-  adt->type_index = type_index;
-  adt->ref_counter.store(1, std::memory_order_relaxed);  // owned by the Python object returned
-  adt->deleter = &free_adt;
-  adt->tag = tag;
-  adt->size = static_cast<uint32_t>(count);
-  Object** slots = adt_fields(adt);
-  for (size_t i = 0; i < count; ++i) {
-    if (objects[i] != nullptr) inc_ref(objects[i]);
-    slots[i] = objects[i];
+  switch (bits) {
+    case 8: return integer_op<int8_t>(op, a.cast<int8_t>(), b.cast<int8_t>());
+    case 16: return integer_op<int16_t>(op, a.cast<int16_t>(), b.cast<int16_t>());
+    case 32: return integer_op<int32_t>(op, a.cast<int32_t>(), b.cast<int32_t>());
+    default: return integer_op<int64_t>(op, a.cast<int64_t>(), b.cast<int64_t>());
   }
-  return make_result(static_cast<int>(kObjectHandle), reinterpret_cast<int64_t>(adt));
 }
 
-/*!
- * \brief \p obj as TVM's Python FFI returns an object (a new reference): NDArrays and
- *        PackedFuncs by their own type codes, None for a null reference.
- */
-py::object to_python(Object* obj, uint32_t ndarray_index, uint32_t packed_func_index, const py::object& make_result) {
-  if (obj == nullptr) return py::none();
-  inc_ref(obj);
-  if (obj->type_index == ndarray_index) {
-    return make_result(static_cast<int>(kNDArrayHandle), reinterpret_cast<int64_t>(reinterpret_cast<char*>(obj) + sizeof(Object)));
-  }
-  const int code = obj->type_index == packed_func_index ? kPackedFuncHandle : kObjectHandle;
-  return make_result(code, reinterpret_cast<int64_t>(obj));
+// --- 3. values made and read in Python --------------------------------------------------------
+
+/*! \brief A new runtime.ADT (a tuple when \p tag is 0) of TVM objects \p fields; see the top. */
+py::object make_adt(int32_t tag, const py::list& fields, const py::tuple& kinds, const py::object& make_result) {
+  Kinds k(kinds);
+  std::vector<ObjectRef> objects;
+  objects.reserve(fields.size());
+  for (py::handle field : fields) objects.push_back(object_of(field, k));
+  return to_python(relay_aot::make_adt_of(tag, std::move(objects)), make_result);
 }
+
+/*! \brief The interpreter's relay.ConstructorValue (its class is in src/relay/backend/interpreter.cc only). */
+struct ConstructorValueObj : Object {
+  int32_t tag;
+  tvm::runtime::Array<ObjectRef> fields;
+  ObjectRef constructor;
+};
 
 /*!
  * \brief (tag, [fields]) of a runtime.ADT (\p of_constructor_value false) or of the interpreter's
- *        ConstructorValue, read in one call instead of one FFI call per field.
- * \param type_indices The runtime type indices of NDArray and PackedFunc.
+ *        ConstructorValue, read in one call instead of three FFI calls per field.
  */
-py::tuple parts(const py::handle& value, bool of_constructor_value, const py::tuple& type_indices,
-                const py::object& make_result) {
-  auto* obj = static_cast<Object*>(handle_of(value));
-  const auto ndarray_index = type_indices[0].cast<uint32_t>(), packed_func_index = type_indices[1].cast<uint32_t>();
+py::tuple parts(const py::handle& value, bool of_constructor_value, const py::object& make_result) {
+  const auto* obj = static_cast<const Object*>(handle_of(value));
   int32_t tag;
-  size_t count;
-  Object** fields;
+  py::list out;
   if (of_constructor_value) {
-    auto* cv = static_cast<ConstructorValueObj*>(obj);
+    const auto* cv = static_cast<const ConstructorValueObj*>(obj);
     tag = cv->tag;
-    count = cv->fields != nullptr ? static_cast<size_t>(cv->fields->size) : 0;
-    fields = cv->fields != nullptr ? reinterpret_cast<Object**>(reinterpret_cast<char*>(cv->fields) + sizeof(ArrayNode))
-                                   : nullptr;
+    for (const ObjectRef& field : cv->fields) out.append(to_python(field, make_result));
   } else {
-    auto* adt = static_cast<ADTObj*>(obj);
+    const auto* adt = static_cast<const relay_aot::ADTObj*>(obj);
     tag = adt->tag;
-    count = adt->size;
-    fields = adt_fields(adt);
+    for (uint32_t i = 0; i < adt->size; ++i) out.append(to_python((*adt)[i], make_result));
   }
-  py::list out(count);
-  for (size_t i = 0; i < count; ++i) out[i] = to_python(fields[i], ndarray_index, packed_func_index, make_result);
   return py::make_tuple(tag, out);
 }
 
+}  // namespace
+
 PYBIND11_MODULE(_fastcall, m) {
-  m.doc() = "Call a relay_aot library's entry point from Python without TVM's ctypes FFI.";
+  m.doc() = "relay_aot's C++ runtime from Python: fast calls, the checks of compiled code, values made in Python.";
+  py::register_exception_translator([](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const relay_aot::Error& e) {
+      // "Kind: message" (errors.h): the class TVM's FFI uses for that kind, with the message.
+      std::string text = e.what();
+      size_t colon = text.find(": ");
+      py::object exc = (*make_error)(text.substr(0, colon), colon == std::string::npos ? text : text.substr(colon + 2));
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    }
+  });
+  m.def("set_error_maker", [](py::object maker) { make_error = new py::object(std::move(maker)); });
   m.def("call", &call, py::arg("address"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
         py::arg("raise_error"));
-  m.def("call_packed", &call_packed, py::arg("func_call"), py::arg("handle"), py::arg("args"), py::arg("kinds"),
-        py::arg("make_result"), py::arg("raise_error"));
-  m.def("make_adt", &make_adt, py::arg("type_index"), py::arg("tag"), py::arg("fields"), py::arg("kinds"),
-        py::arg("make_result"));
-  m.def("parts", &parts, py::arg("value"), py::arg("of_constructor_value"), py::arg("type_indices"),
-        py::arg("make_result"));
-  m.def("empty", &empty, py::arg("array_alloc"), py::arg("shape"), py::arg("code"), py::arg("bits"),
-        py::arg("make_result"), py::arg("raise_error"));
+  m.def("call_packed", &call_packed, py::arg("handle"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
+        py::arg("raise_error"));
+  m.def("empty", &empty, py::arg("shape"), py::arg("code"), py::arg("bits"), py::arg("make_result"));
+  m.def("make_adt", &make_adt, py::arg("tag"), py::arg("fields"), py::arg("kinds"), py::arg("make_result"));
+  m.def("parts", &parts, py::arg("value"), py::arg("of_constructor_value"), py::arg("make_result"));
+  m.def("integer", &integer, py::arg("op"), py::arg("code"), py::arg("bits"), py::arg("a"), py::arg("b"));
+  py::class_<TypeTable>(m, "TypeTable")
+      .def(py::init<const py::list&>(), py::arg("rows"))
+      .def("check", &TypeTable::Check, py::arg("value"), py::arg("type"), py::arg("what"), py::arg("kinds"))
+      .def("mismatch", &TypeTable::Mismatch, py::arg("type"), py::arg("what"), py::arg("got"))
+      .def("scalar", &TypeTable::Scalar, py::arg("number"), py::arg("type"), py::arg("what"), py::arg("make_result"));
 }

@@ -1,22 +1,25 @@
-"""Python side of the ``_fastcall`` extension: calling TVM without its ctypes FFI.
+"""Python side of the ``_fastcall`` extension: relay_aot's C++ runtime, reachable from Python.
 
-``relay_aot/_fastcall.cc`` packs Python arguments into TVM's packed calling convention itself,
-and makes the runtime ADTs relay_aot builds in Python (whose fields it frees without
-recursion, see :func:`make_adt`). This module holds what its users share -- the argument kinds
-it recognises, how results become Python objects (TVM's own ctypes return converters, so they
-are exactly what the ctypes FFI returns) and how errors are raised -- and the addresses of TVM's
-C API functions it calls.
+``relay_aot/runtime/_fastcall.cc`` is compiled against the same runtime headers generated code
+includes. Through it, Python calls a library's entry or any PackedFunc without TVM's ctypes FFI
+(:func:`call_entry`, :func:`call_packed`), applies the very checks and rules of compiled code to
+values converted in Python (:class:`TypeTable`, :func:`integer_op`), and makes and reads the
+runtime ADTs relay_aot builds in Python (:func:`make_adt`, :func:`adt_parts`). This module holds
+what its users share: the argument kinds the extension recognises, how results become Python
+objects (TVM's own ctypes return converters, so they are exactly what the ctypes FFI returns)
+and how errors are raised.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 
 import numpy as np
 import tvm
 from tvm._ffi._ctypes.types import RETURN_SWITCH, TVMValue
 
+from .. import errors  # noqa: F401 - registers relay_aot's error classes with TVM's FFI
+from ..ir.typetable import TypeRow
 from . import _fastcall
 
 #: Python classes passed by handle (NDArray, PackedFunc, Object), then numpy's scalar base class.
@@ -35,23 +38,12 @@ def raise_last_error() -> None:
     tvm._ffi.base.raise_last_ffi_error()
 
 
-def _c_api(name: str) -> int:
-    return ctypes.cast(getattr(tvm._ffi.base._LIB, name), ctypes.c_void_p).value
+def _make_error(kind: str, message: str) -> Exception:
+    """The exception TVM's FFI raises for an error of ``kind`` (``ValueError``, ``MatchError``, ...)."""
+    return tvm._ffi.base.ERROR_TYPE.get(kind, tvm.error.TVMError)(message)
 
 
-_FUNC_CALL = _c_api("TVMFuncCall")
-_ARRAY_ALLOC = _c_api("TVMArrayAlloc")
-
-
-def _type_index(key: str) -> int:
-    index = ctypes.c_uint()
-    if tvm._ffi.base._LIB.TVMObjectTypeKey2Index(tvm._ffi.base.c_str(key), ctypes.byref(index)) != 0:
-        raise_last_error()
-    return index.value
-
-
-_ADT_TYPE_INDEX = _type_index("runtime.ADT")
-_LEAF_TYPE_INDICES = (_type_index("runtime.NDArray"), _type_index("runtime.PackedFunc"))
+_fastcall.set_error_maker(_make_error)
 
 
 def call_entry(address: int, args):
@@ -61,7 +53,7 @@ def call_entry(address: int, args):
 
 def call_packed(func: tvm.runtime.PackedFunc, args):
     """Call a PackedFunc through TVM's C API; NotImplemented if an argument needs the ctypes FFI."""
-    return _fastcall.call_packed(_FUNC_CALL, func.handle.value, args, KINDS, make_result, raise_last_error)
+    return _fastcall.call_packed(func.handle.value, args, KINDS, make_result, raise_last_error)
 
 
 @functools.lru_cache(maxsize=None)
@@ -71,9 +63,22 @@ def _dtype_code(dtype: str) -> tuple[int, int]:
 
 
 def empty(shape: tuple, dtype: str) -> tvm.nd.NDArray:
-    """A new, uninitialised CPU tensor."""
+    """A new, uninitialised CPU tensor (from compiled code's allocator)."""
     code, bits = _dtype_code(dtype)
-    return _fastcall.empty(_ARRAY_ALLOC, shape, code, bits, make_result, raise_last_error)
+    return _fastcall.empty(shape, code, bits, make_result)
+
+
+#: The operations of :func:`integer_op`, in the extension's order.
+INTEGER_OPS = ("divide", "mod", "floor_divide", "floor_mod")
+
+
+def integer_op(op: str, dtype: str):
+    """Relay ``op`` (one of :data:`INTEGER_OPS`) on two integer values of ``dtype``, with the
+    semantics of compiled code (``scalar.h``: truncating, wrapping, ``ZeroDivisionError`` on a
+    zero divisor), as a function of two Python ints."""
+    index = INTEGER_OPS.index(op)
+    code, bits = _dtype_code(dtype)
+    return functools.partial(_fastcall.integer, index, code, bits)
 
 
 def make_adt(tag: int, fields) -> tvm.runtime.container.ADT:
@@ -82,22 +87,43 @@ def make_adt(tag: int, fields) -> tvm.runtime.container.ADT:
     Unlike ``tvm.runtime.container.ADT``, dropping it releases its fields in a loop: a list of a
     million cells made in Python is freed without overflowing the C stack.
     """
-    return _fastcall.make_adt(_ADT_TYPE_INDEX, tag, list(fields), KINDS, make_result)
+    return _fastcall.make_adt(tag, list(fields), KINDS, make_result)
 
 
 def adt_parts(adt: tvm.runtime.container.ADT) -> tuple[int, list]:
     """``(tag, fields)`` of a runtime ADT, read in one call (iterating it through TVM's ctypes
     FFI costs three FFI calls per field)."""
-    return _fastcall.parts(adt, False, _LEAF_TYPE_INDICES, make_result)
+    return _fastcall.parts(adt, False, make_result)
 
 
 def constructor_value_parts(value) -> tuple[int, list]:
     """``(tag, fields)`` of the interpreter's ``ConstructorValue``, read in one call."""
-    return _fastcall.parts(value, True, _LEAF_TYPE_INDICES, make_result)
+    return _fastcall.parts(value, True, make_result)
+
+
+class TypeTable:
+    """check.h's checks against a type table (rows from :mod:`relay_aot.ir.typetable`), run in
+    Python: the same code and messages as inside every compiled library."""
+
+    def __init__(self, rows: list[TypeRow]):
+        self._table = _fastcall.TypeTable(rows)
+
+    def check(self, value, type_index: int, what: str) -> None:
+        """Raise ``TypeError``/``ValueError`` unless ``value`` (a TVM object) fits the type."""
+        self._table.check(value, type_index, what, KINDS)
+
+    def mismatch(self, type_index: int, what: str, got: str) -> None:
+        """Raise the ``TypeError`` for a value that has no runtime form at all (``got``: "a str")."""
+        self._table.mismatch(type_index, what, got)
+
+    def scalar(self, number, type_index: int, what: str) -> tvm.nd.NDArray:
+        """A Python number passed for a 0-d tensor type, as that tensor (or the error)."""
+        return self._table.scalar(number, type_index, what, make_result)
 
 
 def _check_layouts() -> None:
-    """The extension reads TVM objects by their layout: make sure it is this TVM's."""
+    """The extension reads the interpreter's ConstructorValue by its layout (its class is not in
+    TVM's headers): make sure it is this TVM's."""
     from tvm.relay.backend.interpreter import ConstructorValue
 
     tensor = tvm.nd.array(np.arange(3, dtype="float32"))
@@ -106,7 +132,7 @@ def _check_layouts() -> None:
                          (constructor_value_parts, ConstructorValue(7, [tensor, inner], None))):
         tag, fields = parts(value)
         if tag != 7 or len(fields) != 2 or not fields[0].same_as(tensor) or not fields[1].same_as(inner):
-            raise ImportError("relay_aot._fastcall does not match the object layout of this TVM build")
+            raise ImportError("relay_aot's _fastcall extension does not match the object layout of this TVM build")
 
 
 _check_layouts()

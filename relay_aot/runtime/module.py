@@ -82,7 +82,8 @@ class CompiledModule:
         self._source = source
         self.library_path = library_path
         self.entry = entry if entry is not None else module[name]
-        self._converter = Converter(signature)
+        # A library checks every value that enters it; Python-backend code gets the same checks here.
+        self._converter = Converter(signature, checks=library_path is None)
         self._address = None
         if library_path is not None and entry is None:
             self._address = entry_address(library_path, name)

@@ -1,9 +1,18 @@
 """Stage 6 (Python side): convert Python values to runtime values and back, by static type.
 
-Arguments may be numpy arrays, ``tvm.nd.NDArray``, Python/numpy scalars (for 0-d tensors),
+Arguments may be numpy arrays, ``tvm.nd.NDArray``, Python/numpy numbers (for 0-d tensors),
 Python tuples (for tuples), ``tvm.runtime.container.ADT`` or the interpreter's
-``ConstructorValue`` (for ADTs) and Python callables (for functions). Results are ``NDArray``,
-``ADT`` (tuples have tag 0) and, for functions, callables that convert in the same way.
+``ConstructorValue`` (for ADTs), ``RefValue`` or a returned :class:`Ref` (for references) and
+Python callables (for functions). Results are ``NDArray``, ``ADT`` (tuples have tag 0) and, for
+functions and references, :class:`Closure` and :class:`Ref`, which convert in the same way.
+
+This module only *converts*: it turns Python values into the runtime values they stand for, and
+leaves deciding whether they fit the program's types to the checks compiled code runs
+(``runtime_cpp/relay_aot/check.h``). The C++ backend's library runs them itself on every value
+that enters it; for the Python backend, :class:`Converter` runs the same C++ code through the
+``_fastcall`` extension (:class:`~relay_aot.runtime.fastcall.TypeTable`). So both backends accept
+the same values and word every error the same way. What is decided here is only what has no
+runtime form at all (a ``dict`` for a tuple), reported through that same code.
 """
 
 from __future__ import annotations
@@ -13,30 +22,15 @@ from typing import Any
 
 import numpy as np
 import tvm
+from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 from tvm.runtime.container import ADT
 
 from .. import ir
 from ..dispatch import method_for
 from ..ir import format_type, instantiate
+from ..ir.typetable import TypeTable
 from . import fastcall
 from .metadata import Signature
-
-from tvm.relay.backend.interpreter import ConstructorValue, RefValue
-
-
-def _tensor_text(array) -> str:
-    """A tensor described as the library's own checks describe it (check.h)."""
-    shape = tuple(int(d) for d in array.shape)
-    shape_text = "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-    return f"a tensor of dtype {array.dtype} and shape {shape_text}"
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, tvm.nd.NDArray):
-        return f"NDArray of shape {tuple(value.shape)} and dtype {value.dtype}"
-    if isinstance(value, np.ndarray):
-        return f"numpy array of shape {value.shape} and dtype {value.dtype}"
-    return type(value).__name__
 
 
 class _Path:
@@ -65,39 +59,40 @@ class _Build:
         self.make, self.children, self.key = make, children, None
 
 
-_COMPOSITES = (tuple, list, ADT, ConstructorValue, RefValue)
+_COMPOSITES = (tuple, list, ConstructorValue, RefValue)
 
 
 def _identity(value: Any):
-    """What makes two occurrences of a composite value the same object (None: not composite).
-
-    TVM objects are compared by the address of the object: their Python wrappers are made anew
-    on every access (``ConstructorValue.fields[0]`` is a new wrapper each time).
-    """
-    if isinstance(value, tvm.runtime.Object):
-        return value.handle.value if isinstance(value, _COMPOSITES) else None
+    """What makes two occurrences of a composite Python-side value the same object (None: not
+    one). TVM objects are compared by address: their Python wrappers are made anew on every
+    access (``ConstructorValue.fields[0]`` is a new wrapper each time)."""
+    if isinstance(value, (ConstructorValue, RefValue)):
+        return value.handle.value
     return id(value) if isinstance(value, (tuple, list)) else None
 
 
-def _adt_maker(tag: int, original, fields: list):
-    """How to build a converted ADT: ``original`` itself (a runtime ADT) when every field
-    converted to the very object it was, else a new ADT of the converted fields."""
-    if original is None:
-        return functools.partial(fastcall.make_adt, tag)
-
-    def make(converted: list):
-        if all(c is f for c, f in zip(converted, fields)):
-            return original
-        return fastcall.make_adt(tag, converted)
-
-    return make
+def _kind(value: Any) -> str:
+    """A Python value described the way check.h describes values ("a str")."""
+    name = type(value).__name__
+    if isinstance(value, np.ndarray):
+        return f"a numpy array of dtype {value.dtype}"
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
 
 
 class Converter:
-    """Converts values of one program's types (its ADT definitions come from the signature)."""
+    """Converts the values of one program's types (its ADT definitions come from the signature).
 
-    def __init__(self, signature: Signature):
+    ``checks``: also run check.h's checks on every converted value (for the Python backend;
+    a C++ library checks what enters it itself).
+    """
+
+    def __init__(self, signature: Signature, checks: bool):
         self.adts = signature.adts
+        self.checks = checks
+        self._table = TypeTable(signature.adts)
+        for ty in [p.type for p in signature.params] + [signature.ret]:
+            self._index_all(ty)
+        self._checker = fastcall.TypeTable(self._table.rows())
         self._to = {
             ir.TensorType: self._tensor_in,
             ir.TupleType: self._tuple_in,
@@ -109,6 +104,21 @@ class Converter:
         self._from = {ir.FuncType: self._func_out, ir.RefType: self._ref_out}
         self._ctor_fields: dict = {}
 
+    def _index_all(self, ty: ir.Type) -> None:
+        """Number ``ty`` and every type a value of it may carry, through function types too
+        (the arguments of a returned closure, the result of a function passed in)."""
+        pending = [ty]
+        seen: set = set()
+        while pending:
+            current = pending.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            self._table.index(current)
+            pending += self._table.children(current)
+            if isinstance(current, ir.FuncType):
+                pending += [*current.params, current.ret]
+
     def to_runtime(self, value: Any, ty: ir.Type, where: str) -> Any:
         """``value`` as the runtime value of static type ``ty``; ``where`` names it in errors.
 
@@ -116,7 +126,7 @@ class Converter:
         hundreds of thousands of cells neither exhausts Python's stack nor builds a path string
         per cell. A composite value met twice (parts shared in a DAG) is converted once, and
         stays shared in the result: a tree of depth 60 with shared children converts in 60
-        steps, not 2**60.
+        steps, not 2**60. Runtime values (``NDArray``, ``ADT``, ...) are taken as they are.
         """
         results: list = []
         done: dict = {}  # (identity, type) -> converted value
@@ -144,6 +154,8 @@ class Converter:
                 work.extend(reversed(converted.children))
             else:
                 results.append(converted)
+        if self.checks:
+            self._checker.check(results[0], self._table.index(ty), str(where))
         return results[0]
 
     def from_runtime(self, value: Any, ty: ir.Type) -> Any:
@@ -151,76 +163,45 @@ class Converter:
         handler = method_for(self._from, ty)
         return handler(value, ty) if handler is not None else value
 
-    def _mismatch(self, value, ty, where) -> TypeError:
-        return TypeError(f"{where}: expected {format_type(ty, self.adts)}, got {_describe(value)}")
+    def _mismatch(self, value, ty, where):
+        self._checker.mismatch(self._table.index(ty), str(where), _kind(value))
 
     # -- to runtime --------------------------------------------------------------------------
 
     def _tensor_in(self, value, ty: ir.TensorType, where):
         if isinstance(value, tvm.nd.NDArray):
-            array = value
-            if array.device.device_type != tvm.cpu().device_type:
-                raise ValueError(f"{where}: tensor is on {array.device}, expected the CPU")
-        elif isinstance(value, (np.ndarray, np.generic)):
-            array = value
-        elif isinstance(value, (bool, int, float)) and not ty.shape:
-            kind = np.dtype(ty.dtype).kind if ty.dtype != "bool" else "b"
-            ok = {"b": isinstance(value, bool), "i": isinstance(value, int) and not isinstance(value, bool),
-                  "u": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-                  "f": isinstance(value, (int, float)) and not isinstance(value, bool)}.get(kind, False)
-            if not ok:
-                raise self._mismatch(value, ty, where)
-            try:
-                with np.errstate(over="raise"):
-                    array = np.array(value, dtype=ty.dtype)
-            except (OverflowError, FloatingPointError):
-                raise ValueError(f"{where}: the number {value!r} does not fit in dtype {ty.dtype}") from None
-            if kind == "f" and np.isfinite(value) and not np.isfinite(array):
-                raise ValueError(f"{where}: the number {value!r} does not fit in dtype {ty.dtype}")
-        else:
-            raise self._mismatch(value, ty, where)
-        if str(array.dtype) != ty.dtype:
-            raise TypeError(f"{where}: expected {format_type(ty, self.adts)}, got {_tensor_text(array)}")
-        if tuple(array.shape) != ty.shape:
-            raise ValueError(f"{where}: expected {format_type(ty, self.adts)}, got {_tensor_text(array)}")
-        if isinstance(array, tvm.nd.NDArray):
-            return array
-        return tvm.nd.array(np.asarray(array, order="C"), device=tvm.cpu())
+            return value
+        if isinstance(value, (np.ndarray, np.generic)):
+            array = np.asarray(value)
+            if array.dtype.kind not in "biuf":
+                return self._mismatch(array, ty, where)
+            return tvm.nd.array(np.asarray(array, order="C"), device=tvm.cpu())
+        if isinstance(value, (bool, int, float)):
+            # check.h's rule for numbers (scalar_of_dtype), run by the extension
+            return self._checker.scalar(value, self._table.index(ty), str(where))
+        return self._mismatch(value, ty, where)
 
     def _tuple_in(self, value, ty: ir.TupleType, where):
-        original = None
         if isinstance(value, ADT):
-            tag, fields = fastcall.adt_parts(value)
-            if tag != 0:
-                raise TypeError(f"{where}: expected a tuple, got an ADT with tag {tag}")
-            original = value
-        elif isinstance(value, (tuple, list)):
-            fields = list(value)
-        else:
-            raise self._mismatch(value, ty, where)
-        if len(fields) != len(ty.fields):
-            raise ValueError(f"{where}: expected a tuple of {len(ty.fields)} fields, got {len(fields)}")
-        children = [(f, t, _Path(where, f"[{i}]")) for i, (f, t) in enumerate(zip(fields, ty.fields))]
-        return _Build(_adt_maker(0, original, fields), children)
+            return value
+        if not isinstance(value, (tuple, list)):
+            return self._mismatch(value, ty, where)
+        types = ty.fields if len(value) == len(ty.fields) else [ir.AnyType()] * len(value)  # check.h says why
+        children = [(f, t, _Path(where, f"[{i}]")) for i, (f, t) in enumerate(zip(value, types))]
+        return _Build(functools.partial(fastcall.make_adt, 0), children)
 
     def _adt_in(self, value, ty: ir.AdtType, where):
-        adt = self.adts[ty.adt]
-        original = None
-        if isinstance(value, ConstructorValue):
-            tag, fields = fastcall.constructor_value_parts(value)
-        elif isinstance(value, ADT):
-            tag, fields = fastcall.adt_parts(value)
-            original = value
-        else:
-            raise self._mismatch(value, ty, where)
-        ctor = next((c for c in adt.ctors if c.tag == tag), None)
-        if ctor is None:
-            raise ValueError(f"{where}: tag {tag} is not a constructor of {adt.name}")
-        if len(fields) != len(ctor.fields):
-            raise ValueError(f"{where}: {ctor.name} takes {len(ctor.fields)} fields, got {len(fields)}")
-        field_types = self._field_types(ctor, ty)
-        children = [(f, t, _Path(where, f".{ctor.name}[{i}]")) for i, (f, t) in enumerate(zip(fields, field_types))]
-        return _Build(_adt_maker(tag, original, fields), children)
+        if isinstance(value, ADT):
+            return value
+        if not isinstance(value, ConstructorValue):
+            return self._mismatch(value, ty, where)
+        tag, fields = fastcall.constructor_value_parts(value)
+        ctor = next((c for c in self.adts[ty.adt].ctors if c.tag == tag), None)
+        types = self._field_types(ctor, ty) if ctor is not None and len(ctor.fields) == len(fields) else None
+        types = types or [ir.AnyType()] * len(fields)  # a wrong tag or arity: check.h says why
+        name = ctor.name if ctor is not None else str(tag)
+        children = [(f, t, _Path(where, f".{name}[{i}]")) for i, (f, t) in enumerate(zip(fields, types))]
+        return _Build(functools.partial(fastcall.make_adt, tag), children)
 
     def _field_types(self, ctor, ty: ir.AdtType) -> tuple:
         key = (ctor.name, ty)
@@ -235,7 +216,7 @@ class Converter:
         if isinstance(value, Closure):
             return value.packed
         if not callable(value):
-            raise self._mismatch(value, ty, where)
+            return self._mismatch(value, ty, where)
 
         def call(*args):
             py_args = [self.from_runtime(a, t) for a, t in zip(args, ty.params)]
@@ -248,7 +229,9 @@ class Converter:
             return value.cell
         if isinstance(value, RefValue):
             return _Build(tvm.runtime.convert, [(value.value, ty.value, _Path(where, ".value"))])
-        raise self._mismatch(value, ty, where)
+        if isinstance(value, tvm.runtime.Object):
+            return value  # a runtime cell (check.h checks it)
+        return self._mismatch(value, ty, where)
 
     def _any_in(self, value, ty, where):
         """A value whose static type is a type variable: made a runtime value of its own kind
@@ -298,7 +281,6 @@ class Closure:
 
     def __repr__(self) -> str:
         return f"<relay_aot.Closure {format_type(self.type, self._converter.adts)}>"
-
 
 
 class Ref:

@@ -194,6 +194,20 @@ inline void free_adt(Object* obj) {
 
 inline void free_adt_iteratively(Object* obj) { release(obj, &free_adt); }
 
+/*!
+ * \brief An empty ADT with \p tag in a block from the thread's cache, with room for \p count
+ *        fields; the caller constructs them in order, counting them in `size`.
+ */
+inline ADTObj* new_adt(int32_t tag, size_t count) {
+  void* block = block_cache().Take(rounded(sizeof(ADTObj) + count * sizeof(ObjectRef)));
+  auto* adt = new (block) ADTObj();
+  adt->tag = tag;
+  adt->size = 0;
+  ObjectAccess::SetType(adt, ADTObj::RuntimeTypeIndex());
+  ObjectAccess::Set(adt, &free_adt_iteratively);
+  return adt;
+}
+
 }  // namespace detail
 
 /*!
@@ -205,15 +219,23 @@ inline void free_adt_iteratively(Object* obj) { release(obj, &free_adt); }
  */
 template <typename... Fields>
 inline ADT make_adt(int32_t tag, Fields&&... fields) {
-  constexpr size_t kCount = sizeof...(Fields);
-  void* block = detail::block_cache().Take(detail::rounded(sizeof(ADTObj) + kCount * sizeof(ObjectRef)));
-  auto* adt = new (block) ADTObj();
-  adt->tag = tag;
-  adt->size = 0;
+  ADTObj* adt = detail::new_adt(tag, sizeof...(Fields));
   ObjectRef* slots = detail::adt_fields(adt);
   ((new (slots + adt->size) ObjectRef(std::forward<Fields>(fields)), ++adt->size), ...);
-  ObjectAccess::SetType(adt, ADTObj::RuntimeTypeIndex());
-  ObjectAccess::Set(adt, &detail::free_adt_iteratively);
+  return adopt<ADT>(adt);
+}
+
+/*!
+ * \brief A tuple or constructor value whose number of fields is known only at run time (the
+ *        values relay_aot builds from Python, see relay_aot/runtime/_fastcall.cc).
+ */
+inline ADT make_adt_of(int32_t tag, std::vector<ObjectRef> fields) {
+  ADTObj* adt = detail::new_adt(tag, fields.size());
+  ObjectRef* slots = detail::adt_fields(adt);
+  for (ObjectRef& field : fields) {
+    new (slots + adt->size) ObjectRef(std::move(field));
+    ++adt->size;
+  }
   return adopt<ADT>(adt);
 }
 

@@ -25,6 +25,7 @@ import tvm
 from ... import ir, names
 from ...dispatch import dispatch
 from ...ir.liveness import last_uses
+from ...ir.typetable import TypeTable
 from ...kernels.scalars import NATIVE_DTYPES, hex_literal, is_native_scalar
 from ...runtime.metadata import Signature
 from ..emitter import Emitter, cpp_string_literal, escape_comment
@@ -179,87 +180,38 @@ class CppSources:
         return "".join(f"// ===== {name} =====\n{text}\n" for name, text in self.files.items())
 
 
-class TypeTable:
-    """The descriptors of every type whose values cross the library boundary (see check.h).
+def emit_type_table(table: TypeTable, e: Emitter) -> None:
+    """Print ``table`` as check.h's arrays and ``kTypes`` (rows are ``{kind, text, tensor, fields, ctors}``)."""
+    none, no_tensor = "0, nullptr", "DLDataType{kDLInt, 0, 0}, 0, nullptr"
 
-    Types are numbered on first use; a recursive ADT instance refers to its own index.
-    """
-
-    _NO_TENSOR = "DLDataType{kDLInt, 0, 0}, 0, nullptr"
-    _NONE = "0, nullptr"
-
-    def __init__(self, adts: list[ir.AdtDef]):
-        self.adts = adts
-        self.types: list[ir.Type] = []
-        self._index: dict[ir.Type, int] = {}
-        self._children = {
-            ir.TupleType: lambda t: list(t.fields),
-            ir.RefType: lambda t: [t.value],
-            ir.AdtType: lambda t: [ir.instantiate(f, t.args) for c in self.adts[t.adt].ctors for f in c.fields],
-        }
-        self._rows = {
-            ir.TensorType: self._tensor_row,
-            ir.TupleType: lambda e, i, t: self._fields_row(e, i, t, "kTuple"),
-            ir.RefType: lambda e, i, t: self._fields_row(e, i, t, "kRef"),
-            ir.AdtType: self._adt_row,
-            ir.FuncType: lambda e, i, t: f"Kind::kFunc, {{}}, {self._NO_TENSOR}, {self._NONE}, {self._NONE}",
-            ir.AnyType: lambda e, i, t: f"Kind::kAny, {{}}, {self._NO_TENSOR}, {self._NONE}, {self._NONE}",
-        }
-
-    def index(self, ty: ir.Type) -> int:
-        """The index of ``ty``, adding it (and the types inside it) on first use."""
-        if ty in self._index:
-            return self._index[ty]
-        index = len(self.types)
-        self._index[ty] = index
-        self.types.append(ty)
-        for child in self.children(ty):
-            self.index(child)
-        return index
-
-    def children(self, ty: ir.Type) -> list[ir.Type]:
-        """The types directly inside ``ty`` that a check descends into."""
-        get = self._children.get(type(ty))
-        return get(ty) if get is not None else []
-
-    def emit(self, e: Emitter) -> None:
-        """Print the table's arrays and ``kTypes`` (rows are ``{kind, text, tensor, fields, ctors}``)."""
-        e.comment("Types of the values that cross the library boundary, checked on entry (see check.h).")
-        rows = []
-        for i, ty in enumerate(self.types):
-            text = cpp_string_literal(ir.format_type(ty, self.adts))
-            rows.append("{" + self._rows[type(ty)](e, i, ty).replace("{}", text, 1) + f"}},  // {i}")
-        e.line(f"const TypeDesc {names.TYPE_TABLE}[] = {{")
-        e.lines(rows)
-        e.line("};")
-
-    def _tensor_row(self, e: Emitter, i: int, ty: ir.TensorType) -> str:
-        shape = "nullptr"
-        if ty.shape:
-            shape = f"{names.TYPE_SHAPE}{i}"
-            e.line(f"const int64_t {shape}[] = {{{', '.join(str(d) for d in ty.shape)}}};")
-        return f"Kind::kTensor, {{}}, {dtype_literal(ty.dtype)}, {len(ty.shape)}, {shape}, {self._NONE}, {self._NONE}"
-
-    def _fields_row(self, e: Emitter, i: int, ty: ir.Type, kind: str) -> str:
-        fields = self._int_array(e, f"{names.TYPE_FIELDS}{i}", [self.index(c) for c in self.children(ty)])
-        return f"Kind::{kind}, {{}}, {self._NO_TENSOR}, {fields}, {self._NONE}"
-
-    def _adt_row(self, e: Emitter, i: int, ty: ir.AdtType) -> str:
-        descs = []
-        for c, ctor in enumerate(self.adts[ty.adt].ctors):
-            types = [self.index(ir.instantiate(f, ty.args)) for f in ctor.fields]
-            fields = self._int_array(e, f"{names.TYPE_FIELDS}{i}_{c}", types)
-            descs.append(f"{{{ctor.tag}, {fields}, {cpp_string_literal(ctor.name)}}}")
-        e.line(f"const CtorDesc {names.TYPE_CTORS}{i}[] = {{{', '.join(descs)}}};")
-        return f"Kind::kAdt, {{}}, {self._NO_TENSOR}, {self._NONE}, {len(descs)}, {names.TYPE_CTORS}{i}"
-
-    @staticmethod
-    def _int_array(e: Emitter, name: str, values: list[int]) -> str:
-        """Print ``const int name[]`` (unless empty) and return "count, name" for a descriptor."""
+    def ints(name: str, values) -> str:
         if not values:
-            return "0, nullptr"
+            return none
         e.line(f"const int {name}[] = {{{', '.join(str(v) for v in values)}}};")
         return f"{len(values)}, {name}"
+
+    e.comment("Types of the values that cross the library boundary, checked on entry (see check.h).")
+    rows = []
+    for i, row in enumerate(table.rows()):
+        tensor, fields, ctors = no_tensor, none, none
+        if row.kind == "tensor":
+            shape = "nullptr"
+            if row.shape:
+                shape = f"{names.TYPE_SHAPE}{i}"
+                e.line(f"const int64_t {shape}[] = {{{', '.join(str(d) for d in row.shape)}}};")
+            tensor = f"{dtype_literal(row.dtype)}, {len(row.shape)}, {shape}"
+        elif row.kind in ("tuple", "ref"):
+            fields = ints(f"{names.TYPE_FIELDS}{i}", row.fields)
+        elif row.kind == "adt":
+            descs = [f"{{{c.tag}, {ints(f'{names.TYPE_FIELDS}{i}_{k}', c.fields)}, {cpp_string_literal(c.name)}}}"
+                     for k, c in enumerate(row.ctors)]
+            e.line(f"const CtorDesc {names.TYPE_CTORS}{i}[] = {{{', '.join(descs)}}};")
+            ctors = f"{len(descs)}, {names.TYPE_CTORS}{i}"
+        kind = "Kind::k" + row.kind.capitalize()
+        rows.append(f"{{{kind}, {cpp_string_literal(row.text)}, {tensor}, {fields}, {ctors}}},  // {i}")
+    e.line(f"const TypeDesc {names.TYPE_TABLE}[] = {{")
+    e.lines(rows)
+    e.line("};")
 
 
 class CppEmitter:
@@ -737,7 +689,7 @@ class CppEmitter:
         e.line(f"return {convert(f'{main.id}({args})', main.ret, ir.AnyType())};")
         e.line("}")
         e.line()
-        self.types.emit(e)
+        emit_type_table(self.types, e)
         e.line()
         params = main.params
         param_types, param_names = "nullptr", "nullptr"
