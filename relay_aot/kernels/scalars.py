@@ -3,10 +3,9 @@
 Control-heavy programs spend most of their kernel calls on 0-d tensors: loop counters,
 comparisons, accumulators (``fib`` makes 54,726 kernel calls for fib(20), each on 0-d int32).
 A primitive function whose parameters and result are all 0-d, and whose body uses only the
-elementwise operators below, is translated to an :data:`ir.ScalarExpr`; the C++ emitter prints
-it as native arithmetic on unboxed values, with TVM's semantics (wrapping integers, truncating
-``divide``/``mod``, flooring ``floor_divide``/``floor_mod``, IEEE floats, ``maximum`` as a
-select). Everything else stays a TVM kernel. The differential tests run programs with and
+operators of ``scalar_ops.py`` (on the dtypes each accepts), is translated to an
+:data:`ir.ScalarExpr`; both backends print it as native arithmetic on unboxed values, with
+TVM's semantics, from the spellings in that table. Everything else stays a TVM kernel. The differential tests run programs with and
 without this fast path (``RELAY_AOT_SCALAR_FAST_PATH=0``) against TVM's interpreter.
 """
 
@@ -20,6 +19,7 @@ from tvm import relay
 
 from .. import ir
 from ..dispatch import method_for
+from .scalar_ops import SCALAR_OPS, accepts
 
 #: Dtypes held unboxed in generated code (and the C++ types that hold them).
 NATIVE_DTYPES = {
@@ -35,16 +35,6 @@ NATIVE_DTYPES = {
     "float32": "float",
     "float64": "double",
 }
-
-#: Elementwise operators with a native translation, by arity.
-UNARY = {"negative", "abs", "logical_not", "copy", "cast"}
-BINARY = {
-    "add", "subtract", "multiply", "divide", "floor_divide", "mod", "floor_mod", "maximum", "minimum",
-    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
-}
-TERNARY = {"where"}
-ARITHMETIC = {"add", "subtract", "multiply", "divide", "floor_divide", "mod", "floor_mod", "negative", "abs"}
-
 
 def is_native_scalar(ty: ir.Type) -> bool:
     """Whether values of ``ty`` are held unboxed (0-d tensors of a native dtype)."""
@@ -89,16 +79,19 @@ class _Translator:
         if not isinstance(node.op, tvm.ir.Op):
             raise _Unsupported("call of a function")
         name = node.op.name
-        arity = {1: UNARY, 2: BINARY, 3: TERNARY}.get(len(node.args), set())
-        if name not in arity:
+        spec = SCALAR_OPS.get(name)
+        if spec is None or spec.arity != len(node.args):
             raise _Unsupported(name)
         args = tuple(self.expr(a) for a in node.args)
         dtype = self._dtype(node)
-        if name in ARITHMETIC and (dtype == "bool" or any(a.dtype == "bool" for a in args)):
-            raise _Unsupported(f"{name} on bool")
-        if name.startswith("logical") and any(a.dtype != "bool" for a in args):
-            raise _Unsupported(f"{name} on non-bool")
+        if not accepts(spec, [a.dtype for a in args], dtype):
+            raise _Unsupported(f"{name} on {', '.join(a.dtype for a in args)}")
         return ir.ScalarOp(name, args, dtype)
+
+
+def scalar_operand_dtype(expr: ir.ScalarOp) -> str:
+    """The dtype of the operands of ``expr`` (for ``where``, of the values it selects)."""
+    return expr.args[-1].dtype if expr.op == "where" else expr.args[0].dtype
 
 
 def scalar_kernel(func: relay.Function) -> Optional[ir.ScalarExpr]:

@@ -20,6 +20,7 @@ from tvm._ffi._ctypes.types import RETURN_SWITCH, TVMValue
 
 from .. import errors  # noqa: F401 - registers relay_aot's error classes with TVM's FFI
 from ..ir.typetable import TypeRow
+from ..kernels.scalar_ops import INTEGER_HELPERS
 from . import _fastcall
 
 #: Python classes passed by handle (NDArray, PackedFunc, Object), then numpy's scalar base class.
@@ -68,15 +69,11 @@ def empty(shape: tuple, dtype: str) -> tvm.nd.NDArray:
     return _fastcall.empty(shape, code, bits, make_result)
 
 
-#: The operations of :func:`integer_op`, in the extension's order.
-INTEGER_OPS = ("divide", "mod", "floor_divide", "floor_mod")
-
-
 def integer_op(op: str, dtype: str):
-    """Relay ``op`` (one of :data:`INTEGER_OPS`) on two integer values of ``dtype``, with the
-    semantics of compiled code (``scalar.h``: truncating, wrapping, ``ZeroDivisionError`` on a
-    zero divisor), as a function of two Python ints."""
-    index = INTEGER_OPS.index(op)
+    """Integer ``op`` (one of ``scalar_ops.INTEGER_HELPERS``: ``div``, ``mod``, ``floor_div``,
+    ``floor_mod``) on two values of ``dtype``, with the semantics of compiled code (``scalar.h``:
+    truncating, wrapping, ``ZeroDivisionError`` on a zero divisor), as a function of two ints."""
+    index = INTEGER_HELPERS.index(op)  # the extension's order
     code, bits = _dtype_code(dtype)
     return functools.partial(_fastcall.integer, index, code, bits)
 

@@ -26,7 +26,8 @@ from ... import ir, names
 from ...dispatch import dispatch
 from ...ir.liveness import last_uses
 from ...ir.typetable import TypeTable
-from ...kernels.scalars import NATIVE_DTYPES, hex_literal, is_native_scalar
+from ...kernels.scalar_ops import SCALAR_OPS, spelling
+from ...kernels.scalars import NATIVE_DTYPES, hex_literal, is_native_scalar, scalar_operand_dtype
 from ...runtime.metadata import Signature
 from ..emitter import Emitter, cpp_string_literal, escape_comment
 
@@ -91,58 +92,6 @@ def path_expr(root: str, path: tuple[int, ...]) -> str:
     return expr
 
 
-def _float(dtype: str) -> bool:
-    return dtype.startswith("float")
-
-
-def _arith(symbol: str):
-    return lambda a, d, t: f"static_cast<{t}>({a[0]} {symbol} {a[1]})"
-
-
-def _compare(symbol: str):
-    return lambda a, d, t: f"({a[0]} {symbol} {a[1]})"
-
-
-def _integer_or_float(int_helper: str, float_form: str):
-    def emit(a, d, t):
-        if _float(d):
-            return float_form.format(*a)
-        return f"{int_helper}<{NATIVE_DTYPES[d]}>({a[0]}, {a[1]})"
-
-    return emit
-
-
-#: C++ for each scalar operator: (operands, operand dtype, result C type) -> expression.
-#: Semantics follow TVM's LLVM code generator (src/target/llvm/codegen_llvm.cc).
-_SCALAR_OPS = {
-    "add": _arith("+"),
-    "subtract": _arith("-"),
-    "multiply": _arith("*"),
-    "divide": _integer_or_float("int_div", "({0} / {1})"),
-    "floor_divide": _integer_or_float("int_floor_div", "std::floor({0} / {1})"),
-    "mod": _integer_or_float("int_mod", "std::fmod({0}, {1})"),
-    "floor_mod": _integer_or_float("int_floor_mod", "({0} - std::floor({0} / {1}) * {1})"),
-    "maximum": lambda a, d, t: f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})",
-    "minimum": lambda a, d, t: f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})",
-    "equal": _compare("=="),
-    # LLVM's ordered not-equal for floats: false when either side is NaN
-    "not_equal": lambda a, d, t: f"({a[0]} < {a[1]} || {a[0]} > {a[1]})" if _float(d) else f"({a[0]} != {a[1]})",
-    "less": _compare("<"),
-    "less_equal": _compare("<="),
-    "greater": _compare(">"),
-    "greater_equal": _compare(">="),
-    "logical_and": _compare("&&"),
-    "logical_or": _compare("||"),
-    "logical_not": lambda a, d, t: f"(!{a[0]})",
-    "negative": lambda a, d, t: f"static_cast<{t}>(-{a[0]})",
-    "abs": lambda a, d, t: (f"std::fabs({a[0]})" if _float(d) else
-                            f"static_cast<{t}>({a[0]} < 0 ? -{a[0]} : {a[0]})" if d.startswith("int") else a[0]),
-    "copy": lambda a, d, t: a[0],
-    "cast": lambda a, d, t: (f"({a[0]} < 0 || {a[0]} > 0)" if t == "bool" and _float(d) else
-                             f"({a[0]} != 0)" if t == "bool" else f"static_cast<{t}>({a[0]})"),
-    "where": lambda a, d, t: f"({a[0]} ? {a[1]} : {a[2]})",
-}
-
 _INT_MIN = {"int8": -(2**7), "int16": -(2**15), "int32": -(2**31), "int64": -(2**63)}
 
 
@@ -150,7 +99,7 @@ def _scalar_const(c: ir.ScalarConst) -> str:
     t = NATIVE_DTYPES[c.dtype]
     if c.dtype == "bool":
         return "true" if c.value else "false"
-    if _float(c.dtype):
+    if c.dtype.startswith("float"):
         return hex_literal(c.value, c.dtype)
     if c.value == _INT_MIN.get(c.dtype):
         return f"std::numeric_limits<{t}>::min()"
@@ -164,8 +113,9 @@ def scalar_cpp(expr: ir.ScalarExpr, operands: list[str]) -> str:
     if isinstance(expr, ir.ScalarConst):
         return _scalar_const(expr)
     args = [scalar_cpp(a, operands) for a in expr.args]
-    operand_dtype = expr.args[-1].dtype if expr.op == "where" else expr.args[0].dtype
-    return _SCALAR_OPS[expr.op](args, operand_dtype, NATIVE_DTYPES[expr.dtype])
+    operand_dtype = scalar_operand_dtype(expr)
+    template = spelling(SCALAR_OPS[expr.op], "cpp", operand_dtype, expr.dtype)
+    return template.format(*args, T=NATIVE_DTYPES[expr.dtype], t=NATIVE_DTYPES[operand_dtype])
 
 
 @dataclasses.dataclass

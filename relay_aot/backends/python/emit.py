@@ -23,14 +23,15 @@ from typing import Callable, Optional
 
 from ... import ir, names
 from ...dispatch import dispatch
-from ...kernels.scalars import is_native_scalar
+from ...kernels.scalar_ops import SCALAR_OPS, spelling
+from ...kernels.scalars import is_native_scalar, scalar_operand_dtype
 from ...version import __version__
 from ..emitter import Emitter
 
 #: Runtime helpers the generated source imports from ``relay_aot.backends.python.runtime``.
 _HELPERS = (
-    "Adt", "box", "call_guarded", "call_kernel", "copy_tensor", "empty", "export_value", "import_value", "int_div",
-    "int_floor_div", "int_floor_mod", "int_mod", "match_failure", "truthy", "unbox",
+    "Adt", "box", "call_guarded", "call_kernel", "copy_tensor", "empty", "export_value", "import_value", "integer",
+    "match_failure", "truthy", "unbox",
 )
 
 
@@ -42,46 +43,6 @@ def var(v: ir.Var) -> str:
 def path_expr(root: str, path: tuple[int, ...]) -> str:
     """Expression for the value at ``path`` (field indices) inside ``root``."""
     return root + "".join(f"[{index}]" for index in path)
-
-
-def _float(dtype: str) -> bool:
-    return dtype.startswith("float")
-
-
-def _integer_or_float(int_helper: str, float_form: str):
-    return lambda a, d, t: float_form.format(*a) if _float(d) else f"{int_helper}({a[0]}, {a[1]})"
-
-
-#: Python for each scalar operator on numpy scalars: (operands, operand dtype, result dtype) ->
-#: expression. numpy scalars carry TVM's semantics: wrapping integers, IEEE floats of the
-#: operand's width; division and modulo of integers go through the runtime's helpers (truncating, checked).
-_SCALAR_OPS = {
-    "add": lambda a, d, t: f"({a[0]} + {a[1]})",
-    "subtract": lambda a, d, t: f"({a[0]} - {a[1]})",
-    "multiply": lambda a, d, t: f"({a[0]} * {a[1]})",
-    "divide": _integer_or_float("int_div", "({0} / {1})"),
-    "floor_divide": _integer_or_float("int_floor_div", "np.floor({0} / {1})"),
-    "mod": _integer_or_float("int_mod", "np.fmod({0}, {1})"),
-    "floor_mod": _integer_or_float("int_floor_mod", "({0} - np.floor({0} / {1}) * {1})"),
-    "maximum": lambda a, d, t: f"({a[0]} if {a[0]} > {a[1]} else {a[1]})",
-    "minimum": lambda a, d, t: f"({a[0]} if {a[0]} < {a[1]} else {a[1]})",
-    "equal": lambda a, d, t: f"({a[0]} == {a[1]})",
-    # LLVM's ordered not-equal for floats: false when either side is NaN
-    "not_equal": lambda a, d, t: f"np.bool_({a[0]} < {a[1]} or {a[0]} > {a[1]})" if _float(d) else f"({a[0]} != {a[1]})",
-    "less": lambda a, d, t: f"({a[0]} < {a[1]})",
-    "less_equal": lambda a, d, t: f"({a[0]} <= {a[1]})",
-    "greater": lambda a, d, t: f"({a[0]} > {a[1]})",
-    "greater_equal": lambda a, d, t: f"({a[0]} >= {a[1]})",
-    "logical_and": lambda a, d, t: f"np.bool_({a[0]} and {a[1]})",
-    "logical_or": lambda a, d, t: f"np.bool_({a[0]} or {a[1]})",
-    "logical_not": lambda a, d, t: f"np.bool_(not {a[0]})",
-    "negative": lambda a, d, t: f"(-{a[0]})",
-    "abs": lambda a, d, t: f"abs({a[0]})",
-    "copy": lambda a, d, t: a[0],
-    "cast": lambda a, d, t: (f"np.bool_({a[0]} < 0 or {a[0]} > 0)" if t == "bool" and _float(d) else
-                             f"np.bool_({a[0]} != 0)" if t == "bool" else f"np.{t}({a[0]})"),
-    "where": lambda a, d, t: f"({a[1]} if {a[0]} else {a[2]})",
-}
 
 
 def _tuple_expr(items: list[str]) -> str:
@@ -297,14 +258,14 @@ class PythonEmitter:
         if isinstance(expr, ir.ScalarConst):
             return self.scalar_const(expr)
         args = [self.scalar_expr(a, operands) for a in expr.args]
-        operand_dtype = expr.args[-1].dtype if expr.op == "where" else expr.args[0].dtype
-        return _SCALAR_OPS[expr.op](args, operand_dtype, expr.dtype)
+        operand_dtype = scalar_operand_dtype(expr)
+        return spelling(SCALAR_OPS[expr.op], "python", operand_dtype, expr.dtype).format(*args, T=expr.dtype, t=operand_dtype)
 
     def scalar_const(self, const: ir.ScalarConst) -> str:
         """A module-level numpy scalar holding ``const`` (built once, at load)."""
         if const.dtype == "bool":
             return "np.True_" if const.value else "np.False_"
-        text = f"float.fromhex({float(const.value).hex()!r})" if _float(const.dtype) else str(int(const.value))
+        text = f"float.fromhex({float(const.value).hex()!r})" if const.dtype.startswith("float") else str(int(const.value))
         key = (const.dtype, text)
         if key not in self._scalar_consts:
             name = f"{names.PY_SCALAR}{len(self._scalar_consts)}"

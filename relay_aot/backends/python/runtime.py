@@ -23,6 +23,7 @@ deep recursion.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 import types
 from typing import Any, Callable
@@ -31,7 +32,7 @@ import numpy as np
 import tvm
 from tvm.runtime.container import ADT
 
-from ...errors import IntegerDivisionByZero, KernelError, MatchError, RecursionDepthError
+from ...errors import KernelError, MatchError, RecursionDepthError
 from ...kernels.scalars import NATIVE_DTYPES
 from ...runtime import fastcall
 
@@ -91,40 +92,16 @@ def box(value, dtype: str) -> tvm.nd.NDArray:
     return tensor
 
 
-def int_div(a, b):
-    """Relay ``divide`` on integers: truncating, like C and TVM's kernels."""
-    if b == 0:
-        raise IntegerDivisionByZero("integer division by zero")
-    if b == -1:
-        return -a  # wraps for the minimum value, where C++ would trap
-    q = abs(int(a)) // abs(int(b))
-    return type(a)(q if (a < 0) == (b < 0) else -q)
+@functools.lru_cache(maxsize=None)
+def _integer_function(op: str, dtype: str):
+    return fastcall.integer_op(op, dtype)
 
 
-def int_mod(a, b):
-    """Relay ``mod`` on integers: the remainder of truncating division."""
-    if b == 0:
-        raise IntegerDivisionByZero("integer modulo by zero")
-    if b == -1:
-        return type(a)(0)
-    r = abs(int(a)) % abs(int(b))
-    return type(a)(r if a >= 0 else -r)
-
-
-def int_floor_div(a, b):
-    """Relay ``floor_divide`` on integers."""
-    if b == 0:
-        raise IntegerDivisionByZero("integer division by zero")
-    if b == -1:
-        return -a
-    return type(a)(int(a) // int(b))
-
-
-def int_floor_mod(a, b):
-    """Relay ``floor_mod`` on integers (the sign follows the divisor)."""
-    if b == 0:
-        raise IntegerDivisionByZero("integer modulo by zero")
-    return type(a)(int(a) % int(b))
+def integer(op: str, a, b):
+    """Relay integer ``op`` (``"div"``, ``"mod"``, ``"floor_div"``, ``"floor_mod"``; see
+    ``kernels/scalar_ops.py``) on two numpy scalars of one dtype: the C++ runtime's own functions
+    (``scalar.h``), so both backends divide alike and raise ``ZeroDivisionError`` alike."""
+    return type(a)(_integer_function(op, a.dtype.name)(int(a), int(b)))
 
 
 def truthy(cond: tvm.nd.NDArray) -> bool:
