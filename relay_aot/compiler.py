@@ -15,6 +15,7 @@ import tvm
 
 from .backends.cpp.driver import compile_cpp, generate_cpp
 from .backends.python.driver import compile_python, generate_python
+from .ir.printer import format_program
 from .request import Request
 from .runtime import CompiledModule
 
@@ -79,3 +80,13 @@ def generate_source(
     """The source :func:`compile` generates for ``mod``, without building anything."""
     _, generate = _driver(backend)
     return generate(Request.make(mod, target, params, name, opt_level))
+
+
+def generate_ir(mod: tvm.IRModule, **options) -> str:
+    """The control IR ``mod`` lowers to, as text (``relay-aot show --ir``), with each variable's
+    last use marked ``^``. It is the same for both backends; ``options`` are
+    :func:`generate_source`'s (``target``, ``params``, ``backend``, ``name``, ``opt_level``)."""
+    backend = options.pop("backend", "cpp")
+    _driver(backend)  # only checked
+    program, _ = Request.make(mod, **options).lower()
+    return format_program(program, liveness=True)

@@ -17,8 +17,9 @@ from collections import Counter
 from ..dispatch import method_for
 from . import nodes as ir
 
-#: (id of a Let, Block or TailCall node, variable id) pairs: that node's use of that variable is
-#: its last. For a Block the use is the block's result.
+#: (uid of a Let, Block or TailCall node, variable id) pairs: that node's use of that variable is
+#: its last. For a Block the use is the block's result. (Keyed on the nodes' ``uid``, which a
+#: copy keeps, not on ``id()``: an emitter that copies a node still finds its facts.)
 LastUses = set
 
 
@@ -44,11 +45,11 @@ class _Liveness:
             counts = Counter(a.id for a in block.result.args)
             for a in block.result.args:
                 if counts[a.id] == 1:
-                    self.last.add((id(block.result), a.id))
+                    self.last.add((block.result.uid, a.id))
             live = {a.id for a in block.result.args}  # the iteration ends: nothing else survives
         else:
             if block.result.id not in live:
-                self.last.add((id(block), block.result.id))
+                self.last.add((block.uid, block.result.id))
             live.add(block.result.id)
         for stmt in reversed(block.stmts):
             live = method_for(self._stmts, stmt)(stmt, live)
@@ -59,7 +60,7 @@ class _Liveness:
         counts = Counter(v.id for v in uses)
         for v in uses:
             if v.id not in live and counts[v.id] == 1:
-                self.last.add((id(stmt), v.id))
+                self.last.add((stmt.uid, v.id))
         return (live - {stmt.var.id}) | {v.id for v in uses}
 
     def _if(self, stmt: ir.If, live: set[int]) -> set[int]:

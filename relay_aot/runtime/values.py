@@ -30,7 +30,7 @@ from ..dispatch import method_for
 from ..ir import format_type, instantiate
 from ..ir.typetable import TypeTable
 from . import fastcall
-from .metadata import Signature
+from ..ir.signature import Signature
 
 
 class _Path:
@@ -277,7 +277,9 @@ class Closure:
         converted = [
             self._converter.to_runtime(a, t, f"argument {i}") for i, (a, t) in enumerate(zip(args, self.type.params))
         ]
-        return self._converter.from_runtime(self.packed(*converted), self.type.ret)
+        with fastcall.plain_errors():
+            result = self.packed(*converted)
+        return self._converter.from_runtime(result, self.type.ret)
 
     def __repr__(self) -> str:
         return f"<relay_aot.Closure {format_type(self.type, self._converter.adts)}>"

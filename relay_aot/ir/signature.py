@@ -1,4 +1,4 @@
-"""The program description embedded in every compiled library.
+"""The program description embedded in every compiled library (its signature).
 
 A library exports ``<model>__metadata``, returning this JSON text: the entry function's
 parameter names and types, its result type, and the ADT definitions those types mention.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .. import ir
+from . import nodes as ir
 
 FORMAT_VERSION = 1
 
