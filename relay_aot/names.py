@@ -2,8 +2,10 @@
 
 User-supplied Relay names never become identifiers: variables, functions, closure classes and
 kernels are numbered with these prefixes, and original names appear only (escaped) in comments
-and string literals. Exported symbols all start with the model name so that several compiled
-models can share one process or one binary.
+and string literals (the C API header's field names are the one exception: C identifiers made
+from the parameter names, see ``backends/cpp/capi.py``). Exported symbols all start with the model
+name (the C API's with ``tvmgen_<model>_``) so that several compiled models can share one
+process or one binary.
 """
 
 import re
@@ -39,20 +41,20 @@ METADATA_SUFFIX = "__metadata"
 #: TVM kernel-name prefix given to the TE compiler; symbols are then renamed to kernel_symbol().
 TE_MOD_NAME = "relay_aot"
 
-#: Symbols of TVM's library-loading protocol, which a library must export under exactly these
-#: names (TVM's src/runtime/library_module.cc and include/tvm/runtime/module.h), so they cannot
-#: carry the model prefix. ``__tvm_main__`` is a string naming the entry function (our
-#: generated code defines it as the model name, so ``load_module(path).entry_func`` is the
-#: program); ``__tvm_module_ctx`` and ``__TVM*`` are pointer slots that
-#: ``tvm.runtime.load_module`` fills through ``dlsym`` with the loading runtime's functions,
-#: used by TVM's kernels (error reporting, workspaces, the thread pool); ``__tvm_dev_mblob``
-#: would hold imported device modules. The linker binds each library's own references to its
-#: own slots (``-Bsymbolic``, see ``build.BuildFlags``), so two libraries exporting the same
-#: slot names never share them.
-TVM_LOADER_SYMBOLS = (
-    "__tvm_main__",
+#: The symbol of TVM's library-loading protocol a library exports under TVM's fixed name
+#: (TVM's src/runtime/library_module.cc), so it cannot carry the model prefix: a string naming
+#: the entry function. Our generated code defines it as the model name, so
+#: ``load_module(path).entry_func`` is the program.
+TVM_MAIN = "__tvm_main__"
+
+#: The pointer slots through which TVM's kernels call the runtime (error reporting, workspaces,
+#: the thread pool, packed calls), named by TVM's LLVM backend. TVM's loader would fill them
+#: through ``dlsym``; our libraries define them instead, hidden, initialised to the runtime's
+#: functions (``backends/cpp/capi.py``), so that a library works when a C program calls its
+#: typed entry directly, without TVM's loader. Hidden, they are not exported and the loader
+#: leaves them alone; each library has its own.
+TVM_SLOTS = (
     "__tvm_module_ctx",
-    "__tvm_dev_mblob",
     "__TVMFuncCall",
     "__TVMAPISetLastError",
     "__TVMBackendGetFuncFromEnv",
@@ -61,6 +63,14 @@ TVM_LOADER_SYMBOLS = (
     "__TVMBackendParallelLaunch",
     "__TVMBackendParallelBarrier",
 )
+
+#: Every symbol a library exports without the model prefix (see ``TVM_MAIN``).
+TVM_LOADER_SYMBOLS = (TVM_MAIN,)
+
+#: Prefix of the plain C API of model ``<name>`` (TVM's AOT convention): the header
+#: ``tvmgen_<name>.h``, its structs ``tvmgen_<name>_inputs``/``_outputs``, the exported
+#: functions ``tvmgen_<name>_run``/``_last_error`` and the macros ``TVMGEN_<NAME>_*``.
+C_API_PREFIX = "tvmgen_"
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
@@ -79,6 +89,11 @@ def check_model_name(name: str) -> str:
             "underscores, not starting with a digit"
         )
     return name
+
+
+def model_namespace(model: str) -> str:
+    """The C++ namespace of the generated code of model ``model``."""
+    return f"{model}_relay_aot"
 
 
 def var(index: int) -> str:
@@ -103,3 +118,13 @@ def model_of_metadata_symbol(symbol: str):
         return None
     model = symbol[: -len(METADATA_SUFFIX)]
     return model if is_model_name(model) else None
+
+
+def c_api(model: str, part: str = "") -> str:
+    """Identifier of the C API of ``model``: ``tvmgen_<model>`` or ``tvmgen_<model>_<part>``."""
+    return f"{C_API_PREFIX}{model}_{part}" if part else f"{C_API_PREFIX}{model}"
+
+
+def c_api_macro(model: str, part: str) -> str:
+    """Macro of the C API of ``model``: ``TVMGEN_<MODEL>_<PART>`` (upper case)."""
+    return c_api(model, part).upper()

@@ -40,7 +40,7 @@ class Request:
     config: Config
 
     @classmethod
-    def make(cls, mod, target, params, name: str, opt_level: int) -> "Request":
+    def make(cls, mod, target="llvm", params=None, name: str = "default", opt_level: int = 3) -> "Request":
         """A checked request; the settings are read from the environment now."""
         names.check_model_name(name)
         return cls(mod, params, target_of(target), name, opt_level, Config.from_environment())

@@ -56,10 +56,30 @@ def lstm_args() -> tuple:
     return tuple(rng.uniform(-1, 1, shape).astype("float32") for shape in shapes)
 
 
+#: ``?`` dimensions: a recursion growing a tensor by concatenate, a dynamic-batch dense and a
+#: data-dependent argwhere, in one library that serves every shape.
+DYNAMIC = """#[version = "0.0.5"]
+def @grow(%acc: Tensor[(?, 3), float32], %row: Tensor[(?, 3), float32], %n: int32) -> Tensor[(?, 3), float32] {
+  if (equal(%n, 0)) { %acc } else { @grow(concatenate((%acc, multiply(%row, cast(%n, dtype="float32")))), %row, subtract(%n, 1)) }
+}
+
+def @main(%x: Tensor[(?, 3), float32], %w: Tensor[(2, 3), float32], %n: int32) {
+  (@grow(%x, %x, %n), nn.dense(%x, %w, units=2), argwhere(greater(%x, 0f)))
+}
+"""
+
+
+def dynamic_args() -> tuple:
+    """Arguments of DYNAMIC's @main."""
+    return (np.linspace(-1, 1, 6, dtype="float32").reshape(2, 3), np.linspace(0, 1, 6, dtype="float32").reshape(2, 3),
+            np.int32(3))
+
+
 #: name -> (Relay text, arguments); the model names are the ones the tests compile them with.
 MODELS = {
     "structures": (STRUCTURES, structures_args),
     "lstm": (LSTM.read_text(), lstm_args),
+    "dynamic": (DYNAMIC, dynamic_args),
 }
 
 

@@ -31,6 +31,7 @@ def libs(tmp_path_factory):
         "structures": export("structures", "structures", directory),
         "lstm": export("lstm", "lstm", directory),
         "lstm2": export("lstm", "lstm2", directory),
+        "dynamic": export("dynamic", "dynamic", directory),
     }
 
 
@@ -60,7 +61,7 @@ with open({out!r}, "wb") as out:
 """
 
 
-@pytest.mark.parametrize("model", ["structures", "lstm"])
+@pytest.mark.parametrize("model", ["structures", "lstm", "dynamic"])
 def test_fresh_process_matches_interpreter(libs, model, tmp_path):
     """Plain TVM (by name and as the module's entry_func) and relay_aot.load, in a process
     with no C++ compiler and an empty cache: nothing is compiled, results match the interpreter."""
@@ -76,17 +77,20 @@ def test_fresh_process_matches_interpreter(libs, model, tmp_path):
 
 @needs_binutils
 def test_exported_symbols_carry_the_model_prefix(libs):
-    """Every defined dynamic symbol starts with the model name, except TVM's loader protocol;
-    so two libraries share no symbol but those. (Also checks our ELF reader against nm.)"""
+    """Every defined dynamic symbol starts with the model name (the C API's with
+    ``tvmgen_<model>_``), except TVM's loader protocol; so two libraries share no symbol but
+    those. TVM's runtime slots are not exported. (Also checks our ELF reader against nm.)"""
     exported = {}
     for name, path in libs.items():
         out = subprocess.run(["nm", "-D", "--defined-only", str(path)], check=True, capture_output=True, text=True)
         symbols = {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
         assert symbols == exported_symbols(path)
-        foreign = sorted(s for s in symbols if not s.startswith(name) and s not in names.TVM_LOADER_SYMBOLS)
+        prefixes = (name, names.c_api(name, ""))
+        foreign = sorted(s for s in symbols if not s.startswith(prefixes) and s not in names.TVM_LOADER_SYMBOLS)
         assert not foreign, f"{path.name} exports symbols without the prefix {name!r}: {foreign}"
         assert {name, names.metadata_symbol(name), "__tvm_main__"} <= symbols
         assert any(s.startswith(f"{name}_k") for s in symbols)  # kernels are exported too
+        assert not symbols & set(names.TVM_SLOTS)
         exported[name] = symbols
     shared = exported["lstm"] & exported["lstm2"]
     assert shared <= set(names.TVM_LOADER_SYMBOLS), sorted(shared - set(names.TVM_LOADER_SYMBOLS))

@@ -25,7 +25,7 @@ def test_links_only_the_tvm_runtime(deploy):
     assert "libtvm.so" not in libraries and "libpython" not in libraries
 
 
-@pytest.mark.parametrize("model", ["structures", "lstm"])
+@pytest.mark.parametrize("model", ["structures", "lstm", "dynamic"])
 def test_cpp_result_matches_interpreter(deploy, model, tmp_path):
     text, make_args = MODELS[model]
     library = export(model, model, tmp_path)

@@ -1,7 +1,7 @@
 """Stage 6: load a compiled library and call it from Python.
 
 A library exports ``<model>`` (the program's entry, a PackedFunc taking and returning TVM
-runtime values) and ``<model>__metadata`` (its signature as JSON, see ``metadata.py``).
+runtime values) and ``<model>__metadata`` (its signature as JSON, see ``relay_aot/ir/signature.py``).
 :class:`CompiledModule` wraps the entry with argument conversion; :func:`load` opens an
 exported library in any process, without compiling anything, finding the model name in the
 library's ELF dynamic symbol table when it is not given (docs/deployment.md).
@@ -20,9 +20,10 @@ import tvm
 from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 
 from .. import names
+from ..backends.cpp.capi import c_api, header_text
 from ..build.cache import write_atomic
 from . import fastcall
-from .metadata import Signature
+from ..ir.signature import Signature
 from .values import Converter
 
 #: TVM objects the fast call path must not pass by handle: the interpreter's values, which
@@ -110,30 +111,60 @@ class CompiledModule:
             result = fastcall.call_entry(self._address, args)
             if result is not NotImplemented:
                 return self._converter.from_runtime(result, self.signature.ret)
-        result = self.entry(*self.convert_args(args))
+        converted = self.convert_args(args)
+        with fastcall.plain_errors():
+            result = self.entry(*converted)
         return self._converter.from_runtime(result, self.signature.ret)
 
-    def export_library(self, path) -> Path:
+    def export_library(self, path, c_header=None) -> Path:
         """Copy the self-contained shared library (control code and kernels) to ``path``.
 
         ``path`` must be a new file or a regular file, which is replaced atomically (a reader
         sees the old library or the new one). Anything else -- a symbolic link, a directory, a
         FIFO, a device -- is refused with ``ValueError`` rather than replaced by a file.
+
+        ``c_header``: also write the C API's header there (``tvmgen_<name>.h``: structs of input
+        and output buffers, ``tvmgen_<name>_run``; see docs/deployment.md), checked first:
+        :class:`~relay_aot.UnsupportedError` names the parameter or result of ``@main`` that is
+        not a tensor of static shape (the library and its PackedFunc entry are unaffected), and
+        nothing is written.
         """
         if self.library_path is None:
             raise ValueError(f"the {self.backend} backend does not produce a shared library")
+        header = None if c_header is None else self.c_header()
         path = Path(path)
-        try:
-            mode = path.lstat().st_mode
-        except FileNotFoundError:
-            mode = None
-        if mode is not None and not stat.S_ISREG(mode):
-            raise ValueError(f"export_library: {path} is {_file_kind(mode)}, not a regular file; "
-                             "give a new path or a regular file to replace")
-        return write_atomic(path, Path(self.library_path), mode=0o644)
+        _check_replaceable(path)
+        if header is not None:
+            _check_replaceable(Path(c_header))
+        written = write_atomic(path, Path(self.library_path), mode=0o644)
+        if header is not None:
+            write_atomic(Path(c_header), header, mode=0o644)
+        return written
+
+    def c_header(self) -> str:
+        """The text of the C API's header of this library (see :meth:`export_library`)."""
+        if self.library_path is None:
+            raise ValueError(f"the {self.backend} backend does not produce a shared library, so no C API")
+        api = c_api(self.signature)  # raises UnsupportedError for a main without a C API
+        entry = names.c_api(self.name, "run")
+        if entry not in exported_symbols(self.library_path):
+            raise ValueError(f"{self.library_path} has no C entry ({entry}): it was built by a relay_aot "
+                             "without the C API; compile it again")
+        return header_text(api)
 
     def __repr__(self) -> str:
         return f"<relay_aot.CompiledModule {self.name!r} backend={self.backend}>"
+
+
+def _check_replaceable(path: Path) -> None:
+    """Refuse to replace anything but a regular file (``ValueError``)."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"export_library: {path} is {_file_kind(mode)}, not a regular file; "
+                         "give a new path or a regular file to replace")
 
 
 def _file_kind(mode: int) -> str:

@@ -5,6 +5,7 @@
 #ifndef RELAY_AOT_RUNTIME_H_
 #define RELAY_AOT_RUNTIME_H_
 
+#include "capi.h"
 #include "check.h"
 #include "closure.h"
 #include "constants.h"
@@ -14,6 +15,7 @@
 #include "memory.h"
 #include "ref.h"
 #include "scalar.h"
+#include "shape.h"
 #include "stack.h"
 #include "tensor.h"
 #include "values.h"

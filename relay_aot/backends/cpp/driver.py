@@ -19,8 +19,9 @@ from ...errors import CompileError
 from ...kernels import KernelTable
 from ...request import Request
 from ...runtime import CompiledModule, load_library, read_signature
-from ...runtime.metadata import Signature
+from ...ir.signature import Signature
 from ...version import __version__
+from .capi import add_c_api
 from .emit import FUNCTIONS_PER_UNIT, CppSources, constants_blob, emit_cpp
 
 # Pin the digests of relay_aot's code (part of every module-index key) to the code this process
@@ -88,7 +89,8 @@ def cpp_sources(program: ir.Program, name: str, flags: build.BuildFlags) -> CppS
             lines.append("// Included by every translation unit of the program.")
         return "\n".join(lines)
 
-    return emit_cpp(program, name, banner, functions_per_unit=_functions_per_unit(len(program.functions)))
+    sources = emit_cpp(program, name, banner, functions_per_unit=_functions_per_unit(len(program.functions)))
+    return add_c_api(sources, program, name)
 
 
 def _build_and_load(

@@ -1,0 +1,136 @@
+/*!
+ * \file relay_aot/capi.h
+ * \brief The plain C API of a compiled library: `tvmgen_<model>_run(inputs, outputs)` on caller
+ *        buffers, and the runtime hooks TVM's kernels need when no TVM loader ran.
+ *
+ * The generated header `tvmgen_<model>.h` (relay_aot/backends/cpp/capi.py) declares one `void*`
+ * per parameter of @main and one per result tensor; the generated entry reads the inputs with
+ * `c_input`/`c_scalar`, calls @main's C++ function, writes every result tensor with `c_output`,
+ * and reports failures through `c_call`: a non-zero status, and the message in
+ * `c_last_error()` for the calling thread. Nothing here throws across the C boundary.
+ *
+ * Inputs are wrapped, not copied, when they are aligned as TVM's kernels assume (64 bytes);
+ * otherwise copied into an aligned tensor. Generated code never writes into a tensor it did
+ * not allocate, so inputs are never modified.
+ */
+#ifndef RELAY_AOT_CAPI_H_
+#define RELAY_AOT_CAPI_H_
+
+#include <tvm/runtime/c_backend_api.h>
+#include <tvm/runtime/c_runtime_api.h>
+#include <tvm/runtime/container/shape_tuple.h>
+#include <tvm/runtime/ndarray.h>
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "errors.h"
+#include "kernel.h"
+#include "memory.h"
+#include "tensor.h"
+
+namespace relay_aot {
+
+/*! \brief The calling thread's message of the last failed C API call ("" before any failure). */
+inline std::string& c_error_text() {
+  thread_local std::string text;
+  return text;
+}
+
+/*! \brief The C string `tvmgen_<model>_last_error` returns; valid until the thread's next failure. */
+inline const char* c_last_error() { return c_error_text().c_str(); }
+
+/*!
+ * \brief Run \p run on the caller's structs and turn any exception into a status: 0 on success,
+ *        -1 with the message kept for `c_last_error()` otherwise.
+ */
+template <typename Inputs, typename Outputs>
+inline int32_t c_call(void (*run)(const Inputs*, const Outputs*), const Inputs* inputs, const Outputs* outputs) {
+  try {
+    run(inputs, outputs);
+    return 0;
+  } catch (const std::exception& e) {
+    c_error_text() = e.what();
+  } catch (...) {
+    c_error_text() = "Error: an unknown C++ exception";
+  }
+  return -1;
+}
+
+/*! \brief Raise the C API's error for a null pointer where \p what must be given. */
+inline void c_require(const void* pointer, const char* what) {
+  if (pointer == nullptr) raise_type_error(std::string(what) + " is NULL");
+}
+
+/*! \brief A shape that lives as long as the program (generated code keeps one per parameter). */
+inline const ShapeTuple& leaked_shape(std::initializer_list<int64_t> dims) {
+  return *new ShapeTuple(std::vector<int64_t>(dims));  // never destroyed: no destructor at exit
+}
+
+namespace detail {
+
+inline void delete_view(Object* obj) { delete static_cast<NDArray::Container*>(obj); }
+
+}  // namespace detail
+
+/*!
+ * \brief The caller's input buffer \p data as a tensor of \p shape and \p dtype: a view of the
+ *        buffer when it is 64-byte aligned, else an aligned copy. \p what names the parameter.
+ */
+inline NDArray c_input(const void* data, const ShapeTuple& shape, DLDataType dtype, const char* what) {
+  c_require(data, what);
+  if (reinterpret_cast<uintptr_t>(data) % detail::kAlignment != 0) {
+    NDArray copy = alloc_tensor(shape, dtype);
+    std::memcpy(arg(copy)->data, data, tvm::runtime::GetDataSize(*arg(copy)));
+    return copy;
+  }
+  auto* view = new NDArray::Container(const_cast<void*>(data), shape, dtype, kDevice);
+  view->SetDeleter(&detail::delete_view);
+  return adopt<NDArray>(view);
+}
+
+/*! \brief The caller's 0-d input \p data as a native scalar (any alignment). */
+template <typename T>
+inline T c_scalar(const void* data, const char* what) {
+  c_require(data, what);
+  T value;
+  std::memcpy(&value, data, sizeof(T));
+  return value;
+}
+
+/*! \brief Copy result tensor \p tensor (of \p nbytes bytes, by its static type) to \p out. */
+inline void c_output(const ObjectRef& tensor, void* out, size_t nbytes, const char* what) {
+  c_require(out, what);
+  const DLTensor* t = arg(tensor);
+  // memmove: a result may be an input, and a caller may pass the same buffer for both.
+  std::memmove(out, static_cast<const char*>(t->data) + t->byte_offset, nbytes);
+}
+
+/*! \brief Store native scalar result \p value to \p out. */
+template <typename T>
+inline void c_output_scalar(T value, void* out, const char* what) {
+  c_require(out, what);
+  std::memcpy(out, &value, sizeof(T));
+}
+
+/*!
+ * \brief `__TVMBackendGetFuncFromEnv` of a library that no TVM loader set up: TVM's own needs the
+ *        module context the loader stores; the functions kernels look up (`tvm.contrib.*`
+ *        extern calls) are global ones, found the same way the module would find them.
+ */
+inline int get_func_from_env(void* /*module_context*/, const char* name, TVMFunctionHandle* out) {
+  if (TVMFuncGetGlobal(name, out) != 0) return -1;
+  if (*out == nullptr) {
+    TVMAPISetLastError((std::string("cannot find the global function ") + name).c_str());
+    return -1;
+  }
+  return 0;
+}
+
+}  // namespace relay_aot
+
+#endif  // RELAY_AOT_CAPI_H_
