@@ -52,6 +52,10 @@ class Executor:
         """Compile ``mod`` and convert ``args``; return one call of ``@main``."""
         raise NotImplementedError
 
+    def prepare_workload(self, workload: Workload, mod: tvm.IRModule, args: Sequence[np.ndarray], target: str) -> Call:
+        """:meth:`prepare` for ``workload`` (an executor that runs the source model overrides it)."""
+        return self.prepare(mod, args, target)
+
 
 class Interpreter(Executor):
     """TVM's Relay interpreter (``create_executor("debug")``); kernels are compiled on first use."""
@@ -187,6 +191,34 @@ class RelayAot(Executor):
         return lambda: compiled(*inputs)
 
 
+class OnnxRuntime(Executor):
+    """onnxruntime on the ONNX model of an ONNX workload, one thread (an optional peer:
+    ``pip install onnxruntime``)."""
+
+    key = "onnxruntime"
+    label = "onnxruntime (1 thread)"
+
+    def unsupported(self, workload):
+        if workload.onnx_model is None:
+            return "not an ONNX model"
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            return "onnxruntime is not installed (pip install onnxruntime)"
+        return None
+
+    def prepare_workload(self, workload, mod, args, target):
+        import onnxruntime
+
+        model = workload.onnx_model()
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        inputs = {i.name: np.asarray(a) for i, a in zip(model.graph.input, args)}
+        return lambda: tuple(session.run(None, inputs))
+
+
 def all_executors() -> list[Executor]:
     """Every executor, in report order."""
     return [
@@ -197,6 +229,7 @@ def all_executors() -> list[Executor]:
         PyConverter(),
         RelayAot("python", "relay_aot_python", "relay_aot Python backend"),
         RelayAot("cpp", "relay_aot_cpp", "relay_aot C++ backend"),
+        OnnxRuntime(),
     ]
 
 

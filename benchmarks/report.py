@@ -24,6 +24,7 @@ SHORT = {
     "py_converter": "py_conv",
     "relay_aot_python": "ours:py",
     "relay_aot_cpp": "ours:C++",
+    "onnxruntime": "ORT",
     KERNELS: "kernels",
 }
 LABELS = {e.key: e.label for e in executors_mod.all_executors()} | {KERNELS: KERNELS_LABEL}
@@ -158,7 +159,7 @@ def summary(result: dict, markdown: bool = False) -> str:
     header = ["workload"]
     for s in settings:
         label = s["setting"]["TVM_NUM_THREADS"] or "default"
-        header += [f"C++ vs VM ({label})", f"C++ vs graph ({label})", f"py vs py_conv ({label})"]
+        header += [f"C++ vs VM ({label})", f"C++ vs graph ({label})", f"C++ vs ORT ({label})", f"py vs py_conv ({label})"]
     rows = []
     for workload in workloads_of(r for s in settings for r in s["records"]):
         row = [workload]
@@ -167,6 +168,8 @@ def summary(result: dict, markdown: bool = False) -> str:
             cpp = pairs.get((workload, "relay_aot_cpp"))
             row.append(_ratio_cell(cpp, "vs_vm"))
             row.append(_ratio_cell(cpp, "vs_graph") if pairs.get((workload, "graph"), {}).get("status") == "ok" else "")
+            ort, ours = _timed(pairs.get((workload, "onnxruntime"))), _timed(cpp)
+            row.append(ratio(ort / ours) if ort and ours else "")
             py, conv = pairs.get((workload, "relay_aot_python")), _timed(pairs.get((workload, "py_converter")))
             row.append(_status_cell(py, ratio(conv / _timed(py))) if conv and _timed(py) else _status_cell(py, ""))
         rows.append(row)

@@ -99,7 +99,7 @@ class WorkloadRun:
         if reason:
             return _record(name, key, "n/a", reason=reason)
         try:
-            call, prepare_s = timed(lambda: executor.prepare(self.mod, self.args, self.options.target))
+            call, prepare_s = timed(lambda: executor.prepare_workload(self.workload, self.mod, self.args, self.options.target))
             first, first_call_s = timed(call)
         except Exception as err:  # noqa: BLE001 - any failure makes this executor n/a, reported
             return _record(name, key, "n/a", reason=_error(err))

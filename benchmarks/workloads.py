@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import string
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import tvm
@@ -42,6 +42,12 @@ class Workload:
     depth: int = 0
     rtol: float = 1e-5
     atol: float = 1e-6
+    #: Instead of ``source``: a function making the module (Relay built in Python, or imported
+    #: by TVM's ONNX frontend from ``onnx_model``).
+    build: Optional[Callable[[], tvm.IRModule]] = None
+    #: For an ONNX workload: the model (onnxruntime runs it too) and its input names in order.
+    onnx_model: Optional[Callable[[], Any]] = None
+    dynamic: bool = False
 
     def module(self) -> tvm.IRModule:
         """The parsed, type-checked module with the weights bound as constants."""
@@ -49,7 +55,13 @@ class Workload:
         if self.prelude:
             init = tvm.IRModule()
             Prelude(init)
-        mod = tvm.relay.parse(self.source, source_name=f"benchmarks/{self.name}", init_module=init)
+        if self.onnx_model is not None:
+            mod, onnx_params = relay.frontend.from_onnx(self.onnx_model(), freeze_params=True)
+            assert not onnx_params
+        elif self.build is not None:
+            mod = self.build()
+        else:
+            mod = tvm.relay.parse(self.source, source_name=f"benchmarks/{self.name}", init_module=init)
         _, params = self.inputs()
         if params:
             arrays = {k: tvm.nd.array(v) for k, v in params.items()}
@@ -350,6 +362,147 @@ def mlp(batch: int) -> Workload:
     )
 
 
+# -- dynamic shapes -----------------------------------------------------------------------------
+
+
+def onnx_loop_rnn(hidden: int = 16, steps: int = 50) -> Workload:
+    """An ONNX ``Loop`` RNN emitting its hidden states as a scan output: TVM imports the scan
+    output as ``Tensor[(?, ?, ?), float32]``, grown by ``concatenate`` at every step."""
+    from relay_aot.testing import onnx_models
+
+    def make_inputs(rng):
+        _, inputs = onnx_models.loop_rnn(hidden)
+        values = inputs(steps)
+        return (values["M"], values["cond"], values["h0"]), {}
+
+    return Workload(
+        name=f"onnx_loop_rnn_h{hidden}",
+        description=f"ONNX Loop RNN with scan outputs, {steps} steps, hidden {hidden}",
+        source="",
+        make_inputs=make_inputs,
+        onnx_model=lambda: onnx_models.loop_rnn(hidden)[0],
+        dynamic=True,
+        depth=steps,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+_DECODER = """
+def @decode(%h: Tensor[(1, $hidden), float32], %out: Tensor[(?, 1), int32], %i: int32,
+            %w: Tensor[($hidden, $hidden), float32], %emb: Tensor[($vocab, $hidden), float32],
+            %proj: Tensor[($vocab, $hidden), float32]) -> Tensor[(?, 1), int32] {
+  if (greater_equal(%i, $steps)) {
+    %out
+  } else {
+    let %token = argmax(nn.dense(%h, %proj, units=$vocab), axis=[1], keepdims=True);
+    let %x = reshape(take(%emb, reshape(%token, newshape=[1]), axis=0), newshape=[1, $hidden]);
+    let %next = tanh(add(nn.dense(%h, %w, units=$hidden), %x));
+    @decode(%next, concatenate((%out, %token)), add(%i, 1), %w, %emb, %proj)
+  }
+}
+def @main(%h0: Tensor[(1, $hidden), float32], %w: Tensor[($hidden, $hidden), float32],
+          %emb: Tensor[($vocab, $hidden), float32], %proj: Tensor[($vocab, $hidden), float32]) -> Tensor[(?, 1), int32] {
+  @decode(%h0, zeros(shape=[0, 1], dtype="int32"), 0, %w, %emb, %proj)
+}
+"""
+
+
+def greedy_decoder(hidden: int = 16, vocab: int = 32, steps: int = 50) -> Workload:
+    """A greedy decoder that grows its output tokens by ``concatenate`` for ``steps`` steps."""
+
+    def make_inputs(rng):
+        scale = 1.0 / np.sqrt(hidden)
+        params = {"w": _uniform(rng, hidden, hidden, scale=scale), "emb": _uniform(rng, vocab, hidden),
+                  "proj": _uniform(rng, vocab, hidden, scale=scale)}
+        return (_uniform(rng, 1, hidden),), params
+
+    return Workload(
+        name=f"greedy_decoder_{steps}",
+        description=f"greedy decoder growing its output by concatenate, {steps} steps, hidden {hidden}",
+        source=_relay(_DECODER, hidden=hidden, vocab=vocab, steps=steps),
+        make_inputs=make_inputs,
+        dynamic=True,
+        depth=steps,
+    )
+
+
+def _tensor_array_lstm_module(hidden: int, steps: int) -> tvm.IRModule:
+    """An LSTM over ``steps`` inputs writing each hidden state into a Prelude tensor array,
+    then stacking it (what TVM's TF and PyTorch frontends emit for such loops)."""
+    mod = tvm.IRModule()
+    p = Prelude(mod)
+    array = p.get_global_var("tensor_array", "float32")
+    write = p.get_global_var("tensor_array_write", "float32")
+    stack = p.get_global_var("tensor_array_stack", "float32")
+    tensor2 = p.get_tensor_ctor("tensor2", "float32")
+    gates = 4 * hidden
+    f32 = "float32"
+
+    def weights():
+        return [relay.var("w_ih", shape=(gates, hidden), dtype=f32), relay.var("w_hh", shape=(gates, hidden), dtype=f32),
+                relay.var("bias", shape=(gates,), dtype=f32)]
+
+    loop = relay.GlobalVar("loop")
+    xs = relay.var("xs", shape=(steps, 1, hidden), dtype=f32)
+    i = relay.var("i", shape=(), dtype="int32")
+    h = relay.var("h", shape=(1, hidden), dtype=f32)
+    c = relay.var("c", shape=(1, hidden), dtype=f32)
+    ta = relay.var("ta")
+    w_ih, w_hh, bias = weights()
+    x = relay.take(xs, i, axis=0)
+    g = relay.split(relay.add(relay.add(relay.nn.dense(x, w_ih), relay.nn.dense(h, w_hh)), bias), 4, axis=1)
+    next_c = relay.add(relay.multiply(relay.sigmoid(g[1]), c), relay.multiply(relay.sigmoid(g[0]), relay.tanh(g[2])))
+    next_h = relay.multiply(relay.sigmoid(g[3]), relay.tanh(next_c))
+    next_h_var, next_c_var = relay.var("next_h"), relay.var("next_c")
+    step = loop(xs, relay.add(i, relay.const(1)), next_h_var, next_c_var, write(ta, i, tensor2(next_h_var)),
+                w_ih, w_hh, bias)
+    body = relay.If(relay.less(i, relay.const(steps)),
+                    relay.Let(next_c_var, next_c, relay.Let(next_h_var, next_h, step)), ta)
+    mod[loop] = relay.Function([xs, i, h, c, ta, w_ih, w_hh, bias], body)
+    xs = relay.var("xs", shape=(steps, 1, hidden), dtype=f32)
+    w_ih, w_hh, bias = weights()
+    zero = relay.zeros((1, hidden), f32)
+    mod["main"] = relay.Function([xs, w_ih, w_hh, bias],
+                                 stack(loop(xs, relay.const(0), zero, zero, array(relay.const(steps)), w_ih, w_hh, bias)))
+    return relay.transform.InferType()(mod)
+
+
+def tensor_array_lstm(hidden: int = 16, steps: int = 50) -> Workload:
+    """An LSTM writing its hidden states into a tensor array, then stacking it."""
+
+    def make_inputs(rng):
+        scale = 1.0 / np.sqrt(hidden)
+        params = {"w_ih": _uniform(rng, 4 * hidden, hidden, scale=scale),
+                  "w_hh": _uniform(rng, 4 * hidden, hidden, scale=scale), "bias": _uniform(rng, 4 * hidden, scale=scale)}
+        return (_uniform(rng, steps, 1, hidden),), params
+
+    return Workload(
+        name=f"tensor_array_lstm_h{hidden}",
+        description=f"LSTM over {steps} steps writing a tensor array, then stacking it, hidden {hidden}",
+        source="",
+        make_inputs=make_inputs,
+        build=lambda: _tensor_array_lstm_module(hidden, steps),
+        dynamic=True,
+        depth=steps,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+def mlp_dynamic_batch(batch: int) -> Workload:
+    """The MLP with a ``?`` batch dimension (one library for every batch), run at ``batch``."""
+    static = mlp(batch)
+    return dataclasses.replace(
+        static,
+        name=f"mlp_dyn_b{batch}",
+        description=f"MLP 784-256-256-10, batch ? (dynamic), run at batch {batch}",
+        source=static.source.replace(f"Tensor[({batch}, ", "Tensor[(?, "),
+        static=False,
+        dynamic=True,
+    )
+
+
 def all_workloads() -> list[Workload]:
     """Every workload of the suite, in report order."""
     return [
@@ -363,6 +516,11 @@ def all_workloads() -> list[Workload]:
         tree_lstm(16),
         mlp(1),
         mlp(64),
+        onnx_loop_rnn(16),
+        greedy_decoder(),
+        tensor_array_lstm(16),
+        mlp_dynamic_batch(1),
+        mlp_dynamic_batch(64),
     ]
 
 

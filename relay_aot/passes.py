@@ -173,6 +173,30 @@ def inline_pure_lets(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return mod
 
 
+class _BoundedTake(relay.ExprMutator):
+    def visit_call(self, call):
+        call = super().visit_call(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "take" and call.attrs.mode == "fast":
+            attrs = call.attrs
+            axis = None if attrs.axis is None else int(attrs.axis)
+            return relay.take(call.args[0], call.args[1], axis, int(attrs.batch_dims), mode="clip")
+        return call
+
+
+@tvm.transform.module_pass(opt_level=0, name="BoundedTake")
+def bounded_take(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """``take(..., mode="fast")`` becomes ``mode="clip"``.
+
+    TVM's ``fast`` mode promises no bounds check: an index out of range reads outside the
+    tensor (a crash or garbage). ``clip`` computes the same for every index in range and clamps
+    the others, so a program can never read memory it does not own (docs/guarantees.md).
+    """
+    updates = {gvar: _BoundedTake().visit(func) for gvar, func in mod.functions.items() if isinstance(func, relay.Function)}
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
 def _runtime_layout_transforms(mod: tvm.IRModule) -> int:
     """How many ``layout_transform`` calls of ``mod`` transform something other than a constant."""
     count = 0
@@ -251,7 +275,7 @@ def prepare(
     mod = prune(mod)
     mod = bind_params(mod, params)
     fuse_level = 0 if opt_level < 1 else 2
-    sequence = [relay.transform.InferType(), relay.transform.SimplifyInference()]
+    sequence = [relay.transform.InferType(), relay.transform.SimplifyInference(), bounded_take, relay.transform.InferType()]
     if opt_level >= 2:
         sequence.append(fold_constants)
     if opt_level >= 3 and target is not None:

@@ -168,10 +168,11 @@ def test_non_scalar_constants_of_every_dtype(backend):
 
 
 def test_compile_errors_name_the_problem():
-    x = relay.var("x", shape=(relay.Any(), 2), dtype="float32")
-    dynamic = tvm.IRModule.from_expr(relay.Function([x], relay.add(x, x)))
-    with pytest.raises(relay_aot.UnsupportedError, match="dynamic dimension"):
-        relay_aot.compile(dynamic)
+    n = tvm.tir.Var("n", "int64")
+    x = relay.var("x", shape=(n, 2), dtype="float32")
+    symbolic = tvm.IRModule.from_expr(relay.Function([x], relay.add(x, x)))
+    with pytest.raises(relay_aot.UnsupportedError, match="symbolic dimension n"):
+        relay_aot.compile(symbolic)
     fib = tvm.relay.parse(FIB_TEXT)
     with pytest.raises(relay_aot.UnsupportedError, match="cuda"):
         relay_aot.compile(fib, target="cuda")

@@ -49,7 +49,7 @@ _OPTIONS = {
     "": ["compile", "run", "show"],
     "compile": ["MODEL", "-o", "--name", "--params", "--backend", "--opt-level", "--input-shapes", "--format"],
     "run": ["LIBRARY", "--inputs", "--output", "--name"],
-    "show": ["MODEL", "--backend", "--name", "--params", "--input-shapes"],
+    "show": ["MODEL", "--backend", "--name", "--params", "--input-shapes", "--ir"],
 }
 
 
@@ -130,6 +130,17 @@ def test_show_python_backend(tmp_path):
     model.write_text(STRUCTURES)
     source = relay_aot_cli("show", model, "--backend", "python").stdout
     compile(source, "generated", "exec")  # it is Python
+
+
+def test_show_ir_prints_the_control_ir(tmp_path):
+    """`show --ir` prints the lowered control IR, one block per function, last uses marked."""
+    model = tmp_path / "structures.relay"
+    model.write_text(STRUCTURES)
+    env = dict(os.environ, CXX="/nonexistent/c++", RELAY_AOT_CACHE_DIR=str(tmp_path / "cache"))
+    text = relay_aot_cli("show", model, "--ir", env=env).stdout
+    assert re.search(r"^main f\d+\(", text, re.M) and re.search(r"^func f\d+ @main\(", text, re.M), text[:400]
+    assert "^" in text and "namespace" not in text
+    assert not (tmp_path / "cache").exists()
 
 
 def test_failures_exit_with_one_line(tmp_path):
@@ -252,16 +263,15 @@ def test_onnx_model_through_the_cli(tmp_path):
 
     x = np.random.default_rng(2).standard_normal((5, 4)).astype("float32")
     np.save(tmp_path / "x.npy", x)
-    missing = relay_aot_cli("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.so", check=False)
-    assert missing.returncode == 2
-    assert "input 'x' has the dynamic shape [batch,4]: give it with --input-shapes" in missing.stderr
-    relay_aot_cli("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "mlp.so", "--name", "mlp",
-                  "--input-shapes", "x:[5,4]")
-    relay_aot_cli("run", tmp_path / "mlp.so", "--inputs", tmp_path / "x.npy", "--output", tmp_path / "out.npz")
     expected = ReferenceEvaluator(model).run(None, {"x": x})
-    with np.load(tmp_path / "out.npz") as out:
-        np.testing.assert_allclose(out["result[0]"], expected[0], rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(out["result[1]"], expected[1], rtol=1e-5, atol=1e-6)
+    # with the batch given, and with it left dynamic (one library for every batch size)
+    for name, shapes in [("mlp", ["--input-shapes", "x:[5,4]"]), ("mlp_dyn", [])]:
+        wrote = relay_aot_cli("compile", tmp_path / "mlp.onnx", "-o", tmp_path / f"{name}.so", "--name", name, *shapes)
+        assert ("Tensor[(?, 4), float32]" in wrote.stdout) == (not shapes), wrote.stdout
+        relay_aot_cli("run", tmp_path / f"{name}.so", "--inputs", tmp_path / "x.npy", "--output", tmp_path / "out.npz")
+        with np.load(tmp_path / "out.npz") as out:
+            np.testing.assert_allclose(out["result[0]"], expected[0], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(out["result[1]"], expected[1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("shapes,message", [

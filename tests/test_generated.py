@@ -18,6 +18,8 @@ from relay_aot.testing import fuzz, oracle, strategies
 CASES = 8
 #: Batches per CI test; two tests run in parallel under xdist: 2 x 13 x 8 = 208 programs.
 BATCHES = 13
+#: Batches of programs with ``?`` dimensions.
+DYNAMIC_BATCHES = 5
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +28,14 @@ def reference():
         yield isolated
 
 
-def check_batches(reference, examples: int, fixed_seed=None):
-    """Check ``examples`` batches; assert the interpreter compared nearly every program."""
+def check_batches(reference, examples: int, fixed_seed=None, dynamic: bool = False):
+    """Check ``examples`` batches (with ``?`` dimensions if ``dynamic``); assert the interpreter
+    compared nearly every program."""
     totals = fuzz.Checked()
 
     @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck),
               phases=[Phase.generate])
-    @given(strategies.batches(cases=CASES))
+    @given(strategies.batches(cases=CASES, dynamic=dynamic))
     def check(program):
         totals.add(fuzz.check_program(program, reference))
 
@@ -50,6 +53,12 @@ def check_batches(reference, examples: int, fixed_seed=None):
 @pytest.mark.parametrize("part", [1, 2])
 def test_generated_programs_agree(reference, part):
     check_batches(reference, BATCHES, fixed_seed=part)
+
+
+def test_generated_dynamic_programs_agree(reference):
+    """Programs whose variables have ``?`` dimensions: dynamic kernels, shape functions and
+    entry checks on both backends, against the interpreter."""
+    check_batches(reference, DYNAMIC_BATCHES, fixed_seed=3, dynamic=True)
 
 
 @pytest.mark.slow

@@ -25,13 +25,14 @@ _SAFE = frozenset(
 def escape_comment(text: str) -> str:
     """``text`` made safe for a one-line comment in C++ or Python.
 
-    Keeps letters, digits, spaces and most punctuation; writes anything else (newlines,
-    backslashes, ``*``, ``/``, ``"``, ``?``, non-ASCII) as ``\\xNN`` byte escapes, so the result
-    cannot close a block comment, continue a line comment, or form a trigraph.
+    Keeps letters, digits, spaces and most punctuation, and a ``?`` that does not follow another
+    (a dimension of a dynamic shape); writes anything else (newlines, backslashes, ``*``, ``/``,
+    ``"``, a second ``?`` in a row, non-ASCII) as ``\\xNN`` byte escapes, so the result cannot
+    close a block comment, continue a line comment, or form a trigraph (``??x``).
     """
     out = []
-    for ch in text:
-        if ch in _SAFE:
+    for i, ch in enumerate(text):
+        if ch in _SAFE or (ch == "?" and (i == 0 or text[i - 1] != "?")):
             out.append(ch)
         else:
             out.extend(f"\\x{b:02x}" for b in ch.encode("utf-8"))

@@ -110,11 +110,18 @@ class BuildInputs:
     config: Config
 
     def key(self) -> str:
-        """The cache key: hash of sources, blobs, kernels, flags, settings, toolchain and versions."""
+        """The cache key: hash of sources, blobs, kernels, flags, settings, toolchain and versions.
+
+        The kernels' digest covers the Relay functions they come from, not the code that turns
+        them into TIR (schedules, shape functions and their checks): relay_aot's own code is
+        part of the key (``package_digest``), so a library is never reused by a relay_aot that
+        would have built other kernels.
+        """
 
         digest = hashlib.sha256()
         parts = [
             f"relay_aot {__version__}",
+            package_digest(),
             f"tvm {tvm.__version__}",
             self.flags.identity(),
             self.config.output_key(),

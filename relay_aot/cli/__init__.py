@@ -2,7 +2,7 @@
 
 ::
 
-    relay-aot compile MODEL -o out.so [--name N] [--params p.npz] [--input-shapes S] ...
+    relay-aot compile MODEL -o out.so [--name N] [--params p.npz] [--input-shapes S] [--c-header N.h] ...
     relay-aot run out.so [--inputs in.npz | --inputs a.npy b.npy ...] [--output out.npz]
     relay-aot show MODEL [--backend cpp|python] ...
 
@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import tempfile
+import tokenize
 import zipfile
 import zlib
 from pathlib import Path
@@ -152,10 +153,9 @@ def _read_onnx(path: Path, shapes: dict) -> tuple:
     if unknown:
         raise CliError(f"--input-shapes names {', '.join(unknown)}, but the model's inputs are {', '.join(inputs)}", 2)
     for name, value in inputs.items():
+        # An input without --input-shapes keeps the model's shape: a named or unknown dimension
+        # becomes ? (one library for every extent).
         dims = value.type.tensor_type.shape.dim
-        if name not in shapes and any(not d.HasField("dim_value") for d in dims):
-            spelled = ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
-            raise CliError(f"input {name!r} has the dynamic shape [{spelled}]: give it with --input-shapes \"{name}:[...]\"", 2)
         if name in shapes and len(shapes[name]) != len(dims):
             raise CliError(f"--input-shapes gives {name!r} {len(shapes[name])} dimensions, the model has {len(dims)}", 2)
     return relay.frontend.from_onnx(model, shape=shapes or None, freeze_params=True)
@@ -190,8 +190,10 @@ def _load_arrays(path: Path) -> dict:
     except PermissionError:
         raise CliError(f"{path}: permission denied") from None
     # numpy reports damaged files as any of these (an empty file is an EOFError; a damaged
-    # archive member a BadZipFile, a zlib.error or a KeyError).
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
+    # archive member a BadZipFile, a zlib.error or a KeyError; a damaged header, which numpy
+    # parses as a Python literal, a SyntaxError or a tokenize.TokenError).
+    except (OSError, ValueError, EOFError, KeyError, SyntaxError, tokenize.TokenError, zipfile.BadZipFile,
+            zlib.error) as err:
         detail = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CliError(f"{path}: not a NumPy .npy/.npz file ({detail})") from None
 
@@ -258,6 +260,8 @@ def cmd_compile(args) -> int:
     """``relay-aot compile``: build the model's shared library and write it to ``-o``."""
     import relay_aot
 
+    from .. import names
+
     if args.backend == "python":
         raise CliError("the python backend builds no shared library (its generated Python calls kernels "
                        "in the compiling process): compile with --backend cpp, or see its source with "
@@ -265,9 +269,13 @@ def cmd_compile(args) -> int:
     out = Path(args.output)
     if not out.parent.is_dir():
         raise CliError(f"-o {args.output}: directory {out.parent} does not exist")
+    if args.c_header and not Path(args.c_header).parent.is_dir():
+        raise CliError(f"--c-header {args.c_header}: directory {Path(args.c_header).parent} does not exist")
     compiled = relay_aot.compile(**_compile_args(args), verbose=args.verbose)
-    compiled.export_library(out)
+    compiled.export_library(out, c_header=args.c_header)
     print(f"wrote {out}: model {compiled.name}, {_signature_line(compiled.signature)}")
+    if args.c_header:
+        print(f"wrote {args.c_header}: the C API, {names.c_api(compiled.name, 'run')}")
     return 0
 
 
@@ -285,10 +293,10 @@ def cmd_run(args) -> int:
 
 
 def cmd_show(args) -> int:
-    """``relay-aot show``: print the source the model compiles to."""
-    from ..compiler import generate_source
+    """``relay-aot show``: print the source the model compiles to, or (``--ir``) its control IR."""
+    from ..compiler import generate_ir, generate_source
 
-    print(generate_source(**_compile_args(args)))
+    print(generate_ir(**_compile_args(args)) if args.ir else generate_source(**_compile_args(args)), end="")
     return 0
 
 
@@ -316,6 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "by tvm.runtime.load_module, relay_aot.load and TVM's C++ runtime.")
     _model_options(compile_)
     compile_.add_argument("-o", "--output", required=True, metavar="OUT.so", help="the library to write")
+    compile_.add_argument("--c-header", metavar="NAME.h",
+                          help="also write the C API's header (tvmgen_<name>.h convention: structs of "
+                          "input and output buffers and tvmgen_<name>_run; see docs/deployment.md)")
     compile_.add_argument("-v", "--verbose", action="store_true", help="show the C++ build's commands")
     compile_.set_defaults(run=cmd_compile)
 
@@ -331,8 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(run=cmd_run)
 
     show = commands.add_parser("show", help="print the source MODEL compiles to",
-                               description="Print the generated C++ (or Python) source of MODEL.")
+                               description="Print the generated C++ (or Python) source of MODEL, or its control IR.")
     _model_options(show)
+    show.add_argument("--ir", action="store_true",
+                      help="print the control IR both backends print (last uses marked ^) instead of the source")
     show.set_defaults(run=cmd_show)
     return parser
 
@@ -355,8 +368,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as err:  # noqa: BLE001 - sorted below: user-facing errors get one line
         if not _is_user_facing(err):
             raise
-        print(f"{PROG}: error: {_one_line(err)}", file=sys.stderr)
+        print(f"{PROG}: error: {_kind_and_line(err)}", file=sys.stderr)
         return 1
+
+
+def _kind_and_line(err: Exception) -> str:
+    """:func:`_one_line`, naming the kind of a compiled program's run-time failure."""
+    from ..errors import KernelError, MatchError, RecursionDepthError
+
+    line = _one_line(err)
+    kind = type(err).__name__
+    if isinstance(err, (KernelError, MatchError, RecursionDepthError, ZeroDivisionError)) and not line.startswith(kind):
+        return f"{kind}: {line}"
+    return line
 
 
 def _is_user_facing(err: Exception) -> bool:

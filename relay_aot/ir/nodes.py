@@ -13,8 +13,17 @@ ADT types keep their arguments so the Python layer can convert and check values.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, Union
+
+#: Statements, blocks and tail calls are numbered when made: analyses key facts on these
+#: numbers, which stay with a node when it is copied (``dataclasses.replace``), unlike ``id()``.
+_uids = itertools.count()
+
+
+def _uid() -> int:
+    return next(_uids)
 
 # ----------------------------------------------------------------------------------------
 # Types
@@ -24,12 +33,24 @@ class Type:
     """Base class of control-IR types."""
 
 
+#: A ``?`` dimension of a :class:`TensorType` (the same value in type tables and shape checks).
+ANY_DIM = -1
+
+
 @dataclass(frozen=True)
 class TensorType(Type):
-    """A tensor of static shape (``()`` for scalars) and dtype (``"float32"``, ``"bool"``, ...)."""
+    """A tensor of shape ``shape`` (``()`` for scalars) and dtype (``"float32"``, ``"bool"``, ...).
+
+    A dimension is an extent, or :data:`ANY_DIM` for Relay's ``?`` (any extent, known at run time).
+    """
 
     shape: tuple[int, ...]
     dtype: str
+
+    @property
+    def is_static(self) -> bool:
+        """Whether every dimension is known at compile time."""
+        return ANY_DIM not in self.shape
 
 
 @dataclass(frozen=True)
@@ -228,6 +249,7 @@ class Let(Stmt):
     var: Var
     rhs: Rhs
     note: str = ""  # the Relay construct this came from, for comments
+    uid: int = field(default_factory=_uid, compare=False, repr=False)
 
 
 @dataclass(eq=False)
@@ -235,6 +257,7 @@ class TailCall:
     """A self tail call: rebind the function's parameters to ``args`` and start over."""
 
     args: list[Var]
+    uid: int = field(default_factory=_uid, compare=False, repr=False)
 
 
 @dataclass(eq=False)
@@ -243,6 +266,7 @@ class Block:
 
     stmts: list[Stmt]
     result: Union[Var, TailCall]
+    uid: int = field(default_factory=_uid, compare=False, repr=False)
 
 
 @dataclass(eq=False)
@@ -346,6 +370,15 @@ ScalarExpr = Union[ScalarParam, ScalarConst, ScalarOp]
 
 
 @dataclass(frozen=True)
+class CopyForm:
+    """A kernel that only moves data (``kernels/copies.py``): ``kind`` and, per piece of the
+    output, the index of the kernel parameter it comes from."""
+
+    kind: str
+    params: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Kernel:
     """A compiled fused primitive function.
 
@@ -354,6 +387,10 @@ class Kernel:
     Relay result type (a tensor, or a tuple of tensors). ``scalar`` is set when every parameter
     and the result are 0-d and every operator is elementwise arithmetic, comparison, logic or
     cast: emitters may then compute it natively instead of calling the kernel.
+
+    ``shape_func`` is set when an input or output has a ``?`` dimension: the generated code calls
+    it first, allocates the outputs at the shapes it computed, then calls the kernel (as TVM's VM
+    does with ``invoke_tvm_op`` after ManifestAlloc).
     """
 
     index: int
@@ -364,6 +401,14 @@ class Kernel:
     result: Type
     ops: tuple[str, ...]
     scalar: Optional[ScalarExpr] = None  # the same computation on 0-d values, if expressible
+    #: For a kernel with ``?`` dimensions: the symbol of its shape function, which computes the
+    #: outputs' shapes (and checks the inputs' shapes agree) before they are allocated ...
+    shape_func: Optional[str] = None
+    #: ... and, per Relay parameter, what it reads of it (bits of kernels.shape_funcs.NEED_DATA,
+    #: NEED_SHAPE).
+    shape_states: tuple[int, ...] = ()
+    #: For a kernel with ``?`` dimensions that only moves data: how (C++ moves it with memcpy).
+    copy: Optional[CopyForm] = None
 
 
 @dataclass(frozen=True)
@@ -395,7 +440,7 @@ class Program:
 
 
 _FORMATTERS = {
-    TensorType: lambda t, adts: "Tensor[(" + ", ".join(str(d) for d in t.shape) + f"), {t.dtype}]",
+    TensorType: lambda t, adts: "Tensor[(" + ", ".join("?" if d == ANY_DIM else str(d) for d in t.shape) + f"), {t.dtype}]",
     TupleType: lambda t, adts: "(" + ", ".join(format_type(f, adts) for f in t.fields) + ")",
     AdtType: lambda t, adts: adts[t.adt].name + (f"[{', '.join(format_type(a, adts) for a in t.args)}]" if t.args else ""),
     FuncType: lambda t, adts: "fn(" + ", ".join(format_type(p, adts) for p in t.params) + ") -> " + format_type(t.ret, adts),

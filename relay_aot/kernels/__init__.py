@@ -25,6 +25,8 @@ from .. import ir, names
 from ..config import Config
 from ..errors import CompileError, UnsupportedError
 from .scalars import is_native_scalar, scalar_kernel
+from .copies import copy_form
+from .shape_funcs import ShapeFunc, make_shape_func
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
 
@@ -92,6 +94,7 @@ class KernelTable:
         self.lower_type = lower_type
         self.kernels: list[ir.Kernel] = []
         self._funcs: list[relay.Function] = []
+        self._shape_funcs: dict[int, ShapeFunc] = {}  # by kernel index
         self._by_hash: dict[int, list[tuple[relay.Function, ir.Kernel]]] = {}
 
     def add(self, func: relay.Function) -> ir.Kernel:
@@ -114,7 +117,22 @@ class KernelTable:
         fused = "fused_" + "_".join(dict.fromkeys(op.replace(".", "_") for op in ops))
         symbol = names.kernel_symbol(self.model, index, fused)
         scalar = scalar_kernel(func) if self.config.scalar_fast_path and is_native_scalar(result) else None
-        kernel = ir.Kernel(index, symbol, tuple(param_types), tuple(inputs), tuple(outputs), result, ops, scalar)
+        shape_func, states = None, ()
+        if not all(t.is_static for t in inputs + outputs):
+            try:
+                made = make_shape_func(func, symbol + "_shape")
+            except (ValueError, tvm.TVMError) as err:
+                # Outputs of static shape can be allocated without one (shape_of, reductions);
+                # dynamic ones cannot.
+                if not all(t.is_static for t in outputs):
+                    what = ", ".join(dict.fromkeys(ops)) or "no operators"
+                    raise UnsupportedError(f"no shape function for the fused kernel of {what}: {_first_line(err)}") from None
+            else:
+                self._shape_funcs[index] = made
+                shape_func, states = symbol + "_shape", made.states
+        copy = copy_form(func, result) if shape_func is not None else None
+        kernel = ir.Kernel(index, symbol, tuple(param_types), tuple(inputs), tuple(outputs), result, ops, scalar,
+                           shape_func, states, copy)
         self.kernels.append(kernel)
         self._funcs.append(func)
         return kernel
@@ -150,6 +168,9 @@ class KernelTable:
             for gvar, prim in cached.funcs.functions.items():
                 name = kernel.symbol if gvar.same_as(cached.prim_fn_var) else f"{kernel.symbol}_{gvar.name_hint}"
                 merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim, self.config.parallel_threshold).with_attr("global_symbol", name)
+            if kernel.shape_func is not None:
+                prim = self._shape_funcs[kernel.index].prim_func
+                merged[tvm.ir.GlobalVar(kernel.shape_func)] = prim.with_attr("global_symbol", kernel.shape_func)
             if progress is not None:
                 progress(done, len(self.kernels))
         return merged

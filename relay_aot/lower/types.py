@@ -79,11 +79,12 @@ class TypeLowering:
     def _tensor(self, ty, params):
         shape = []
         for dim in ty.shape:
-            if not isinstance(dim, tvm.tir.IntImm):
-                raise UnsupportedError(
-                    f"tensor type {ty} has a dynamic dimension; relay_aot compiles static shapes only"
-                )
-            shape.append(int(dim))
+            if isinstance(dim, tvm.tir.IntImm):
+                shape.append(int(dim))
+            elif isinstance(dim, tvm.tir.Any):
+                shape.append(ir.ANY_DIM)
+            else:
+                raise UnsupportedError(f"tensor type {ty} has the symbolic dimension {dim}; only extents and ? are supported")
         return ir.TensorType(tuple(shape), str(ty.dtype))
 
     def _tuple(self, ty, params):

@@ -194,14 +194,12 @@ py::object finish(int status, TVMValue ret, int ret_code, const py::object& make
 }
 
 /*!
- * \brief Call the packed C function at \p address (a library's entry point) on \p args.
- * \param kinds Python classes (NDArray, PackedFunc, Object) of TVM's FFI, and numpy's scalar base.
- * \param make_result A function (type_code, value_bits) -> Python object (TVM's return converters).
- * \param raise_error A function raising the Python exception for TVM's last error.
- * \return The result, or NotImplemented if an argument cannot be passed directly.
+ * \brief Pack \p args, run \p invoke(values, codes, count, ret, ret_code) without the GIL, and
+ *        convert its result: what both calls below share.
  */
-py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
-                const py::object& raise_error) {
+template <typename Invoke>
+py::object call_with(const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
+                     const py::object& raise_error, Invoke invoke) {
   Packed packed;
   if (!pack_args(args, Kinds(kinds), packed)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
   TVMValue ret;
@@ -212,28 +210,35 @@ py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds
     // Compiled code may run long, and may call back into Python (functions passed to the
     // program): let other threads run meanwhile.
     py::gil_scoped_release release;
-    status = reinterpret_cast<TVMBackendPackedCFunc>(address)(packed.values.data(), packed.codes.data(),
-                                                              static_cast<int>(packed.values.size()), &ret,
-                                                              &ret_code, nullptr);
+    status = invoke(packed.values.data(), packed.codes.data(), static_cast<int>(packed.values.size()), &ret, &ret_code);
   }
   return finish(status, ret, ret_code, make_result, raise_error);
+}
+
+/*!
+ * \brief Call the packed C function at \p address (a library's entry point) on \p args.
+ * \param kinds Python classes (NDArray, PackedFunc, Object) of TVM's FFI, and numpy's scalar base.
+ * \param make_result A function (type_code, value_bits) -> Python object (TVM's return converters).
+ * \param raise_error A function raising the Python exception for TVM's last error.
+ * \return The result, or NotImplemented if an argument cannot be passed directly.
+ */
+py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
+                const py::object& raise_error) {
+  auto entry = reinterpret_cast<TVMBackendPackedCFunc>(address);
+  return call_with(args, kinds, make_result, raise_error,
+                   [entry](TVMValue* values, int* codes, int count, TVMValue* ret, int* ret_code) {
+                     return entry(values, codes, count, ret, ret_code, nullptr);
+                   });
 }
 
 /*! \brief Call a TVM PackedFunc (by its handle) through TVM's C API: the Python backend's kernel calls. */
 py::object call_packed(uintptr_t handle, const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
                        const py::object& raise_error) {
-  Packed packed;
-  if (!pack_args(args, Kinds(kinds), packed)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-  TVMValue ret;
-  ret.v_int64 = 0;
-  int ret_code = kTVMNullptr;
-  int status;
-  {
-    py::gil_scoped_release release;
-    status = TVMFuncCall(reinterpret_cast<TVMFunctionHandle>(handle), packed.values.data(), packed.codes.data(),
-                         static_cast<int>(packed.values.size()), &ret, &ret_code);
-  }
-  return finish(status, ret, ret_code, make_result, raise_error);
+  auto func = reinterpret_cast<TVMFunctionHandle>(handle);
+  return call_with(args, kinds, make_result, raise_error,
+                   [func](TVMValue* values, int* codes, int count, TVMValue* ret, int* ret_code) {
+                     return TVMFuncCall(func, values, codes, count, ret, ret_code);
+                   });
 }
 
 /*! \brief A new, uninitialised CPU tensor (compiled code's allocator: one block, recycled per thread). */

@@ -12,6 +12,8 @@ and how errors are raised.
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 
 import numpy as np
@@ -35,8 +37,28 @@ def make_result(type_code: int, bits: int):
 
 
 def raise_last_error() -> None:
-    """Raise the Python exception for TVM's last error (as the ctypes FFI would)."""
-    tvm._ffi.base.raise_last_ffi_error()
+    """Raise the Python exception for TVM's last error (as the ctypes FFI would, see
+    :func:`plain_errors`)."""
+    with plain_errors():
+        tvm._ffi.base.raise_last_ffi_error()
+
+
+@contextlib.contextmanager
+def plain_errors():
+    """Errors of compiled code without the kind TVM's FFI leaves in front of their message.
+
+    Compiled code reports an error as ``"MatchError: no clause matched ..."``; TVM's FFI picks
+    the exception class from that prefix but keeps it in the message. The Python backend raises
+    the same class with the bare message; so do calls through this context.
+    """
+    try:
+        yield
+    except Exception as err:  # noqa: BLE001 - re-raised, as is or without its prefix
+        prefix = type(err).__name__ + ": "
+        text = str(err)
+        if not text.startswith(prefix):
+            raise
+        raise type(err)(text[len(prefix):]) from None
 
 
 def _make_error(kind: str, message: str) -> Exception:

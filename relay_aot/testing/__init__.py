@@ -84,7 +84,7 @@ def compare_outcomes(name: str, outcome: Outcome, base_name: str, base: Outcome,
 
 def _run_backend(mod, args, backend: Executor, compile_options) -> tuple[str, Outcome]:
     if isinstance(backend, str):
-        from .. import compile as aot_compile
+        from ..compiler import compile as aot_compile
 
         name = f"relay_aot {backend} backend"
         func = aot_compile(mod, backend=backend, **compile_options)  # compile errors propagate
@@ -141,21 +141,12 @@ def equivalence_report(
     return report
 
 
-def check_equivalence(
-    mod: tvm.IRModule,
-    args: Sequence[Any],
-    backends: Iterable[Executor] = ("cpp", "python"),
-    references: Iterable[str] = REFERENCES,
-    rtol: float = 1e-5,
-    atol: float = 1e-6,
-    expected: Optional[Any] = None,
-    isolate: Union[bool, IsolatedOracle] = False,
-    recursion_depth: Optional[int] = None,
-    **compile_options,
-) -> Any:
+def check_equivalence(mod: tvm.IRModule, args: Sequence[Any], **options) -> Any:
     """Run ``mod`` on relay_aot's backends and TVM's executors; raise :class:`Mismatch` on disagreement.
 
-    ``backends`` are backend names (compiled with ``compile_options``) or ``(name, callable)``
+    ``options`` are :func:`equivalence_report`'s: ``backends``, ``references``, ``rtol``,
+    ``atol``, ``expected``, ``isolate``, ``recursion_depth``, and options for
+    :func:`relay_aot.compile`. ``backends`` are backend names (compiled with ``compile_options``) or ``(name, callable)``
     pairs, e.g. an already compiled module. ``references`` are TVM executors; one that cannot
     run the program is skipped (the VM has no references; the interpreter overflows beyond
     :data:`~relay_aot.testing.oracle.INTERPRETER_MAX_DEPTH` levels of ``recursion_depth``, when the
@@ -169,5 +160,4 @@ def check_equivalence(
     normalized (None when the program raised everywhere); :func:`equivalence_report` returns
     what each executor did, skipped ones included.
     """
-    return equivalence_report(mod, args, backends, references, rtol, atol, expected, isolate, recursion_depth,
-                              **compile_options).value
+    return equivalence_report(mod, args, **options).value

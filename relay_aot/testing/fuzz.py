@@ -163,7 +163,7 @@ def check_lookalike(program: Program, **compile_options) -> bool:
     ``mod.astext()`` prints the same -- in the same cache: the look-alike must get a library of
     its own (a cache key that confuses them would run the first program). False when the
     program has no float constant to perturb."""
-    from .. import compile as aot_compile
+    from ..compiler import compile as aot_compile
 
     perturbed, changed = perturb_constants(program.module)
     if not changed:
@@ -199,6 +199,7 @@ def run_campaign(
     out_dir: Path,
     max_depth: int,
     max_size: int,
+    dynamic: bool = False,
 ) -> int:
     """Check ``examples`` batches of ``cases`` programs; write the first failure to ``out_dir``."""
     from hypothesis import HealthCheck, Phase, given, settings
@@ -220,7 +221,7 @@ def run_campaign(
             phases=[Phase.generate, Phase.shrink],
             print_blob=True,
         )
-        @given(batches(cases=cases, max_depth=max_depth, max_size=max_size))
+        @given(batches(cases=cases, max_depth=max_depth, max_size=max_size, dynamic=dynamic))
         def campaign(program):
             total.add(check_program(program, oracle, backends, references))
             batches_done[0] += 1
@@ -256,11 +257,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max-depth", type=int, default=4, help="expression nesting depth (default 4)")
     parser.add_argument("--max-size", type=int, default=60, help="expression nodes per program (default 60)")
     parser.add_argument("--out", type=Path, default=Path("fuzz-failures"), help="where failure reports go")
+    parser.add_argument("--dynamic", action="store_true", help="give about half the variables ? dimensions")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOPHUB_LOCATION", "NONE")
     return run_campaign(
         args.examples, args.cases, [b for b in args.backends.split(",") if b],
         [r for r in args.references.split(",") if r], args.seed, args.out, args.max_depth, args.max_size,
+        args.dynamic,
     )
 
 

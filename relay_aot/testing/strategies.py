@@ -220,8 +220,9 @@ class Generator:
     """Draws one module's worth of Relay from Hypothesis (``draw`` is ``data.draw``)."""
 
     def __init__(self, draw, max_depth: int = 4, max_size: int = 60, max_globals: int = 5,
-                 odd_names: bool = True):
+                 odd_names: bool = True, dynamic: bool = False):
         self.draw = draw
+        self.dynamic = dynamic
         self.max_depth = max_depth
         self.size_left = max_size
         self.max_globals = max_globals
@@ -275,7 +276,20 @@ class Generator:
         raise TypeError(ty)
 
     def var(self, ty, prefix: str = "x") -> relay.Var:
-        return relay.Var(self.name(prefix), self.relay_type(ty))
+        annotation = self.relay_type(ty)
+        if self.dynamic and self.flip(1, 2):
+            annotation = self.erase_dims(annotation)
+        return relay.Var(self.name(prefix), annotation)
+
+    def erase_dims(self, ty: relay.Type) -> relay.Type:
+        """``ty`` with some tensor dimensions made ``?`` (a variable's annotation, with
+        ``dynamic``): the values stay the same, their types become dynamic, and type inference
+        carries the ``?`` through everything computed from them."""
+        if isinstance(ty, relay.TensorType):
+            return relay.TensorType([relay.Any() if self.flip(1, 2) else d for d in ty.shape], ty.dtype)
+        if isinstance(ty, relay.TupleType):
+            return relay.TupleType([self.erase_dims(f) for f in ty.fields])
+        return ty
 
     # -- types -------------------------------------------------------------------------------
 
@@ -850,9 +864,10 @@ class Generator:
 
 
 def generate(draw, cases: int = 1, max_depth: int = 4, max_size: int = 60, max_adts: int = 2,
-             odd_names: bool = True) -> Program:
-    """Draw a module with ``cases`` independent programs, called from ``@main``."""
-    gen = Generator(draw, max_depth=max_depth, max_size=max_size * cases, odd_names=odd_names)
+             odd_names: bool = True, dynamic: bool = False) -> Program:
+    """Draw a module with ``cases`` independent programs, called from ``@main``; with
+    ``dynamic``, about half the variables' tensor annotations have ``?`` dimensions."""
+    gen = Generator(draw, max_depth=max_depth, max_size=max_size * cases, odd_names=odd_names, dynamic=dynamic)
     gen.choose_palette()
     gen.define_adts(draw(st.integers(0, max_adts)))
     built = []
@@ -876,16 +891,17 @@ def generate(draw, cases: int = 1, max_depth: int = 4, max_size: int = 60, max_a
 
 
 @st.composite
-def programs(draw, max_depth: int = 4, max_size: int = 60, max_adts: int = 2, odd_names: bool = True) -> Program:
+def programs(draw, max_depth: int = 4, max_size: int = 60, max_adts: int = 2, odd_names: bool = True,
+             dynamic: bool = False) -> Program:
     """A random well-typed module (one program) with arguments for ``@main``."""
-    return generate(draw, 1, max_depth, max_size, max_adts, odd_names)
+    return generate(draw, 1, max_depth, max_size, max_adts, odd_names, dynamic)
 
 
 @st.composite
 def batches(draw, cases: int = 8, max_depth: int = 4, max_size: int = 60, max_adts: int = 2,
-            odd_names: bool = True) -> Program:
+            odd_names: bool = True, dynamic: bool = False) -> Program:
     """``cases`` independent random programs in one module; ``@main`` returns their results."""
-    return generate(draw, cases, max_depth, max_size, max_adts, odd_names)
+    return generate(draw, cases, max_depth, max_size, max_adts, odd_names, dynamic)
 
 
 # ----------------------------------------------------------------------------------------

@@ -34,6 +34,9 @@
 
 namespace relay_aot {
 
+/*! \brief A ? dimension in a type's shape: any extent (relay_aot.ir.ANY_DIM). */
+constexpr int64_t kAnyDim = -1;
+
 /*! \brief What kind of value a type describes. */
 enum class Kind : int8_t { kAny, kTensor, kTuple, kAdt, kFunc, kRef };
 
@@ -150,7 +153,8 @@ inline void check_value(const ObjectRef& value, int type, const TypeDesc* table,
           fail("TypeError", detail::describe(obj));
         }
         bool same = dl.ndim == desc.ndim;
-        for (int i = 0; same && i < desc.ndim; ++i) same = dl.shape[i] == desc.shape[i];
+        // A ? dimension (kAnyDim) accepts every extent; a static one must match.
+        for (int i = 0; same && i < desc.ndim; ++i) same = desc.shape[i] == kAnyDim || dl.shape[i] == desc.shape[i];
         if (!same) fail("ValueError", detail::describe(obj));
         break;
       }

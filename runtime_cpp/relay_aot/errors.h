@@ -29,13 +29,6 @@ class Error : public std::runtime_error {
   throw Error("MatchError", std::string("no clause matched the value in ") + where);
 }
 
-/*! \brief A kernel returned an error code; TVM keeps its message as the last error. */
-[[noreturn]] inline void raise_kernel_failure(const char* kernel) {
-  const char* detail = TVMGetLastError();
-  throw Error("KernelError", std::string("kernel ") + kernel + " failed: " +
-                                 (detail != nullptr ? detail : "(no message)"));
-}
-
 /*! \brief A caller handed a value that does not fit the program's types. */
 [[noreturn]] inline void raise_type_error(const std::string& message) {
   throw Error("TypeError", message);

@@ -13,6 +13,7 @@
 #include <tvm/runtime/ndarray.h>
 
 #include <initializer_list>
+#include <string>
 #include <type_traits>
 
 #include "errors.h"
@@ -41,12 +42,28 @@ inline DLTensor* arg(const ObjectRef& tensor) {
   return &static_cast<NDArray::Container*>(const_cast<Object*>(tensor.get()))->dl_tensor;
 }
 
+namespace detail {
+
 /*!
- * \brief Run kernel \p fn on \p tensors (inputs, then outputs, flattened).
- * \param name The kernel's symbol, for the error message.
+ * \brief Raise KernelError for kernel \p name, naming the shapes of the \p count tensors at
+ *        \p tensors: a kernel with `?` dimensions fails on arguments whose shapes do not fit.
  */
+[[noreturn]] inline void raise_kernel_failure_on(const char* name, DLTensor* const* tensors, int count) {
+  std::string shapes;
+  for (int i = 0; i < count; ++i) {
+    const DLTensor* t = tensors[i];
+    shapes += i ? ", (" : "(";
+    for (int d = 0; d < t->ndim; ++d) shapes += (d ? ", " : "") + std::to_string(t->shape[d]);
+    shapes += t->ndim == 1 ? ",)" : ")";
+  }
+  const char* detail = TVMGetLastError();
+  throw Error("KernelError", std::string("kernel ") + name + " failed on arguments of shapes " + shapes + ": " +
+                                 (detail != nullptr ? detail : "(no message)"));
+}
+
+/*! \brief Call \p fn on \p tensors through the packed convention; the status it returns. */
 template <typename... Tensors>
-inline void call_kernel(KernelFn fn, const char* name, Tensors... tensors) {
+inline int call_packed_c(KernelFn fn, Tensors... tensors) {
   constexpr int kCount = sizeof...(Tensors);
   static_assert((std::is_same_v<Tensors, DLTensor*> && ...), "kernel arguments are DLTensor pointers");
   TVMValue values[kCount];
@@ -55,7 +72,32 @@ inline void call_kernel(KernelFn fn, const char* name, Tensors... tensors) {
   ((values[i].v_handle = tensors, codes[i++] = kTVMDLTensorHandle), ...);
   TVMValue ret;
   int ret_code = kTVMNullptr;
-  if (fn(values, codes, kCount, &ret, &ret_code, nullptr) != 0) raise_kernel_failure(name);
+  return fn(values, codes, kCount, &ret, &ret_code, nullptr);
+}
+
+}  // namespace detail
+
+/*!
+ * \brief Run kernel \p fn on \p tensors (inputs, then outputs, flattened).
+ * \param name The kernel's symbol, for the error message.
+ */
+template <typename... Tensors>
+inline void call_kernel(KernelFn fn, const char* name, Tensors... tensors) {
+  if (detail::call_packed_c(fn, tensors...) != 0) {
+    DLTensor* all[] = {tensors...};
+    detail::raise_kernel_failure_on(name, all, sizeof...(Tensors));
+  }
+}
+
+/*!
+ * \brief Run the shape function \p fn of kernel \p name on \p args (data, shapes, outputs);
+ *        a failure (inputs whose shapes do not fit together) names the kernel's \p inputs.
+ */
+template <typename... Args>
+inline void call_shape_function(KernelFn fn, const char* name, std::initializer_list<DLTensor*> inputs, Args... args) {
+  if (detail::call_packed_c(fn, args...) != 0) {
+    detail::raise_kernel_failure_on(name, inputs.begin(), static_cast<int>(inputs.size()));
+  }
 }
 
 }  // namespace relay_aot

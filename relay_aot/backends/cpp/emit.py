@@ -18,7 +18,7 @@ the model and has hidden visibility, so only the model-prefixed entry points are
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import tvm
 
@@ -27,8 +27,10 @@ from ...dispatch import dispatch
 from ...ir.liveness import last_uses
 from ...ir.typetable import TypeTable
 from ...kernels.scalar_ops import SCALAR_OPS, spelling
+from ...kernels.copies import CONCAT_FLAT
+from ...kernels.shape_funcs import NEED_DATA, NEED_SHAPE
 from ...kernels.scalars import NATIVE_DTYPES, hex_literal, is_native_scalar, scalar_operand_dtype
-from ...runtime.metadata import Signature
+from ...ir.signature import Signature
 from ..emitter import Emitter, cpp_string_literal, escape_comment
 
 _CTYPES = {
@@ -170,7 +172,7 @@ class CppEmitter:
     def __init__(self, program: ir.Program, model: str, constants_file: Optional[str]):
         self.program = program
         self.model = model
-        self.namespace = f"{model}_relay_aot"
+        self.namespace = names.model_namespace(model)
         self.constants_file = constants_file
         self.functions = {f.id: f for f in program.functions}
         self._stmts = ir.bind_handlers(self, ir.STATEMENT_HANDLERS)
@@ -191,7 +193,7 @@ class CppEmitter:
         """Number every output shape and every type checked at the boundary, before printing."""
         for kernel in self.program.kernels:
             for out in kernel.outputs:
-                if not is_native_scalar(out):
+                if not is_native_scalar(out) and out.is_static:
                     self.shapes.setdefault(out.shape, len(self.shapes))
         for p in self.program.params:
             self.types.index(p.type)
@@ -220,6 +222,8 @@ class CppEmitter:
             for k in called:
                 e.decl_comment(f"k{k.index}: " + ", ".join(k.ops))
                 e.decl(f"int {k.symbol}(TVMValue*, int*, int, TVMValue*, int*, void*);")
+                if k.shape_func is not None:
+                    e.decl(f"int {k.shape_func}(TVMValue*, int*, int, TVMValue*, int*, void*);")
             e.decl('}  // extern "C"')
             e.decl()
         e.decl(f"namespace {self.namespace} {{")
@@ -339,7 +343,7 @@ class CppEmitter:
         """
         if is_native_scalar(v.type):
             return boxed(v)
-        return f"std::move({var(v)})" if (id(node), v.id) in self.last else var(v)
+        return f"std::move({var(v)})" if (node.uid, v.id) in self.last else var(v)
 
     @staticmethod
     def typed_param(ty: ir.Type, name: str = "") -> str:
@@ -370,7 +374,7 @@ class CppEmitter:
             dispatch(self._stmts, stmt, what="statement")
         if isinstance(block.result, ir.TailCall):
             self.emit_tail_call(block.result)
-        elif (id(block), block.result.id) in self.last and not is_native_scalar(block.result.type):
+        elif (block.uid, block.result.id) in self.last and not is_native_scalar(block.result.type):
             on_result(block.result, moved=True)
         else:
             on_result(block.result)
@@ -382,7 +386,7 @@ class CppEmitter:
         changed = [(i, p, a) for i, (p, a) in enumerate(zip(params, call.args)) if a is not p]
         e.line("{", comment="self tail call")
         for i, p, a in changed:
-            moved = (id(call), a.id) in self.last and not is_native_scalar(a.type)
+            moved = (call.uid, a.id) in self.last and not is_native_scalar(a.type)
             value = f"std::move({var(a)})" if moved else var(a)
             e.line(f"{ctype(p.type)} t{i} = {convert(value, a.type, p.type)};")
         for i, p, a in changed:
@@ -471,25 +475,58 @@ class CppEmitter:
             e.line(f"{ctype(v.type)} {var(v)} = {value};", comment=note)
             return
         inputs: list[str] = []
+        per_param: list[list[str]] = []
         for arg, ptype in zip(rhs.args, kernel.params):
-            self.flatten(var(arg), arg.type, ptype, inputs)
+            flat: list[str] = []
+            self.flatten(var(arg), arg.type, ptype, flat)
+            per_param.append(flat)
+            inputs.extend(flat)
         single = isinstance(kernel.result, ir.TensorType)
         outputs = [var(v)] if single else [f"{var(v)}_{j}" for j in range(len(kernel.outputs))]
         e.comment(note)
+        if kernel.shape_func is not None:
+            self.shape_function_call(kernel, per_param, outputs)
         out_args = []
         for name, out in zip(outputs, kernel.outputs):
             if is_native_scalar(out):
                 e.line(f"{ctype(out)} {name};")
                 out_args.append(f"scalar_arg(&{name}).get()")
             else:
-                shape = f"shapes()[{self.shapes[out.shape]}]"
-                e.line(f"NDArray {name} = alloc_tensor({shape}, {dtype_literal(out.dtype)});", comment=str(out.shape))
+                static = f"shapes()[{self.shapes[out.shape]}]" if out.is_static else None
+                if kernel.shape_func is None:
+                    shape = static
+                else:  # the shape computed, checked against the static one if there is one
+                    expected = f", &{static}" if static else ""
+                    shape = f"{name}_shape.shape({cpp_string_literal(kernel.symbol)}{expected})"
+                e.line(f"NDArray {name} = alloc_tensor({shape}, {dtype_literal(out.dtype)});", comment=str(out.shape) if out.is_static else ir.format_type(out, ()))
                 out_args.append(f"arg({name})")
         call_args = ", ".join(inputs + out_args)
-        e.line(f"call_kernel(&{kernel.symbol}, {cpp_string_literal(kernel.symbol)}, {call_args});")
+        call = f"call_kernel(&{kernel.symbol}, {cpp_string_literal(kernel.symbol)}, {call_args});"
+        if kernel.copy is None:
+            e.line(call)
+        else:  # data movement: memcpy where the form applies at run time, else the kernel
+            pieces = [per_param[i][0] for i in kernel.copy.params]
+            copied = (f"concat_flat({out_args[0]}, {{{', '.join(pieces)}}})" if kernel.copy.kind == CONCAT_FLAT
+                      else f"copy_if_same_shape({out_args[0]}, {pieces[0]})")
+            e.line(f"if (!{copied}) {call}")
         if not single:
             rest = iter(zip(outputs, kernel.outputs))
             e.line(f"ADT {var(v)} = {self.rebuild(kernel.result, rest)};")
+
+    def shape_function_call(self, kernel: ir.Kernel, per_param: list[list[str]], outputs: list[str]) -> None:
+        """Run the shape function of a kernel with ``?`` dimensions into one ``ShapeOutput``
+        per output: each parameter's tensors as data, as shapes, or both (``shape_states``)."""
+        args: list[str] = []
+        for flat, state in zip(per_param, kernel.shape_states):
+            if state & NEED_DATA:
+                args.extend(flat)
+            if state & NEED_SHAPE:
+                args.extend(f"shape_of({a}).get()" for a in flat)
+        for name, out in zip(outputs, kernel.outputs):
+            self.out.line(f"ShapeOutput<{len(out.shape)}> {name}_shape;")
+            args.append(f"{name}_shape.arg()")
+        inputs = ", ".join(a for flat in per_param for a in flat)
+        self.out.line(f"call_shape_function(&{kernel.shape_func}, {cpp_string_literal(kernel.symbol)}, {{{inputs}}}, {', '.join(args)});")
 
     def flatten(self, expr: str, src: ir.Type, ty: ir.Type, out: list[str]) -> None:
         """Append the kernel arguments for ``expr`` (a tensor or nested tuple of tensors)."""
@@ -518,7 +555,7 @@ class CppEmitter:
 
     def _make_adt(self, rhs: ir.MakeAdt, stmt: ir.Let) -> None:
         ctor = self.program.adts[rhs.adt].ctors[rhs.ctor]
-        fields = [self.use(f, stmt) for f in rhs.fields]  # before the copy below: liveness keys on the node
+        fields = [self.use(f, stmt) for f in rhs.fields]
         self.define(dataclasses.replace(stmt, note=ctor.name), f"make_adt({', '.join([str(ctor.tag)] + fields)})")
 
     def _make_closure(self, rhs: ir.MakeClosure, stmt: ir.Let) -> None:
@@ -653,7 +690,7 @@ class CppEmitter:
         )
         signature = Signature.of_program(self.program, self.model).to_json().encode()
         e.line()
-        e.comment("The program's signature as JSON (see relay_aot/metadata.py).")
+        e.comment("The program's signature as JSON (see relay_aot/ir/signature.py).")
         e.line(f"const char kMetadata[{len(signature)}] = {{")
         for start in range(0, len(signature), 24):
             e.line(", ".join(str(b) for b in signature[start : start + 24]) + ",")
@@ -731,17 +768,18 @@ def emit_cpp(
 VERSION_SCRIPT = "exports.map"
 
 
-def version_script(model: str) -> str:
+def version_script(model: str, extra: Sequence[str] = ()) -> str:
     """The linker version script: what the library of ``model`` exports; everything else is local.
 
     Exported: the entry and metadata functions, the kernels (``<model>_k*``, so
     ``load_module(path)[kernel]`` works as for any TVM library) and TVM's loader protocol
-    symbols (``names.TVM_LOADER_SYMBOLS``). This hides what would otherwise leak with default
+    symbols (``names.TVM_LOADER_SYMBOLS``), and the ``extra`` names (the C API's, see
+    ``capi.py``). This hides what would otherwise leak with default
     visibility -- libstdc++ template instantiations from TVM's headers, LLVM's float16 helpers
     in the kernel object -- so every exported name but the protocol's carries the model prefix.
     Exact names are quoted (no globbing, and a model may be called ``local``).
     """
-    exact = [model, names.metadata_symbol(model), *names.TVM_LOADER_SYMBOLS]
+    exact = [model, names.metadata_symbol(model), *names.TVM_LOADER_SYMBOLS, *extra]
     lines = [f"/* Generated by relay_aot: the symbols the library of model {model} exports. */", "{", "  global:"]
     lines += [f'    "{symbol}";' for symbol in exact]
     lines += [f"    {model}_{names.KERNEL}*;", "  local:", "    *;", "};", ""]

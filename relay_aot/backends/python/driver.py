@@ -13,7 +13,7 @@ from ... import names
 from ...errors import UnsupportedError
 from ...request import Request
 from ...runtime import CompiledModule
-from ...runtime.metadata import Signature
+from ...ir.signature import Signature
 from .emit import emit_python
 
 

@@ -25,13 +25,14 @@ from ... import ir, names
 from ...dispatch import dispatch
 from ...kernels.scalar_ops import SCALAR_OPS, spelling
 from ...kernels.scalars import is_native_scalar, scalar_operand_dtype
+from ...kernels.shape_funcs import NEED_DATA, NEED_SHAPE
 from ...version import __version__
 from ..emitter import Emitter
 
 #: Runtime helpers the generated source imports from ``relay_aot.backends.python.runtime``.
 _HELPERS = (
     "Adt", "box", "call_guarded", "call_kernel", "copy_tensor", "empty", "export_value", "import_value", "integer",
-    "match_failure", "truthy", "unbox",
+    "match_failure", "output_shapes", "shape_of", "truthy", "unbox",
 )
 
 
@@ -99,6 +100,8 @@ class PythonEmitter:
                 f"{names.KERNEL}{k.index} = {names.PY_KERNEL_MODULE}[{k.symbol!r}]",
                 comment=", ".join(k.ops) or "no operators",
             )
+            if k.shape_func is not None:
+                e.line(f"{names.KERNEL}{k.index}_shape = {names.PY_KERNEL_MODULE}[{k.shape_func!r}]")
 
     def emit_entry(self) -> None:
         """``main(*args)``: the program's entry, on TVM runtime values."""
@@ -236,14 +239,29 @@ class PythonEmitter:
             self.out.line(f"{var(v)} = {self.scalar_expr(kernel.scalar, [var(a) for a in rhs.args])}", comment=note)
             return
         inputs: list[str] = []
+        per_param: list[list[str]] = []
         for arg, ptype in zip(rhs.args, kernel.params):
-            self.flatten(var(arg), ptype, inputs)
+            flat: list[str] = []
+            self.flatten(var(arg), ptype, flat)
+            per_param.append(flat)
+            inputs.extend(flat)
         single = isinstance(kernel.result, ir.TensorType)
         outputs = [var(v)] if single else [f"{var(v)}_{j}" for j in range(len(kernel.outputs))]
         tensors = [f"{name}_out" if is_native_scalar(out) else name for name, out in zip(outputs, kernel.outputs)]
         e.comment(note)
-        for name, out in zip(tensors, kernel.outputs):
-            e.line(f"{name} = empty({_tuple_expr([str(d) for d in out.shape])}, {out.dtype!r})")
+        if kernel.shape_func is not None:
+            args: list[str] = []
+            for flat, state in zip(per_param, kernel.shape_states):
+                if state & NEED_DATA:
+                    args.extend(flat)
+                if state & NEED_SHAPE:
+                    args.extend(f"shape_of({a})" for a in flat)
+            ranks = _tuple_expr([_tuple_expr([str(d) for d in out.shape]) for out in kernel.outputs])
+            e.line(f"{var(v)}_shapes = output_shapes({names.KERNEL}{kernel.index}_shape, {kernel.symbol!r}, "
+                   f"[{', '.join(inputs)}], [{', '.join(args)}], {ranks})")
+        for j, (name, out) in enumerate(zip(tensors, kernel.outputs)):
+            shape = f"{var(v)}_shapes[{j}]" if kernel.shape_func is not None else _tuple_expr([str(d) for d in out.shape])
+            e.line(f"{name} = empty({shape}, {out.dtype!r})")
         e.line(f"call_kernel({names.KERNEL}{kernel.index}, {kernel.symbol!r}, {', '.join(inputs + tensors)})")
         for name, tensor, out in zip(outputs, tensors, kernel.outputs):
             if name != tensor:

@@ -114,13 +114,51 @@ def call_kernel(kernel: Callable, symbol: str, *tensors: tvm.nd.NDArray) -> None
     """Run a compiled kernel on its inputs and preallocated outputs.
 
     Through TVM's C API directly (``_fastcall``: a ctypes call costs microseconds, more than a
-    small kernel's work).
+    small kernel's work). A failure names the arguments' shapes, as the C++ runtime does
+    (``kernel.h``): kernels with ``?`` dimensions fail on shapes that do not fit together.
     """
     try:
         if fastcall.call_packed(kernel, tensors) is NotImplemented:
             kernel(*tensors)
     except tvm.error.TVMError as err:
-        raise KernelError(f"kernel {symbol} failed: {err}") from None
+        raise _kernel_failure(symbol, tensors, err) from None
+
+
+def _kernel_failure(symbol: str, tensors, err: Exception) -> KernelError:
+    """The error of a kernel that failed, naming its arguments' shapes (as ``kernel.h`` does)."""
+    shapes = ", ".join(str(tuple(int(d) for d in t.shape)) for t in tensors)
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    detail = lines[-1].removeprefix("TVMError: ") if lines else type(err).__name__
+    return KernelError(f"kernel {symbol} failed on arguments of shapes {shapes}: {detail}")
+
+
+_ZERO_SHAPE = np.zeros((), "int64")
+
+
+def shape_of(tensor: tvm.nd.NDArray) -> tvm.nd.NDArray:
+    """The shape of ``tensor`` as a shape function's input: int64[ndim] (0-d int64 for 0-d)."""
+    shape = tensor.shape
+    return tvm.nd.array(np.array(shape, "int64") if shape else _ZERO_SHAPE)
+
+
+def output_shapes(shape_func: Callable, kernel: str, inputs: list, args: list, types: tuple) -> list:
+    """Run the shape function of ``kernel`` (a kernel with ``?`` dimensions) on ``args``: the
+    shapes of its outputs, of the shapes ``types`` (-1 for ``?``), as ``shape.h`` does in C++.
+    A failure names the shapes of the kernel's ``inputs``."""
+    outs = [empty((len(shape),), "int64") for shape in types]
+    try:
+        if fastcall.call_packed(shape_func, (*args, *outs)) is NotImplemented:
+            shape_func(*args, *outs)
+    except tvm.error.TVMError as err:
+        raise _kernel_failure(kernel, inputs, err) from None
+    shapes = [tuple(int(d) for d in out.numpy()) for out in outs]
+    for shape, expected in zip(shapes, types):
+        if any(d < 0 or (e != -1 and d != e) for d, e in zip(shape, expected)):
+            message = f"kernel {kernel} would make a tensor of shape {shape}"
+            if -1 not in expected:
+                message += f" where its type says {expected}"
+            raise ValueError(message)
+    return shapes
 
 
 def call_guarded(func: Callable, args) -> Any:

@@ -1,0 +1,64 @@
+"""Kernels that only move data, recognised so that compiled code can move it with ``memcpy``.
+
+A kernel over ``?`` dimensions computes every index with divisions by shape variables; for a
+kernel that only copies, that is most of its time (the scan output of an ONNX ``Loop`` is
+concatenated with one more row at every step). Two forms are recognised:
+
+* :data:`CONCAT_FLAT` -- ``concatenate`` along an axis before which every output dimension is
+  1, of parameters reached through layout-preserving operators only (``copy``, ``reshape``,
+  ``expand_dims``, ``squeeze``): the output is the parameters' bytes one after another;
+* :data:`SAME_SHAPE_COPY` -- ``broadcast_to``/``dyn.broadcast_to`` of a parameter: when the
+  shape computed at run time is the parameter's own, the output is a copy of it.
+
+``Kernel.copy`` holds the form and the parameter index of each piece. The C++ backend moves the
+bytes itself (``shape.h``) and calls the kernel only when a form does not apply at run time; the
+kernel is always built, and the Python backend always calls it: both compute the same values.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import tvm
+from tvm import relay
+
+from .. import ir
+
+CONCAT_FLAT = "concat_flat"
+SAME_SHAPE_COPY = "same_shape_copy"
+
+#: Operators whose output holds the input's elements in the same order.
+_LAYOUT_PRESERVING = {"copy", "reshape", "expand_dims", "squeeze"}
+
+
+def _param_through_views(expr: relay.Expr, params: list) -> Optional[int]:
+    """The index of the parameter ``expr`` is a view of, or None."""
+    while isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in _LAYOUT_PRESERVING:
+        expr = expr.args[0]
+    for index, param in enumerate(params):
+        if expr.same_as(param) and isinstance(param.checked_type, relay.TensorType):
+            return index
+    return None
+
+
+def copy_form(func: relay.Function, result: ir.Type) -> Optional[ir.CopyForm]:
+    """The data-movement form of primitive function ``func`` (result type ``result``), if any."""
+    body = func.body
+    if not (isinstance(body, relay.Call) and isinstance(body.op, tvm.ir.Op) and isinstance(result, ir.TensorType)):
+        return None
+    params = list(func.params)
+    name = body.op.name
+    if name == "concatenate" and isinstance(body.args[0], relay.Tuple):
+        axis = int(body.attrs.axis)
+        rank = len(result.shape)
+        axis = axis + rank if axis < 0 else axis
+        if any(d != 1 for d in result.shape[:axis]):
+            return None
+        pieces = [_param_through_views(f, params) for f in body.args[0].fields]
+        if None in pieces:
+            return None
+        return ir.CopyForm(CONCAT_FLAT, tuple(pieces))
+    if name in ("broadcast_to", "dyn.broadcast_to"):
+        sources = [i for i, p in enumerate(params) if body.args[0].same_as(p)]  # the parameter itself
+        return ir.CopyForm(SAME_SHAPE_COPY, (sources[0],)) if sources else None
+    return None

@@ -1,0 +1,283 @@
+"""Shape functions of primitive functions with ``?`` dimensions, the way TVM's VM makes them.
+
+A kernel whose result has a ``?`` dimension cannot be given an output buffer until its output
+shape is known. TVM's VM compiler gets that shape from a *shape function*: a small TE program,
+derived from the fused primitive function by composing the ``FShapeFunc`` registered for each
+operator, that reads the shapes (or, for data-dependent operators such as ``arange`` or
+``dyn.reshape``, the values) of the kernel's inputs and writes the shape of each output. This
+module is a port of TVM's ``MakeShapeFunc`` (``src/relay/backend/te_compiler_cache.cc``), which
+TVM 0.19 does not expose to Python.
+
+Calling convention of the PrimFunc (per flattened parameter tensor, in order): for a parameter
+whose data the shape function reads (:attr:`ShapeFunc.states` bit 1), the tensor itself; for one
+whose shape it reads (bit 2), its shape as an ``int64[ndim]`` tensor (0-d ``int64`` for a 0-d
+tensor); then one ``int64[rank]`` output per flattened result tensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tvm
+from tvm import relay, te
+from tvm.relay.op._tensor import elemwise_shape_func
+from tvm.te.hybrid import script
+
+#: Bits of a parameter's state, as TVM's ``ShapeFuncParamState``.
+NEED_DATA = 1
+NEED_SHAPE = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeFunc:
+    """A lowered shape function: its PrimFunc and what it reads of each parameter."""
+
+    prim_func: tvm.tir.PrimFunc
+    #: Per Relay parameter: NEED_DATA | NEED_SHAPE bits (0: not read).
+    states: tuple[int, ...]
+
+
+def _flat_tensor_types(ty: relay.Type) -> list[relay.TensorType]:
+    if isinstance(ty, relay.TupleType):
+        return [t for f in ty.fields for t in _flat_tensor_types(f)]
+    return [ty]
+
+
+def _te_shape(shape) -> list:
+    """A Relay shape for TE: constants as int32, ``?`` as a size variable (as TVM's GetShape)."""
+    out = []
+    for dim in shape:
+        if isinstance(dim, tvm.tir.IntImm):
+            out.append(tvm.tir.IntImm("int32", dim.value))
+        elif isinstance(dim, tvm.tir.Any):
+            out.append(tvm.tir.SizeVar("any_dim", "int32"))
+        else:
+            out.append(dim)
+    return out
+
+
+class _Builder:
+    """TVM's MakeShapeFunc: composes per-operator shape functions over a primitive function."""
+
+    def __init__(self, func: relay.Function):
+        self.func = func
+        self.states: dict[relay.Var, int] = {}
+        self.data: dict[relay.Var, list[te.Tensor]] = {}
+        self.shapes: dict[relay.Var, list[te.Tensor]] = {}
+        self.bound: dict[relay.Var, relay.Expr] = {}  # parameters of nested functions -> arguments
+        self.memo: dict = {}
+        self.dependent: list[bool] = []
+        self.scalars: list[te.Tensor] = []
+        for param in func.params:
+            self.states[param] = 0
+            data, shapes = [], []
+            for t in _flat_tensor_types(param.checked_type):
+                shape = _te_shape(t.shape)
+                data.append(te.placeholder(shape, t.dtype, "data_" + param.name_hint))
+                shapes.append(te.placeholder([len(shape)] if shape else [], "int64", "shape_" + param.name_hint))
+            self.data[param], self.shapes[param] = data, shapes
+
+    def visit(self, expr: relay.Expr) -> list[te.Tensor]:
+        if isinstance(expr, relay.Var):  # not memoized: a parameter's data or shape, as asked
+            return self._var(expr)
+        key = expr
+        if key in self.memo:
+            return self.memo[key]
+        if isinstance(expr, relay.Constant):
+            result = self._constant(expr)
+        elif isinstance(expr, relay.Call):
+            result = self._call(expr)
+        elif isinstance(expr, relay.Let):
+            self.memo[expr.var] = self.visit(expr.value)
+            result = self.visit(expr.body)
+        elif isinstance(expr, relay.Tuple):
+            result = [self.visit(f)[0] for f in expr.fields]
+        elif isinstance(expr, relay.TupleGetItem):
+            result = [self.visit(expr.tuple_value)[expr.index]]
+        else:
+            raise ValueError(f"a shape function cannot be derived through a {type(expr).__name__}")
+        self.memo[key] = result
+        return result
+
+    def _var(self, var: relay.Var) -> list[te.Tensor]:
+        if var in self.bound:
+            return self.visit(self.bound[var])
+        if var in self.memo:  # a let-bound variable
+            return self.memo[var]
+        if self.dependent and self.dependent[-1]:
+            self.states[var] |= NEED_DATA
+            return self.data[var]
+        self.states[var] |= NEED_SHAPE
+        return self.shapes[var]
+
+    def _constant(self, const: relay.Constant) -> list[te.Tensor]:
+        dependent = bool(self.dependent and self.dependent[-1])
+        value = const.data.numpy()
+        if value.ndim > 0:
+            if dependent:
+                # TVM reads only scalar constants' data; a data-dependent operator reading a
+                # constant tensor (e.g. dyn.reshape to a constant shape) gets its values.
+                tensor = te.compute(value.shape, lambda *i: _const_element(value, i), "data_const")
+            else:
+                dims = value.shape
+                tensor = te.compute((len(dims),), lambda i: _select_dim(dims, i), "shape_const")
+        elif dependent:
+            tensor = te.compute((), lambda: tvm.tir.const(value.item(), str(value.dtype)), "data_const")
+        else:
+            tensor = te.compute((), lambda: tvm.tir.const(0, "int64"), "shape_const")
+        self.scalars.append(tensor)
+        return [tensor]
+
+    def _call(self, call: relay.Call) -> list[te.Tensor]:
+        if isinstance(call.op, relay.Function):
+            for param, arg in zip(call.op.params, call.args):
+                self.bound[param] = arg
+            return self.visit(call.op.body)
+        op = call.op
+        if not isinstance(op, tvm.ir.Op):
+            raise ValueError(f"a primitive function calls {type(op).__name__}, not an operator")
+        if self.dependent and self.dependent[-1]:
+            raise ValueError(f"{op.name}'s shape is needed as data by a data-dependent operator; "
+                             "TVM's fusion should not have put them in one kernel")
+        shape_func = op.get_attr("FShapeFunc")
+        spec = op.get_attr("TShapeDataDependent")
+        if shape_func is None and _is_unary_elementwise(op, call):
+            # TVM registers no shape function for some elementwise operators (abs, sin, erf,
+            # isnan, ...): their output has their input's shape.
+            shape_func, spec = elemwise_shape_func, [False]
+        if shape_func is None or spec is None:
+            raise ValueError(f"operator {op.name} has no shape function in TVM")
+        spec = [bool(x) for x in spec]
+        if len(spec) == 1:
+            spec = spec * len(call.args)
+        inputs: list[te.Tensor] = []
+        for arg, dependent in zip(call.args, spec):
+            self.dependent.append(dependent)
+            inputs.extend(self.visit(arg))
+            self.dependent.pop()
+        out_ndims = [tvm.tir.IntImm("int32", len(t.shape)) for t in _flat_tensor_types(call.checked_type)]
+        outputs = list(shape_func(call.attrs, inputs, out_ndims))
+        check = CHECKS.get(op.name)
+        return check(call.attrs, inputs, outputs) if check is not None else outputs
+
+    def build(self, name: str) -> ShapeFunc:
+        outputs = self.visit(self.func.body)
+        inputs: list[te.Tensor] = []
+        states = []
+        for param in self.func.params:
+            state = self.states[param]
+            states.append(state)
+            if state & NEED_DATA:
+                inputs.extend(self.data[param])
+            if state & NEED_SHAPE:
+                inputs.extend(self.shapes[param])
+        schedule = te.create_schedule([t.op for t in outputs])
+        te.schedule.AutoInlineInjective(schedule)
+        for scalar in self.scalars:
+            try:  # TVM inlines the constants it made, where the schedule has them
+                schedule[scalar.op].compute_inline()
+            except (tvm.TVMError, ValueError):
+                pass
+        with tvm.transform.PassContext():
+            lowered = tvm.lower(schedule, inputs + outputs, name=name)
+        prim = lowered["main"] if "main" in [g.name_hint for g in lowered.get_global_vars()] else lowered[name]
+        return ShapeFunc(prim, tuple(states))
+
+
+def _is_unary_elementwise(op: tvm.ir.Op, call: relay.Call) -> bool:
+    return (op.get_attr("TOpPattern") == 0 and len(call.args) == 1 and isinstance(call.checked_type, relay.TensorType)
+            and len(call.checked_type.shape) == len(call.args[0].checked_type.shape))
+
+
+def _select_dim(dims, i):
+    value = tvm.tir.const(0, "int64")
+    for index, dim in enumerate(dims):
+        value = tvm.tir.if_then_else(i == index, tvm.tir.const(dim, "int64"), value)
+    return value
+
+
+def _const_element(value, index):
+    flat = 0
+    for i, n in zip(index, value.shape):
+        flat = flat * n + i
+    result = tvm.tir.const(value.flat[0].item(), str(value.dtype))
+    for k in range(1, value.size):
+        result = tvm.tir.if_then_else(flat == k, tvm.tir.const(value.flat[k].item(), str(value.dtype)), result)
+    return result
+
+
+# -- checks TVM's shape functions leave out ------------------------------------------------------
+#
+# TVM's VM trusts that the shapes of an operator's inputs fit together where its shape function
+# does not check them; the kernel then reads out of bounds or computes garbage. Each check below
+# takes what the operator's shape function took and made, asserts what the kernel assumes, and
+# passes the output shape through (an assertion fails the shape function with its message).
+
+
+@script
+def _same_size(in_shape, out_shape):
+    out = output_tensor((out_shape.shape[0],), "int64")
+    count = allocate((2,), "int64")
+    count[0] = int64(1)
+    count[1] = int64(1)
+    for i in const_range(in_shape.shape[0]):
+        count[0] = count[0] * in_shape[i]
+    for i in const_range(out_shape.shape[0]):
+        count[1] = count[1] * out_shape[i]
+        out[i] = out_shape[i]
+    assert count[0] == count[1], "reshape would change the number of elements"
+    return out
+
+
+@script
+def _same_inner_dim(data_shape, weight_shape, out_shape):
+    out = output_tensor((out_shape.shape[0],), "int64")
+    for i in const_range(out_shape.shape[0]):
+        out[i] = out_shape[i]
+    assert data_shape[data_shape.shape[0] - 1] == weight_shape[1], "dense: the inner dimensions differ"
+    return out
+
+
+@script
+def _same_other_dims(first, other, out_shape, axis):
+    out = output_tensor((out_shape.shape[0],), "int64")
+    for i in const_range(out_shape.shape[0]):
+        out[i] = out_shape[i]
+        if i != axis:
+            assert first[i] == other[i], "concatenate: the tensors differ in a dimension other than the axis"
+    return out
+
+
+def _check_reshape(attrs, inputs, outputs):
+    if len(inputs[0].shape) == 0:  # a 0-d input: its shape tensor is 0-d
+        return outputs
+    return [_same_size(inputs[0], outputs[0])]
+
+
+def _check_dense(attrs, inputs, outputs):
+    return [_same_inner_dim(inputs[0], inputs[1], outputs[0])]
+
+
+def _check_concatenate(attrs, inputs, outputs):
+    axis = int(attrs.axis)
+    if axis < 0:
+        axis += int(inputs[0].shape[0])
+    out = outputs[0]
+    for other in inputs[1:]:
+        out = _same_other_dims(inputs[0], other, out, tvm.tir.const(axis, "int32"))
+    return [out]
+
+
+#: Relay operator -> check(attrs, shape function inputs, outputs) -> outputs.
+CHECKS = {
+    "reshape": _check_reshape,
+    "dyn.reshape": _check_reshape,
+    "nn.dense": _check_dense,
+    "concatenate": _check_concatenate,
+}
+
+
+def make_shape_func(func: relay.Function, name: str) -> ShapeFunc:
+    """The shape function of primitive function ``func`` (type-checked), lowered to a PrimFunc
+    called ``name``. Raises ValueError when TVM has no shape function for one of its operators."""
+    return _Builder(func).build(name)

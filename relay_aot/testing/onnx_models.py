@@ -1,0 +1,122 @@
+"""Small ONNX models with control flow, built with ``onnx.helper``: the tests' and benchmarks'.
+
+* :func:`loop_rnn` -- a ``Loop`` whose body carries a hidden state and emits it as a scan output
+  (the whole sequence of states, what RNN-style models return): ``Tensor[(?, 1, H)]`` in Relay;
+* :func:`scan_cumulative` -- a ``Scan`` summing rows of a sequence into a running state;
+* :func:`if_branches` -- an ``If`` choosing between two computations on a run-time condition.
+
+Each returns ``(model, make_inputs)`` where ``make_inputs(...)`` gives a dict of inputs by name.
+Needs the ``onnx`` package (``pip install 'onnx<1.17'``, what TVM 0.19's importer supports).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+OPSET = 13
+
+
+def _onnx():
+    try:
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("relay_aot.testing.onnx_models needs the onnx package: pip install 'onnx<1.17'") from err
+    return onnx, helper, TensorProto, numpy_helper
+
+
+def loop_rnn(hidden: int = 4, seed: int = 0) -> tuple[object, Callable]:
+    """``h_{t+1} = tanh(h_t W + b)`` for ``M`` steps in an ONNX ``Loop``; outputs the last state
+    and the scan output of every state, ``(M, 1, hidden)``. Inputs: ``M`` (int64), ``cond``
+    (bool), ``h0`` (``(1, hidden)`` float32)."""
+    onnx, helper, TensorProto, numpy_helper = _onnx()
+    rng = np.random.default_rng(seed)
+    weight = numpy_helper.from_array((rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype("float32"), "W")
+    bias = numpy_helper.from_array((rng.standard_normal((1, hidden)) * 0.1).astype("float32"), "b")
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("MatMul", ["h_in", "W"], ["mm"]),
+         helper.make_node("Add", ["mm", "b"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["scan_out"])],
+        "body",
+        [helper.make_tensor_value_info("iter", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1, hidden])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, hidden]),
+         helper.make_tensor_value_info("scan_out", TensorProto.FLOAT, [1, hidden])],
+        [weight, bias])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "cond", "h0"], ["h_final", "hs"], body=body)], "loop_rnn",
+        [helper.make_tensor_value_info("M", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, hidden])],
+        [helper.make_tensor_value_info("h_final", TensorProto.FLOAT, [1, hidden]),
+         helper.make_tensor_value_info("hs", TensorProto.FLOAT, [None, 1, hidden])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+
+    def inputs(steps: int, scale: float = 0.3) -> dict:
+        return {"M": np.array(steps, "int64"), "cond": np.array(True),
+                "h0": np.full((1, hidden), scale, "float32")}
+
+    return model, inputs
+
+
+def scan_cumulative(rows: int = 4, width: int = 3) -> tuple[object, Callable]:
+    """An ONNX ``Scan`` over the rows of ``xs`` (``(rows, width)``): the state adds each row, the
+    scan output is ``state * row``. Outputs the final state and ``(rows, width)`` scan outputs.
+    (TVM 0.19's importer needs the sequence length to be static for ``Scan``.)"""
+    onnx, helper, TensorProto, _ = _onnx()
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x"], ["s_out"]),
+         helper.make_node("Mul", ["s_out", "x"], ["y"])],
+        "body",
+        [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [width]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [width])],
+        [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [width]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [width])])
+    graph = helper.make_graph(
+        [helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=body, num_scan_inputs=1)], "scan",
+        [helper.make_tensor_value_info("s0", TensorProto.FLOAT, [width]),
+         helper.make_tensor_value_info("xs", TensorProto.FLOAT, [rows, width])],
+        [helper.make_tensor_value_info("s_final", TensorProto.FLOAT, [width]),
+         helper.make_tensor_value_info("ys", TensorProto.FLOAT, [rows, width])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+
+    def inputs(scale: float) -> dict:
+        return {"s0": np.linspace(-1, 1, width, dtype="float32"),
+                "xs": np.linspace(-2, 2, rows * width, dtype="float32").reshape(rows, width) * np.float32(scale)}
+
+    return model, inputs
+
+
+def if_branches(width: int = 4) -> tuple[object, Callable]:
+    """An ONNX ``If``: ``relu(x) * 2`` when ``sum(x) > 0``, else ``x - 1``."""
+    onnx, helper, TensorProto, _ = _onnx()
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
+    then_branch = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "two"], ["then_out"])], "then", [],
+        [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, [width])], [two])
+    else_branch = helper.make_graph(
+        [helper.make_node("Sub", ["x", "one"], ["else_out"])], "else", [],
+        [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, [width])], [one])
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+         helper.make_node("Greater", ["total", "zero"], ["positive"]),
+         helper.make_node("If", ["positive"], ["y"], then_branch=then_branch, else_branch=else_branch)], "if",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [width])], [zero])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+
+    def inputs(sign: float) -> dict:
+        return {"x": (np.linspace(-1, 2, width, dtype="float32") * sign).astype("float32")}
+
+    return model, inputs

@@ -1,0 +1,217 @@
+"""Dynamic shapes: ``?`` dimensions, data-dependent operators, tensor arrays, ONNX loops.
+
+Each program is compiled once per backend and run on several argument shapes (a zero-length
+dimension among them), against TVM's Relay VM -- the reference for dynamic shapes -- and, for the
+ONNX models, onnxruntime as well. (Programs written as Relay text are in
+``tests/programs/dyn_*.relay``.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+from tvm.relay.prelude import Prelude
+
+import relay_aot
+from relay_aot import testing
+
+BACKENDS = ["cpp", "python"]
+A = relay.Any()
+
+
+def _module(func: relay.Function, prelude: bool = False) -> tvm.IRModule:
+    mod = tvm.IRModule()
+    if prelude:
+        Prelude(mod)
+    mod["main"] = func
+    return relay.transform.InferType()(mod)
+
+
+def _agree(mod: tvm.IRModule, cases, backend: str, references=("vm",), **options):
+    """One compile; each case checked against the references."""
+    compiled = relay_aot.compile(mod, backend=backend)
+    for args in cases:
+        testing.check_equivalence(mod, args, backends=[(backend, compiled)], references=references, **options)
+    return compiled
+
+
+# -- data-dependent output shapes ----------------------------------------------------------------
+
+
+def _data_dependent() -> tvm.IRModule:
+    n = relay.var("n", shape=(), dtype="int32")
+    x = relay.var("x", shape=(2, 3), dtype="float32")
+    s = relay.var("s", shape=(2,), dtype="int64")
+    v = relay.var("v", shape=(A,), dtype="float32")
+    k = relay.var("k", shape=(), dtype="int32")
+    begin = relay.var("begin", shape=(1,), dtype="int64")
+    end = relay.var("end", shape=(1,), dtype="int64")
+    body = relay.Tuple([
+        relay.arange(relay.const(0, "int32"), n, relay.const(1, "int32"), dtype="int32"),
+        relay.argwhere(x),
+        relay.reshape(x, s),
+        relay.topk(v, k, ret_type="values"),
+        relay.strided_slice(v, begin, end, relay.const(np.array([1], "int64"))),
+        relay.shape_of(v),
+        relay.ndarray_size(v, dtype="int32"),
+    ])
+    return _module(relay.Function([n, x, s, v, k, begin, end], body))
+
+
+DATA_DEPENDENT_CASES = [
+    (np.int32(5), np.array([[1, 0, 2], [0, 3, 0]], "float32"), np.array([3, 2], "int64"),
+     np.array([4, 1, 3, 2, 5], "float32"), np.int32(3), np.array([1], "int64"), np.array([4], "int64")),
+    (np.int32(0), np.zeros((2, 3), "float32"), np.array([1, 6], "int64"),
+     np.array([2, 1], "float32"), np.int32(1), np.array([0], "int64"), np.array([0], "int64")),
+    (np.int32(2), np.ones((2, 3), "float32"), np.array([6, 1], "int64"),
+     np.zeros(0, "float32"), np.int32(0), np.array([0], "int64"), np.array([0], "int64")),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_data_dependent_shapes(backend):
+    """arange, argwhere, dyn.reshape, topk with a run-time k, dynamic strided_slice, shape_of,
+    ndarray_size: one compile, three argument sets."""
+    _agree(_data_dependent(), DATA_DEPENDENT_CASES, backend)
+
+
+# -- tensor arrays ----------------------------------------------------------------------------
+
+
+def _tensor_array_loop() -> tvm.IRModule:
+    """Write x[i] * i into a tensor array for i < n, then stack it: Tensor[(?, ?), float32]."""
+    mod = tvm.IRModule()
+    p = Prelude(mod)
+    array = p.get_global_var("tensor_array", "float32")
+    write = p.get_global_var("tensor_array_write", "float32")
+    stack = p.get_global_var("tensor_array_stack", "float32")
+    tensor1 = p.get_tensor_ctor("tensor1", "float32")
+    loop = relay.GlobalVar("loop")
+    x = relay.var("x", shape=(A, A), dtype="float32")
+    i = relay.var("i", shape=(), dtype="int32")
+    ta = relay.var("ta")
+    rows = relay.take(relay.shape_of(x, "int32"), relay.const(0))
+    row = relay.take(x, i, axis=0) * relay.cast(i, "float32")
+    body = relay.If(relay.less(i, rows), loop(x, relay.add(i, relay.const(1)), write(ta, i, tensor1(row))), ta)
+    mod[loop] = relay.Function([x, i, ta], body)
+    x = relay.var("x", shape=(A, A), dtype="float32")
+    rows = relay.take(relay.shape_of(x, "int32"), relay.const(0))
+    mod["main"] = relay.Function([x], stack(loop(x, relay.const(0), array(rows))))
+    return relay.transform.InferType()(mod)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_array_written_in_a_loop_then_stacked(backend):
+    cases = [(np.arange(12, dtype="float32").reshape(4, 3),), (np.ones((1, 5), "float32"),),
+             (np.arange(14, dtype="float32").reshape(7, 2),)]
+    _agree(_tensor_array_loop(), cases, backend)
+
+
+# -- run-time shape errors --------------------------------------------------------------------
+
+
+def _two_inputs(op, shape=(A, 4)) -> tvm.IRModule:
+    x = relay.var("x", shape=shape, dtype="float32")
+    y = relay.var("y", shape=shape, dtype="float32")
+    return _module(relay.Function([x, y], op(x, y)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_incompatible_shapes_raise_naming_the_operator_and_shapes(backend):
+    compiled = relay_aot.compile(_two_inputs(relay.add), backend=backend)
+    with pytest.raises(relay_aot.KernelError, match=r"fused_add.*\(3, 4\), \(5, 4\).*[Ii]ncompatible"):
+        compiled(np.ones((3, 4), "float32"), np.ones((5, 4), "float32"))
+    # the process goes on, and a good call works
+    np.testing.assert_array_equal(compiled(np.ones((2, 4), "float32"), np.ones((1, 4), "float32")).numpy(),
+                                  np.full((2, 4), 2, "float32"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_entry_checks_rank_dtype_and_static_dimensions(backend):
+    compiled = relay_aot.compile(_two_inputs(relay.subtract), backend=backend)
+    good = np.ones((3, 4), "float32")
+    for bad, error in [(np.ones((3, 5), "float32"), ValueError), (np.ones((3, 4, 1), "float32"), ValueError),
+                       (np.ones((3, 4), "int32"), TypeError)]:
+        with pytest.raises(error, match=r"Tensor\[\(\?, 4\), float32\]"):
+            compiled(good, bad)
+    assert compiled(np.ones((0, 4), "float32"), np.ones((0, 4), "float32")).numpy().shape == (0, 4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reshape_to_a_wrong_element_count_raises(backend):
+    x = relay.var("x", shape=(A,), dtype="float32")
+    s = relay.var("s", shape=(2,), dtype="int64")
+    compiled = relay_aot.compile(_module(relay.Function([x, s], relay.reshape(x, s))), backend=backend)
+    np.testing.assert_array_equal(compiled(np.arange(6, dtype="float32"), np.array([2, 3], "int64")).numpy(),
+                                  np.arange(6, dtype="float32").reshape(2, 3))
+    with pytest.raises((relay_aot.KernelError, ValueError), match="reshape"):
+        compiled(np.arange(6, dtype="float32"), np.array([4, 2], "int64"))
+
+
+@pytest.mark.parametrize("mode", ["clip", "fast"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_take_out_of_range_at_dynamic_shapes(backend, mode):
+    """take with mode clip clamps, as TVM defines it; mode fast (no bounds check in TVM's
+    kernel, which would read out of bounds) clamps too."""
+    x = relay.var("x", shape=(A,), dtype="float32")
+    i = relay.var("i", shape=(A,), dtype="int32")
+    mod = _module(relay.Function([x, i], relay.take(x, i, mode=mode)))
+    compiled = relay_aot.compile(mod, backend=backend)
+    data, inside = np.arange(5, dtype="float32"), np.array([0, 4, 2], "int32")
+    np.testing.assert_array_equal(compiled(data, inside).numpy(), data[inside])
+    outside = np.array([1, 7, -9], "int32")
+    np.testing.assert_array_equal(compiled(data, outside).numpy(), data[np.clip(outside, 0, 4)])
+
+
+# -- ONNX control flow ------------------------------------------------------------------------
+
+onnx_models = pytest.importorskip("relay_aot.testing.onnx_models")
+pytest.importorskip("onnx")
+
+
+def _onnx_agree(model, make_inputs, cases, backend, compare_onnxruntime=lambda case: True):
+    """Import with TVM's frontend, compile once, check each case against the VM and (where TVM's
+    importer and ONNX agree on the result's shape) onnxruntime."""
+    mod, params = relay.frontend.from_onnx(model, freeze_params=True)
+    compiled = relay_aot.compile(mod, params=params, backend=backend)
+    session = None
+    try:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except ImportError:
+        pass
+    names = [i.name for i in model.graph.input]
+    for case in cases:
+        inputs = make_inputs(*case)
+        args = [inputs[n] for n in names]
+        testing.check_equivalence(mod, args, backends=[(backend, compiled)], references=("vm",), atol=1e-5)
+        if session is not None and compare_onnxruntime(case):
+            got = compiled(*args)
+            got = list(got) if isinstance(got, (list, tuple, tvm.runtime.container.ADT)) else [got]
+            for ours, theirs in zip(got, session.run(None, inputs)):
+                np.testing.assert_allclose(ours.numpy(), theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_onnx_loop_with_scan_outputs(backend):
+    """Zero steps: TVM's importer gives the scan output the shape (0, 1, 1) where ONNX says
+    (0, 1, H); the VM agrees with us, onnxruntime is compared from one step on."""
+    model, inputs = onnx_models.loop_rnn(hidden=4)
+    _onnx_agree(model, inputs, [(5,), (0,), (1,), (12, -0.7)], backend, lambda case: case[0] > 0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_onnx_scan(backend):
+    model, inputs = onnx_models.scan_cumulative(rows=5, width=3)
+    _onnx_agree(model, inputs, [(1.0,), (-0.5,)], backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_onnx_if(backend):
+    model, inputs = onnx_models.if_branches(width=4)
+    _onnx_agree(model, inputs, [(1.0,), (-1.0,)], backend)
