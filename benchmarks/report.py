@@ -173,6 +173,9 @@ def summary(result: dict, markdown: bool = False) -> str:
             py, conv = pairs.get((workload, "relay_aot_python")), _timed(pairs.get((workload, "py_converter")))
             row.append(_status_cell(py, ratio(conv / _timed(py))) if conv and _timed(py) else _status_cell(py, ""))
         rows.append(row)
+    # a peer that ran on no workload (onnxruntime not installed) gets no column
+    keep = [0] + [i for i in range(1, len(header)) if any(row[i] for row in rows)]
+    header, rows = [header[i] for i in keep], [[row[i] for i in keep] for row in rows]
     return ("### " if markdown else "") + "relay_aot speedups (ratios of medians)\n\n" + table(header, rows, markdown)
 
 
