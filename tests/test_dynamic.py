@@ -16,6 +16,7 @@ from tvm.relay.prelude import Prelude
 
 import relay_aot
 from relay_aot import testing
+from relay_aot.compiler import generate_source
 
 BACKENDS = ["cpp", "python"]
 A = relay.Any()
@@ -163,6 +164,57 @@ def test_take_out_of_range_at_dynamic_shapes(backend, mode):
     np.testing.assert_array_equal(compiled(data, inside).numpy(), data[inside])
     outside = np.array([1, 7, -9], "int32")
     np.testing.assert_array_equal(compiled(data, outside).numpy(), data[np.clip(outside, 0, 4)])
+
+
+# -- kernels that only move data ----------------------------------------------------------------
+
+
+def _broadcast(escaping: bool) -> tvm.IRModule:
+    x = relay.var("x", shape=(A, 3), dtype="float32")
+    s = relay.var("s", shape=(2,), dtype="int64")
+    b = relay.broadcast_to(x, s)  # a shape given as a tensor: dyn.broadcast_to
+    grown = relay.concatenate([b, relay.ones((1, 3), "float32")], axis=0)
+    body = relay.Tuple([b, grown]) if escaping else grown
+    return _module(relay.Function([x, s], body))
+
+
+BROADCAST_CASES = [
+    (np.arange(6, dtype="float32").reshape(2, 3), np.array([2, 3], "int64")),  # its own shape
+    (np.arange(3, dtype="float32").reshape(1, 3), np.array([4, 3], "int64")),  # broadcasts
+    (np.zeros((0, 3), "float32"), np.array([0, 3], "int64")),
+]
+
+
+@pytest.mark.parametrize("escaping", [False, True], ids=["internal", "returned"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_broadcast_to_its_own_shape(backend, escaping):
+    """A broadcast to the input's own shape (an ONNX scan output at every step) is the input
+    itself in C++ when no caller sees the result, and a copy when one does: writing into the
+    returned tensor leaves the argument alone."""
+    mod = _broadcast(escaping)
+    compiled = _agree(mod, BROADCAST_CASES, backend)
+    if backend == "cpp":
+        assert ("nothing to broadcast" in generate_source(mod)) == (not escaping)
+    if escaping:
+        x = tvm.nd.array(np.arange(6, dtype="float32").reshape(2, 3))
+        returned, _ = compiled(x, np.array([2, 3], "int64"))
+        returned.copyfrom(np.full((2, 3), 7, "float32"))
+        np.testing.assert_array_equal(x.numpy(), np.arange(6, dtype="float32").reshape(2, 3))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_concatenate_of_growing_rows(backend):
+    """concatenate along an axis after 1-extent dimensions is a memcpy of its pieces in C++;
+    along other axes, or with 0-row pieces, the results are the kernel's."""
+    x = relay.var("x", shape=(1, A, 2), dtype="float32")
+    y = relay.var("y", shape=(1, A, 2), dtype="float32")
+    body = relay.Tuple([relay.concatenate([x, relay.expand_dims(relay.squeeze(y, [0]), 0)], axis=1),
+                        relay.concatenate([x, y], axis=2)])
+    mod = _module(relay.Function([x, y], body))
+    rng = np.random.default_rng(0)
+    _agree(mod, [(rng.random((1, n, 2), "float32"), rng.random((1, n, 2), "float32")) for n in (3, 0, 1)], backend)
+    if backend == "cpp":
+        assert "concat_flat(" in generate_source(mod)
 
 
 # -- ONNX control flow ------------------------------------------------------------------------

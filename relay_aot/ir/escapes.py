@@ -1,4 +1,4 @@
-"""Which uses of constant tensors can reach a caller, and must therefore be fresh copies.
+"""Which values can reach a caller: constants to copy fresh, kernel results never to alias.
 
 A constant tensor lives in the library (C++) or the loaded module (Python) for the life of the
 process, and generated code hands out the same ``NDArray`` every time it is evaluated. That is
@@ -12,6 +12,10 @@ A variable escapes when it is returned from its function, stored in a container 
 closure capture, reference cell), passed to a function value the program cannot see into, or
 passed to a parameter that escapes. Parameters' escapes are summarised per function and
 iterated to a fixed point over the whole program (functions call each other recursively).
+
+The same facts tell which kernel results never escape: such a result may be the kernel's
+input itself when the kernel would only copy it (``kernels/copies.py``), since nothing but
+kernels, which never write their inputs, will see it.
 """
 
 from __future__ import annotations
@@ -101,8 +105,9 @@ class _Escapes:
                     changed = True
 
 
-def mark_escaping_constants(program: ir.Program) -> None:
-    """Set ``fresh`` on every :class:`ir.Constant` whose value may reach a caller."""
+def mark_escapes(program: ir.Program) -> None:
+    """Set ``fresh`` on every :class:`ir.Constant` whose value may reach a caller, and
+    ``may_alias`` on every :class:`ir.KernelCall` whose result cannot."""
     analysis = _Escapes(program)
     analysis.solve()
     for func in program.functions:
@@ -110,3 +115,5 @@ def mark_escaping_constants(program: ir.Program) -> None:
         for stmt in ir.walk(func.body):
             if isinstance(stmt, ir.Let) and isinstance(stmt.rhs, ir.Constant):
                 stmt.rhs.fresh = stmt.var.id in escaped
+            elif isinstance(stmt, ir.Let) and isinstance(stmt.rhs, ir.KernelCall):
+                stmt.rhs.may_alias = stmt.var.id not in escaped

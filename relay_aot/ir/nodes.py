@@ -145,10 +145,15 @@ class Constant(Rhs):
 
 @dataclass(eq=False)
 class KernelCall(Rhs):
-    """Run kernel ``kernel`` of ``Program.kernels`` on ``args`` (tensors or tensor tuples)."""
+    """Run kernel ``kernel`` of ``Program.kernels`` on ``args`` (tensors or tensor tuples).
+
+    ``may_alias``: the result never reaches a caller (``escapes.py``), so a kernel that copies
+    its input unchanged (a ``broadcast_to`` to the input's own shape) may return the input.
+    """
 
     kernel: int
     args: list[Var]
+    may_alias: bool = False
 
 
 @dataclass(eq=False)

@@ -29,7 +29,7 @@ from .. import ir, names
 from ..config import Config
 from ..dispatch import method_for
 from ..errors import RelayAotError, UnsupportedError
-from ..ir.escapes import mark_escaping_constants
+from ..ir.escapes import mark_escapes
 from ..kernels import KernelTable
 from .types import TypeLowering
 
@@ -533,5 +533,5 @@ def lower_program(
     """Lower a prepared module (see ``passes.prepare``) to a control-IR program."""
     lowering = ProgramLowering(mod, model, target, config)
     program = lowering.run()
-    mark_escaping_constants(program)
+    mark_escapes(program)
     return program, lowering.kernels

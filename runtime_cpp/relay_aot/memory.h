@@ -112,6 +112,17 @@ class BlockCache {
         cached_bytes_ += bytes;
         return;
       }
+      // A full cache gives an emptied class to the new size: a tensor that grows at every
+      // step (a scan output, a decoder's tokens) would otherwise leave every class to sizes
+      // never asked for again and send each later allocation to malloc.
+      for (SizeClass& c : classes_) {
+        if (c.blocks.empty()) {
+          c.bytes = bytes;
+          c.blocks.push_back(block);
+          cached_bytes_ += bytes;
+          return;
+        }
+      }
     }
     std::free(block);
   }
@@ -128,6 +139,18 @@ inline BlockCache& block_cache() {
 
 /*! \brief Bytes of a block holding \p bytes, rounded up to the alignment. */
 constexpr size_t rounded(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+/*!
+ * \brief Bytes of a block for \p bytes of tensor data: the alignment up to 1 KiB, then a
+ *        quarter of the power of two below: sizes that differ a little (a tensor one row longer
+ *        than at the last step) share a block size, so the cache serves them, for at most a
+ *        quarter more memory.
+ */
+inline size_t bucketed(size_t bytes) {
+  if (bytes <= 1024) return rounded(bytes);
+  size_t step = size_t(1) << (63 - __builtin_clzll(static_cast<unsigned long long>(bytes)) - 2);
+  return (bytes + step - 1) / step * step;
+}
 
 }  // namespace detail
 

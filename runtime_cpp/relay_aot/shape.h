@@ -9,7 +9,8 @@
  * kernel. The shapes travel as small int64 DLTensors viewing memory on the C++ stack.
  *
  * Kernels with `?` dimensions that only move data are done here with memcpy when they can be
- * (concat_flat, copy_if_same_shape): their TVM kernels divide by shape variables per element.
+ * (concat_flat, copy_if_same_shape), or not at all (ShapeOutput::is_shape_of, for a result no
+ * caller can see): their TVM kernels divide by shape variables per element.
  */
 #ifndef RELAY_AOT_SHAPE_H_
 #define RELAY_AOT_SHAPE_H_
@@ -23,6 +24,7 @@
 
 #include "errors.h"
 #include "kernel.h"
+#include "tensor.h"
 
 namespace relay_aot {
 
@@ -67,6 +69,26 @@ class ShapeOutput {
    *        (the output's static shape, when its type has no `?`).
    */
   ShapeTuple shape(const char* kernel, const ShapeTuple* expected = nullptr) const {
+    check(kernel, expected);
+    return expected != nullptr ? *expected : make_shape(dims_, Rank);
+  }
+
+  /*!
+   * \brief Whether the shape written (checked as by shape()) is the shape of \p tensor, a
+   *        compact tensor: then a kernel that would only copy \p tensor may return it instead.
+   */
+  bool is_shape_of(const NDArray& tensor, const char* kernel, const ShapeTuple* expected = nullptr) const {
+    check(kernel, expected);
+    const DLTensor* t = tensor.operator->();
+    if (t->ndim != Rank || t->strides != nullptr || t->byte_offset != 0) return false;
+    for (int i = 0; i < Rank; ++i) {
+      if (t->shape[i] != dims_[i]) return false;
+    }
+    return true;
+  }
+
+ private:
+  void check(const char* kernel, const ShapeTuple* expected) const {
     bool bad = false;
     for (int i = 0; i < Rank; ++i) bad = bad || dims_[i] < 0 || (expected != nullptr && (*expected)[i] != dims_[i]);
     if (bad) {
@@ -74,10 +96,8 @@ class ShapeOutput {
       if (expected != nullptr) message += " where its type says " + text(expected->data());
       throw Error("ValueError", message);
     }
-    return expected != nullptr ? *expected : ShapeTuple(dims_, dims_ + Rank);
   }
 
- private:
   static std::string text(const int64_t* dims) {
     std::string out = "(";
     for (int j = 0; j < Rank; ++j) out += (j ? ", " : "") + std::to_string(dims[j]);

@@ -7,7 +7,8 @@
  * (an LSTM step of hidden size 16 makes seven), so this matters: here the container and the data
  * share one 64-byte-aligned block, shapes are shared constants of the program, and freed blocks
  * go to a small per-thread cache keyed by size, from which the next allocation of that size is
- * served without calling malloc.
+ * served without calling malloc. Block sizes are bucketed (memory.h's ``bucketed``) so that a
+ * tensor growing by a row per step finds a cached block most of the time.
  */
 #ifndef RELAY_AOT_TENSOR_H_
 #define RELAY_AOT_TENSOR_H_
@@ -32,8 +33,7 @@ namespace detail {
 constexpr size_t kHeaderBytes = rounded(sizeof(NDArray::Container));
 
 inline size_t block_bytes(const DLTensor& t) {
-  size_t data = tvm::runtime::GetDataSize(t);
-  return kHeaderBytes + (data + kAlignment - 1) / kAlignment * kAlignment;
+  return kHeaderBytes + bucketed(tvm::runtime::GetDataSize(t));
 }
 
 inline void free_tensor_block(tvm::runtime::Object* obj) {
@@ -43,7 +43,37 @@ inline void free_tensor_block(tvm::runtime::Object* obj) {
   block_cache().Give(container, bytes);
 }
 
+/*!
+ * \brief A ShapeTuple whose extents follow it in the same cached block. TVM's own makes two
+ *        heap allocations (the object, a std::vector); a tensor with `?` dimensions needs a new
+ *        shape at every allocation, so these come from the block cache like tensors.
+ */
+struct InlineShape : tvm::runtime::ShapeTupleObj {
+  InlineShape(const int64_t* dims, int rank, FDeleter deleter) {
+    // Object's header is protected: only a subclass (or TVM's allocator) can set it.
+    type_index_ = RuntimeTypeIndex();
+    deleter_ = deleter;
+    data = reinterpret_cast<int64_t*>(this + 1);
+    size = static_cast<uint64_t>(rank);
+    for (int i = 0; i < rank; ++i) data[i] = dims[i];
+  }
+  static size_t block_bytes(uint64_t rank) { return rounded(sizeof(InlineShape) + rank * sizeof(int64_t)); }
+};
+
+inline void free_inline_shape(tvm::runtime::Object* obj) {
+  auto* shape = static_cast<InlineShape*>(obj);
+  size_t bytes = InlineShape::block_bytes(shape->size);
+  shape->~InlineShape();
+  block_cache().Give(shape, bytes);
+}
+
 }  // namespace detail
+
+/*! \brief A new shape (\p rank extents from \p dims). */
+inline ShapeTuple make_shape(const int64_t* dims, int rank) {
+  void* block = detail::block_cache().Take(detail::InlineShape::block_bytes(rank));
+  return adopt<ShapeTuple>(new (block) detail::InlineShape(dims, rank, &detail::free_inline_shape));
+}
 
 /*! \brief A new, uninitialised CPU tensor; \p shape is shared (one of the program's constants). */
 inline NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype) {

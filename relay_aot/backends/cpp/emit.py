@@ -27,7 +27,7 @@ from ...dispatch import dispatch
 from ...ir.liveness import last_uses
 from ...ir.typetable import TypeTable
 from ...kernels.scalar_ops import SCALAR_OPS, spelling
-from ...kernels.copies import CONCAT_FLAT
+from ...kernels.copies import CONCAT_FLAT, SAME_SHAPE_COPY
 from ...kernels.shape_funcs import NEED_DATA, NEED_SHAPE
 from ...kernels.scalars import NATIVE_DTYPES, hex_literal, is_native_scalar, scalar_operand_dtype
 from ...ir.signature import Signature
@@ -486,6 +486,9 @@ class CppEmitter:
         e.comment(note)
         if kernel.shape_func is not None:
             self.shape_function_call(kernel, per_param, outputs)
+        if rhs.may_alias and kernel.copy is not None and kernel.copy.kind == SAME_SHAPE_COPY:
+            self.alias_or_copy(kernel, rhs.args[kernel.copy.params[0]], inputs, v)
+            return
         out_args = []
         for name, out in zip(outputs, kernel.outputs):
             if is_native_scalar(out):
@@ -512,6 +515,22 @@ class CppEmitter:
         if not single:
             rest = iter(zip(outputs, kernel.outputs))
             e.line(f"ADT {var(v)} = {self.rebuild(kernel.result, rest)};")
+
+    def alias_or_copy(self, kernel: ir.Kernel, source: ir.Var, inputs: list[str], v: ir.Var) -> None:
+        """A broadcast whose result no caller sees: its input itself when the shape computed
+        is the input's own, else the kernel's result."""
+        out = kernel.outputs[0]
+        name = var(v)
+        expected = f", &shapes()[{self.shapes[out.shape]}]" if out.is_static else ""
+        symbol = cpp_string_literal(kernel.symbol)
+        e = self.out
+        e.line(f"NDArray {name};")
+        e.line(f"if ({name}_shape.is_shape_of({var(source)}, {symbol}{expected})) {{")
+        e.line(f"{name} = {var(source)};", comment="the same shape: nothing to broadcast")
+        e.line("} else {")
+        e.line(f"{name} = alloc_tensor({name}_shape.shape({symbol}{expected}), {dtype_literal(out.dtype)});")
+        e.line(f"call_kernel(&{kernel.symbol}, {symbol}, {', '.join(inputs + [f'arg({name})'])});")
+        e.line("}")
 
     def shape_function_call(self, kernel: ir.Kernel, per_param: list[list[str]], outputs: list[str]) -> None:
         """Run the shape function of a kernel with ``?`` dimensions into one ``ShapeOutput``
