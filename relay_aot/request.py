@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import warnings
 from typing import Mapping, Optional
 
 import numpy as np
@@ -13,7 +14,7 @@ import tvm
 from . import ir, names, passes
 from .config import Config
 from .errors import UnsupportedError
-from .kernels import KernelTable
+from .kernels import KernelTable, tuning
 from .lower import lower_program
 
 
@@ -43,11 +44,16 @@ class Request:
     def make(cls, mod, target="llvm", params=None, name: str = "default", opt_level: int = 3) -> "Request":
         """A checked request; the settings are read from the environment now."""
         names.check_model_name(name)
+        if tvm.transform.PassContext.current().config.get("relay.backend.use_meta_schedule"):
+            warnings.warn("relay_aot does not read MetaSchedule databases: kernels use AutoTVM records in scope "
+                          "(autotvm.apply_history_best) or TVM's default schedules", stacklevel=3)
         return cls(mod, params, target_of(target), name, opt_level, Config.from_environment())
 
     def lower(self) -> tuple[ir.Program, KernelTable]:
         """Run the passes and lower the result into the control IR and its kernel table."""
-        with tvm.transform.PassContext(opt_level=self.opt_level):
+        # Layout passes ask AutoTVM for schedules too: its raw messages are held back here;
+        # the build reports untuned kernels once (kernels/tuning.py).
+        with tvm.transform.PassContext(opt_level=self.opt_level), tuning.watch():
             prepared = passes.prepare(self.mod, self.params, self.opt_level, self.target)
             return lower_program(prepared, self.name, self.target, self.config)
 
@@ -63,7 +69,7 @@ class Request:
             return None
         if params is None:
             return None
-        return [module, params, str(self.target), self.name, str(self.opt_level)]
+        return [module, params, str(self.target), self.name, str(self.opt_level), tuning.fingerprint()]
 
 
 def _params_digest(params: Optional[Mapping[str, object]]) -> Optional[str]:

@@ -12,9 +12,7 @@ on a cache hit they are skipped.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import logging
 from typing import Callable, Optional
 
 import tvm
@@ -27,6 +25,7 @@ from ..errors import CompileError, UnsupportedError
 from .scalars import is_native_scalar, scalar_kernel
 from .copies import copy_form
 from .shape_funcs import ShapeFunc, make_shape_func
+from . import tuning
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
 
@@ -96,6 +95,8 @@ class KernelTable:
         self._funcs: list[relay.Function] = []
         self._shape_funcs: dict[int, ShapeFunc] = {}  # by kernel index
         self._by_hash: dict[int, list[tuple[relay.Function, ir.Kernel]]] = {}
+        #: the AutoTVM records in scope now, while the program is lowered: they pick schedules
+        self.tuning = tuning.fingerprint()
 
     def add(self, func: relay.Function) -> ir.Kernel:
         """The kernel computing primitive function ``func``, lowering it on first sight."""
@@ -139,7 +140,7 @@ class KernelTable:
 
     def digest(self) -> str:
         """Identifies the kernels (structure of each primitive function, symbols, target)."""
-        parts = [str(self.target), self.config.output_key()]
+        parts = [str(self.target), self.config.output_key(), self.tuning]
         for kernel, func in zip(self.kernels, self._funcs):
             parts.append(f"{kernel.symbol}:{tvm.ir.structural_hash(func)}")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -149,10 +150,12 @@ class KernelTable:
 
         ``progress(done, total)`` is called after each kernel (builds show it on a terminal).
         """
-        with _quiet_autotvm():
-            return self._lower_all(progress)
+        with tuning.watch(str(self.target), lowering=True) as untuned:
+            merged = self._lower_all(progress, untuned)
+        untuned.report()
+        return merged
 
-    def _lower_all(self, progress: Optional[Callable[[int, int], None]]) -> tvm.IRModule:
+    def _lower_all(self, progress: Optional[Callable[[int, int], None]], untuned: tuning.Untuned) -> tvm.IRModule:
         merged = tvm.IRModule()
         for done, (kernel, func) in enumerate(zip(self.kernels, self._funcs), 1):
             if kernel.scalar is not None:  # computed natively by both emitters: never called
@@ -165,6 +168,7 @@ class KernelTable:
                 # quietly produce no kernel at all.
                 te_compiler.get().clear()
                 raise UnsupportedError(f"TVM could not lower the {what}: {_lowering_error(err)}") from None
+            untuned.kernel_lowered(tvm.ir.structural_hash(func))
             for gvar, prim in cached.funcs.functions.items():
                 name = kernel.symbol if gvar.same_as(cached.prim_fn_var) else f"{kernel.symbol}_{gvar.name_hint}"
                 merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim, self.config.parallel_threshold).with_attr("global_symbol", name)
@@ -184,11 +188,14 @@ class KernelTable:
         """Build every kernel into one LLVM module (None when the program has no kernels to build)."""
         if not self.needs_build:
             return None
-        merged = self.lower_all(progress)
-        try:
-            return tvm.build(merged, target=self.target)
-        except tvm.error.TVMError as err:
-            raise CompileError(f"TVM failed to build the kernels: {_first_line(err)}") from None
+        # A PassContext of our own: the caller's (its TIR options, MetaSchedule) is not part of
+        # the cache key, so it must not change what is built.
+        with tvm.transform.PassContext():
+            merged = self.lower_all(progress)
+            try:
+                return tvm.build(merged, target=self.target)
+            except tvm.error.TVMError as err:
+                raise CompileError(f"TVM failed to build the kernels: {_first_line(err)}") from None
 
     def write_object(self, path, progress: Optional[Callable[[int, int], None]] = None) -> bool:
         """Build the kernels into the object file ``path``; False when there are none."""
@@ -197,18 +204,6 @@ class KernelTable:
             return False
         module.save(str(path))
         return True
-
-
-@contextlib.contextmanager
-def _quiet_autotvm():
-    """Silence AutoTVM's "operators have not been tuned" warning (relay_aot uses default schedules)."""
-    logger = logging.getLogger("autotvm")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def _lowering_error(err: Exception) -> str:

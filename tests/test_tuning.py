@@ -1,0 +1,96 @@
+"""Tuned kernels: AutoTVM records in scope pick the schedules, take part in the cache key, and
+untuned kernels are reported in one line of relay_aot's instead of TVM's raw warnings."""
+
+from __future__ import annotations
+
+import ast
+import logging
+import time
+
+import numpy as np
+import pytest
+import tvm
+from tvm import autotvm, relay
+
+import relay_aot
+from relay_aot.kernels import tuning
+
+
+def _dense_module() -> tvm.IRModule:
+    x = relay.var("x", shape=(2, 24), dtype="float32")
+    w = relay.var("w", shape=(40, 24), dtype="float32")
+    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.relu(relay.nn.dense(x, w)))))
+
+
+def _args():
+    rng = np.random.default_rng(0)
+    return rng.random((2, 24), dtype="float32"), rng.random((40, 24), dtype="float32")
+
+
+def _expected(x, w):
+    return np.maximum(x @ w.T, 0)
+
+
+@pytest.fixture
+def untuned_reports(monkeypatch, tmp_path):
+    """Every report of untuned workloads made while compiling (a fresh cache: kernels are built)."""
+    monkeypatch.setenv("RELAY_AOT_CACHE_DIR", str(tmp_path / "cache"))
+    reports: list[set[str]] = []
+    report = tuning.Untuned.report
+
+    def record(self):
+        reports.append(set(self.workloads))
+        report(self)
+
+    monkeypatch.setattr(tuning.Untuned, "report", record)
+    return reports
+
+
+def _record_log(workloads: set[str], path) -> None:
+    """An AutoTVM log with one record per workload (the last configuration of its space)."""
+    target = tvm.target.Target("llvm")
+    lines = []
+    for key in sorted(workloads):
+        workload = ast.literal_eval(key)
+        task = autotvm.task.create(workload[0], args=workload[1:], target=target)
+        config = task.config_space.get(len(task.config_space) - 1)
+        result = autotvm.MeasureResult((1e-6,), 0, 0.0, time.time())
+        lines.append(autotvm.record.encode(autotvm.MeasureInput(target, task, config), result))
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+def test_untuned_kernels_are_one_line_of_ours(backend, untuned_reports, caplog):
+    caplog.set_level(logging.DEBUG)
+    compiled = relay_aot.compile(_dense_module(), backend=backend)
+    np.testing.assert_allclose(compiled(*_args()).numpy(), _expected(*_args()), rtol=1e-5)
+    assert untuned_reports and untuned_reports[-1], "dense has an AutoTVM template: its workload is untuned here"
+    ours = [r.getMessage() for r in caplog.records if r.name == "relay_aot"]
+    assert len(ours) == 1 and "untuned" in ours[0] and "apply_history_best" in ours[0], ours
+    assert not [r for r in caplog.records if r.name == "autotvm"], "TVM's own tuning messages are held back"
+
+
+def test_tuning_records_are_used_and_key_the_cache(untuned_reports, tmp_path):
+    mod = _dense_module()
+    plain = relay_aot.compile(mod)
+    workloads = untuned_reports[-1]
+    log = tmp_path / "tuning.log"
+    _record_log(workloads, log)
+    with autotvm.apply_history_best(str(log)):
+        assert tuning.fingerprint() != ""
+        tuned = relay_aot.compile(mod)
+        again = relay_aot.compile(mod)
+    assert tuning.fingerprint() == ""
+    # every workload found its record: none left untuned
+    assert untuned_reports[-1] == set(), untuned_reports
+    assert not tuned.build_result.cached and tuned.build_result.key != plain.build_result.key
+    assert again.build_result.cached and again.build_result.key == tuned.build_result.key
+    np.testing.assert_allclose(tuned(*_args()).numpy(), _expected(*_args()), rtol=1e-5)
+    # outside the context, the untuned library again
+    assert relay_aot.compile(mod).build_result.key == plain.build_result.key
+
+
+def test_meta_schedule_is_not_silently_ignored():
+    with tvm.transform.PassContext(config={"relay.backend.use_meta_schedule": True}):
+        with pytest.warns(UserWarning, match="MetaSchedule"):
+            relay_aot.compile(_dense_module(), backend="python")
