@@ -217,6 +217,32 @@ def test_concatenate_of_growing_rows(backend):
         assert "concat_flat(" in generate_source(mod)
 
 
+def test_kernels_over_unknown_extents_choose_serial_or_parallel_at_run_time():
+    """A kernel over ``?`` dimensions runs serially when its work is small and in TVM's thread
+    pool otherwise, deciding at run time; both bodies compute the same."""
+    from tvm import te
+
+    from relay_aot.kernels import serialize_if_small
+
+    n = te.var("n")
+    a = te.placeholder((n, 8), name="a")
+    b = te.compute((n, 8), lambda i, j: a[i, j] * 2.0, name="b")
+    schedule = te.create_schedule(b.op)
+    schedule[b].parallel(b.op.axis[0])
+    func = tvm.lower(schedule, [a, b], name="double")["double"]
+    chosen = serialize_if_small(func, threshold=64)
+    assert isinstance(chosen.body, tvm.tir.IfThenElse)
+    kinds = []
+    tvm.tir.stmt_functor.post_order_visit(chosen.body, lambda s: kinds.append(s.kind) if isinstance(s, tvm.tir.For) else None)
+    assert tvm.tir.ForKind.PARALLEL in kinds and tvm.tir.ForKind.SERIAL in kinds
+    built = tvm.build(chosen, target="llvm")
+    for rows in (0, 3, 100):  # serial, serial, parallel
+        x = np.random.default_rng(rows).random((rows, 8), dtype="float32")
+        out = tvm.nd.empty((rows, 8), "float32")
+        built(tvm.nd.array(x), out)
+        np.testing.assert_array_equal(out.numpy(), x * 2)
+
+
 # -- ONNX control flow ------------------------------------------------------------------------
 
 onnx_models = pytest.importorskip("relay_aot.testing.onnx_models")

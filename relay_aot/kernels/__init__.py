@@ -53,23 +53,62 @@ def loop_work(stmt: tvm.tir.Stmt) -> int:
     return loop_work(body) if isinstance(body, tvm.tir.Stmt) else 1
 
 
-def serialize_if_small(func: tvm.tir.PrimFunc, threshold: int) -> tvm.tir.PrimFunc:
-    """Turn the parallel loops of ``func`` into serial ones when its total work is below
-    ``threshold`` iterations (``Config.parallel_threshold``).
+def symbolic_work(stmt: tvm.tir.Stmt) -> tvm.tir.PrimExpr:
+    """:func:`loop_work` as an int64 expression of the loop extents (some symbolic)."""
+    kind = type(stmt)
+    if kind is tvm.tir.For:
+        return tvm.tir.Cast("int64", stmt.extent) * symbolic_work(stmt.body)
+    if kind is tvm.tir.SeqStmt:
+        total = tvm.tir.const(0, "int64")
+        for s in stmt.seq:
+            total = total + symbolic_work(s)
+        return total
+    if kind is tvm.tir.IfThenElse:
+        work = symbolic_work(stmt.then_case)
+        return work + symbolic_work(stmt.else_case) if stmt.else_case is not None else work
+    body = getattr(stmt, "body", None)
+    return symbolic_work(body) if isinstance(body, tvm.tir.Stmt) else tvm.tir.const(1, "int64")
 
-    Launching TVM's thread pool costs microseconds -- far more than the work of a small kernel
-    (a 1x16 by 16x64 dense takes 9.3 us threaded and 0.16 us serial on a 2-core machine).
-    """
-    if loop_work(func.body) >= threshold:
-        return func
 
+def _serial(body: tvm.tir.Stmt) -> tvm.tir.Stmt:
     def serial(node):
         if node.kind == tvm.tir.ForKind.PARALLEL:
             return tvm.tir.For(node.loop_var, node.min, node.extent, tvm.tir.ForKind.SERIAL, node.body,
                                node.thread_binding, node.annotations)
         return None
 
-    return func.with_body(tvm.tir.stmt_functor.ir_transform(func.body, None, serial, ["tir.For"]))
+    return tvm.tir.stmt_functor.ir_transform(body, None, serial, ["tir.For"])
+
+
+def _has_parallel_loop(body: tvm.tir.Stmt) -> bool:
+    found = []
+    tvm.tir.stmt_functor.post_order_visit(
+        body, lambda n: found.append(n) if isinstance(n, tvm.tir.For) and n.kind == tvm.tir.ForKind.PARALLEL else None)
+    return bool(found)
+
+
+def serialize_if_small(func: tvm.tir.PrimFunc, threshold: int) -> tvm.tir.PrimFunc:
+    """Turn the parallel loops of ``func`` into serial ones when its total work is below
+    ``threshold`` iterations (``Config.parallel_threshold``).
+
+    Launching TVM's thread pool costs microseconds -- far more than the work of a small kernel
+    (a 1x16 by 16x64 dense takes 9.3 us threaded and 0.16 us serial on a 2-core machine). A
+    kernel over ``?`` dimensions gets both bodies and chooses by its work at run time, when the
+    extents are known: growing sequences are small for most of their life.
+    """
+    work = loop_work(func.body)
+    if work < threshold:
+        return func.with_body(_serial(func.body))
+    if work < 1 << 40 or not _has_parallel_loop(func.body):  # static extents (loop_work counts a ? as 2^40)
+        return func
+    expr = symbolic_work(func.body)
+    # The test sits before the body: it may only read the shape variables bound on entry.
+    bound = [v for buf in func.buffer_map.values() for d in list(buf.shape) + list(buf.strides)
+             for v in [d] if isinstance(d, tvm.tir.Var)] + list(func.params)
+    if tvm.tir.analysis.undefined_vars(expr, bound):
+        return func
+    small = tvm.tir.LT(expr, tvm.tir.const(threshold, "int64"))
+    return func.with_body(tvm.tir.IfThenElse(small, _serial(func.body), func.body))
 
 
 def _op_names(func: relay.Function) -> tuple[str, ...]:
