@@ -74,15 +74,20 @@ class Untuned:
         self._pending = set()
 
     def report(self) -> None:
-        """One line when any kernel uses a fallback schedule."""
+        """One line when any kernel uses a fallback schedule: a warning the first time in the
+        process (as TVM's own), information after that."""
         if self.workloads:
             count = len(self.workloads)
-            _logger.warning(
+            level = logging.WARNING if not _warned else logging.INFO
+            _warned.append(True)
+            _logger.log(level,
                 "relay_aot: %d kernel schedule%s untuned (TVM's fallback configuration); tune them with "
                 "AutoTVM and compile inside autotvm.apply_history_best(log) (docs/performance.md, "
                 "\"Tuned kernels\")", count, " is" if count == 1 else "s are")
 
 
+#: whether a build of this process has warned of untuned kernels already
+_warned: list[bool] = []
 #: (tuning context, target, kernel's structural hash) -> workloads it had no records for
 _reported: dict[tuple[str, str, int], frozenset[str]] = {}
 #: the tuning context the TE compiler's cache was last filled under (None: not by relay_aot)
