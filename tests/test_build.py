@@ -292,6 +292,7 @@ def test_precompiled_header(env, monkeypatch, capsys):
     monkeypatch.setenv("RELAY_AOT_PCH", "1")
     compiled = compile_salted(13.0)
     assert len(env.calls("pch")) == 1
+    build.wait_for_background()  # the first build does not wait for it
     gch = next((env.cache / "pch").glob("*/relay_aot/runtime.h.gch"))
     header = compiled.source.split("// Compiled with: ", 1)[1].splitlines()[0]
     assert f"-I{gch.parent.parent} -Winvalid-pch -include relay_aot/runtime.h" in header

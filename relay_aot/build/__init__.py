@@ -53,7 +53,7 @@ from .cache import (
     write_atomic,
 )
 from .ninja import NinjaRun, ninja_binary, ninja_file
-from .pch import PchBuild, pch_directory
+from .pch import PchBuild, pch_directory, wait_for_background
 from .progress import Reporter, progress_enabled
 from .toolchain import BuildFlags, command_line, compiler_version, object_name, runtime_sources_digest
 
@@ -79,6 +79,7 @@ __all__ = [
     "object_name",
     "package_digest",
     "pch_directory",
+    "wait_for_background",
     "record_index",
     "source_hook",
     "stats",
@@ -187,7 +188,7 @@ def library_name(model: str, key: str) -> str:
 
 
 def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, reporter: Reporter) -> None:
-    """Compile ``inputs`` in ``build_dir``: PCH (if missing) and units while TVM builds the kernels."""
+    """Compile ``inputs`` in ``build_dir``: units (and a missing PCH) while TVM builds the kernels."""
     for name, text in inputs.files.items():
         (build_dir / name).write_text(text)
     for name, data in inputs.blobs.items():
@@ -196,17 +197,15 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
     (build_dir / "build.ninja").write_text(ninja_file(inputs.flags, inputs.units, headers, inputs.has_kernels, library))
     stats.builds += 1
     jobs = inputs.config.jobs
+    # A missing PCH is built beside this build, for the next ones: waiting for it would cost
+    # the first compile more than its units lose by reading the real headers.
     pch = PchBuild.start(inputs.flags, root, reporter)
-    # Units wait for a PCH being built (they are faster with it); otherwise they start now.
-    units = None if pch is not None else NinjaRun(build_dir, jobs, ["objects"], reporter)
+    units = NinjaRun(build_dir, jobs, ["objects"], reporter)
     try:
         if inputs.has_kernels:
             reporter.message("building the kernels with TVM")
             inputs.build_kernels(build_dir / "kernels.o", reporter.kernels)
             reporter.phase("kernels", "done")
-        if pch is not None:
-            pch.finish()
-            pch = None
         if units is not None:
             units.wait(build_dir)
             units = None
@@ -218,6 +217,9 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
         for leftover in build_dir.glob("*.o"):
             leftover.unlink()
         record_digest(build_dir / library)
+        if pch is not None:
+            pch.finish_in_background()
+            pch = None
     finally:
         if pch is not None:
             pch.discard()

@@ -7,11 +7,13 @@ unusable GCC silently reads the real header, so it can only make a build faster.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import shutil
 import signal
 import subprocess
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -55,7 +57,8 @@ class PchBuild:
     """Builds a missing precompiled header in the background and publishes it atomically.
 
     Only one process builds a given PCH (a non-blocking lock); others compile without it
-    meanwhile rather than wait. A PCH that fails to build is simply not used: the units then
+    meanwhile rather than wait -- and so does the build that started it: its units start at
+    once, and the PCH is published in the background for the builds after it. A PCH that fails to build is simply not used: the units then
     compile from the real header and report any error in it themselves.
     """
 
@@ -99,17 +102,30 @@ class PchBuild:
             lock.release()
             raise
 
-    def finish(self) -> None:
-        """Wait for the compiler and publish the PCH (a failure only costs speed)."""
-        output, _ = self.proc.communicate()
-        if self.proc.returncode == 0:
+    def finish_in_background(self) -> None:
+        """Publish the PCH when the compiler is done, without waiting for it here: the build
+        that started it did not use it, the next one will. The process waits for it on exit
+        (:func:`wait_for_background`), so a short-lived process still leaves it behind."""
+        self.reporter.phase("PCH", "continues in the background")
+        thread = threading.Thread(target=self._publish, name="relay_aot-pch", daemon=True)
+        with _pending_lock:
+            if not _pending:
+                atexit.register(wait_for_background)
+            _pending.append(thread)
+        thread.start()
+
+    def _publish(self) -> None:
+        """Wait for the compiler and publish the PCH (a failure only costs speed: the units
+        then read the real headers and report any error in them themselves)."""
+        try:
+            self.proc.communicate()
+            if self.proc.returncode != 0:
+                return
             private_dir(self.final.parent)
             shutil.rmtree(self.final, ignore_errors=True)  # an unusable earlier one
             move_locked(self.work, self.work_lock, self.final)
-        else:
-            self.reporter.message("precompiled header failed; compiling without it:\n" + output.strip())
-        self.reporter.phase("PCH", "done")
-        self.discard()
+        finally:
+            self.discard()
 
     def discard(self) -> None:
         """Stop the compiler if it runs, and remove the work directory and locks."""
@@ -120,3 +136,18 @@ class PchBuild:
             shutil.rmtree(self.work, ignore_errors=True)
         self.work_lock.release()
         self.lock.release()
+
+
+#: PCH builds publishing in the background (finish_in_background)
+_pending: list[threading.Thread] = []
+_pending_lock = threading.Lock()
+
+
+def wait_for_background() -> None:
+    """Wait until every precompiled header this process started is published (or failed)."""
+    while True:
+        with _pending_lock:
+            if not _pending:
+                return
+            thread = _pending.pop()
+        thread.join()
