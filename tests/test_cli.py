@@ -47,8 +47,9 @@ def interpreter(text: str, args) -> object:
 
 _OPTIONS = {
     "": ["compile", "run", "show"],
-    "compile": ["MODEL", "-o", "--name", "--params", "--backend", "--opt-level", "--input-shapes", "--format"],
-    "run": ["LIBRARY", "--inputs", "--output", "--name"],
+    "compile": ["MODEL", "-o", "--name", "--params", "--backend", "--opt-level", "--input-shapes", "--format",
+                "--profile"],
+    "run": ["LIBRARY", "--inputs", "--output", "--name", "--profile", "--profile-json"],
     "show": ["MODEL", "--backend", "--name", "--params", "--input-shapes", "--ir"],
 }
 

@@ -100,6 +100,28 @@ def integer_op(op: str, dtype: str):
     return functools.partial(_fastcall.integer, index, code, bits)
 
 
+#: The profiler of compiled code (``runtime_cpp/relay_aot/profile.h``) on the calling thread,
+#: which the Python backend's profiled code drives (one aggregation for both backends).
+profile_enter = _fastcall.profile_enter
+profile_exit = _fastcall.profile_exit
+profile_clock = _fastcall.profile_clock
+profile_kernel = _fastcall.profile_kernel
+
+
+def profile_control(functions: list[str], kernels: list[str]):
+    """``control(command, max_events)`` for a Python-backend program whose profile ids name
+    ``functions`` and ``kernels``: as a profiled library's ``<model>__profile``, command 1 starts
+    a profile of the calling thread, command 0 stops it and returns what was recorded (JSON)."""
+
+    def control(command: int, max_events: int) -> str:
+        if command == 1:
+            _fastcall.profile_start(list(functions), list(kernels), int(max_events))
+            return ""
+        return _fastcall.profile_stop()
+
+    return control
+
+
 def make_adt(tag: int, fields) -> tvm.runtime.container.ADT:
     """A new ``runtime.ADT`` (a tuple when ``tag`` is 0) of TVM objects ``fields``.
 
