@@ -19,6 +19,7 @@ from relay_aot import cli, names
 from relay_aot.compiler import generate_source
 from relay_aot.runtime import exported_symbols
 
+from conftest import ROOT
 from deploy_support import LSTM, lstm_args
 
 #: fib on tensors of shape (2,): every addition is a real kernel call (0-d arithmetic would be
@@ -221,3 +222,21 @@ def test_cli_profile(tmp_path, capsys):
     assert out.startswith(f"Tensor[(2), float32] [{value}.0, {value}.0]") or str(value) in out.splitlines()[0]
     assert "@fib" in out and "Inclusive (us)" in out and f"wrote {trace}" in out
     check_trace(json.loads(trace.read_text()))
+
+
+def test_shape_functions_are_timed_as_kernels(backend):
+    """A program with ? dimensions: its kernels' shape functions are rows of their own."""
+    mod = tvm.relay.parse((ROOT / "tests" / "programs" / "dyn_concat_grow.relay").read_text())
+    compiled = relay_aot.compile(mod, backend=backend, profile=True)
+    report = compiled.profile(np.array([1, 2], "float32"), np.int32(4))
+    by_name = rows(report)
+    shape_functions = {name: row["Count"] for name, row in by_name.items() if name.endswith("_shape")}
+    assert 4 in shape_functions.values(), by_name  # the concatenate's, once per step
+    assert by_name["@grow"]["Count"] == 1  # a self tail call is a loop
+
+
+def test_python_backend_profiles_closures_and_lists():
+    report = relay_aot.compile(tvm.relay.parse(LSTM.read_text()), backend="python").profile(*lstm_args())
+    by_name = rows(report)
+    assert by_name["%cell in @main"]["Count"] == 10 and by_name["@steps"]["Count"] == 11
+    assert "Tensors allocated" not in json.loads(report.json())["device_metrics"]["cpu0"]  # not counted there
