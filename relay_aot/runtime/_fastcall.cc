@@ -22,6 +22,9 @@
 //    in Python overflowed the C stack. `parts` reads an ADT or the interpreter's
 //    ConstructorValue in one call.
 //
+// 4. The profiler of compiled code (runtime_cpp/relay_aot/profile.h): the Python backend's code
+//    printed for profiling records its calls there, so both backends aggregate and report alike.
+//
 // Results become Python objects through TVM's own ctypes return converters (make_result), so
 // they are exactly what the ctypes FFI returns; errors raised here become the Python classes
 // TVM's FFI would use for the same error kind (make_error).

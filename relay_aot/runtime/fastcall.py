@@ -4,7 +4,8 @@
 includes. Through it, Python calls a library's entry or any PackedFunc without TVM's ctypes FFI
 (:func:`call_entry`, :func:`call_packed`), applies the very checks and rules of compiled code to
 values converted in Python (:class:`TypeTable`, :func:`integer_op`), and makes and reads the
-runtime ADTs relay_aot builds in Python (:func:`make_adt`, :func:`adt_parts`). This module holds
+runtime ADTs relay_aot builds in Python (:func:`make_adt`, :func:`adt_parts`), and the Python
+backend's profiled code records its calls with compiled code's profiler (:func:`profile_control`). This module holds
 what its users share: the argument kinds the extension recognises, how results become Python
 objects (TVM's own ctypes return converters, so they are exactly what the ctypes FFI returns)
 and how errors are raised.
