@@ -50,7 +50,7 @@ _OPTIONS = {
     "compile": ["MODEL", "-o", "--name", "--params", "--backend", "--opt-level", "--input-shapes", "--format",
                 "--profile"],
     "run": ["LIBRARY", "--inputs", "--output", "--name", "--profile", "--profile-json"],
-    "show": ["MODEL", "--backend", "--name", "--params", "--input-shapes", "--ir"],
+    "show": ["MODEL", "--backend", "--name", "--params", "--input-shapes", "--ir", "--profile"],
 }
 
 

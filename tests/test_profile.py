@@ -222,6 +222,8 @@ def test_cli_profile(tmp_path, capsys):
     assert out.startswith(f"Tensor[(2), float32] [{value}.0, {value}.0]") or str(value) in out.splitlines()[0]
     assert "@fib" in out and "Inclusive (us)" in out and f"wrote {trace}" in out
     check_trace(json.loads(trace.read_text()))
+    assert cli.main(["show", str(program), "--profile"]) == 0
+    assert "profiled_call_kernel" in capsys.readouterr().out
 
 
 def test_shape_functions_are_timed_as_kernels(backend):

@@ -5,7 +5,7 @@
     relay-aot compile MODEL -o out.so [--name N] [--params p.npz] [--input-shapes S] [--c-header N.h] [--profile] ...
     relay-aot run out.so [--inputs in.npz | --inputs a.npy b.npy ...] [--output out.npz] [--profile]
                          [--profile-json trace.json]
-    relay-aot show MODEL [--backend cpp|python] ...
+    relay-aot show MODEL [--backend cpp|python] [--profile] ...
 
 MODEL is a Relay text file or, with the ``onnx`` extra installed, an ONNX file (by suffix
 ``.onnx``, or ``--format``). ``run`` prints the result one line per tensor, tuple/ADT,
@@ -256,7 +256,7 @@ def _compile_args(args) -> dict:
     mod, params = read_model(args.model, args.format, args.input_shapes)
     params = {**params, **read_params(args.params)}
     return dict(mod=mod, target=args.target, params=params, backend=args.backend, name=args.name,
-                opt_level=args.opt_level)
+                opt_level=args.opt_level, profile=args.profile)
 
 
 def cmd_compile(args) -> int:
@@ -274,7 +274,7 @@ def cmd_compile(args) -> int:
         raise CliError(f"-o {args.output}: directory {out.parent} does not exist")
     if args.c_header and not Path(args.c_header).parent.is_dir():
         raise CliError(f"--c-header {args.c_header}: directory {Path(args.c_header).parent} does not exist")
-    compiled = relay_aot.compile(**_compile_args(args), verbose=args.verbose, profile=args.profile)
+    compiled = relay_aot.compile(**_compile_args(args), verbose=args.verbose)
     compiled.export_library(out, c_header=args.c_header)
     built = " (built for profiling)" if args.profile else ""
     print(f"wrote {out}: model {compiled.name}{built}, {_signature_line(compiled.signature)}")
@@ -334,6 +334,9 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opt-level", type=int, choices=OPT_LEVELS, default=3,
                         help="Relay optimization level (default: %(default)s)")
     parser.add_argument("--target", default="llvm", help="TVM target of the kernels (default: %(default)s)")
+    parser.add_argument("--profile", action="store_true",
+                        help="instrumented for profiling: compile a library for relay-aot run --profile, "
+                        "or show the instrumented source")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -349,8 +352,6 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("--c-header", metavar="NAME.h",
                           help="also write the C API's header (tvmgen_<name>.h convention: structs of "
                           "input and output buffers and tvmgen_<name>_run; see docs/deployment.md)")
-    compile_.add_argument("--profile", action="store_true",
-                          help="build the library instrumented for profiling (for relay-aot run --profile)")
     compile_.add_argument("-v", "--verbose", action="store_true", help="show the C++ build's commands")
     compile_.set_defaults(run=cmd_compile)
 
