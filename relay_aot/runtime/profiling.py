@@ -26,7 +26,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import tvm
 from tvm.runtime import profiling
