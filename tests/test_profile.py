@@ -242,3 +242,14 @@ def test_python_backend_profiles_closures_and_lists():
     by_name = rows(report)
     assert by_name["%cell in @main"]["Count"] == 10 and by_name["@steps"]["Count"] == 11
     assert "Tensors allocated" not in json.loads(report.json())["device_metrics"]["cpu0"]  # not counted there
+
+
+def test_a_call_that_raises_stops_the_profile(backend):
+    """The error propagates, the profile is stopped, and the next profile starts clean."""
+    mod = tvm.relay.parse((ROOT / "tests" / "programs" / "match_failure.relay").read_text())
+    compiled = relay_aot.compile(mod, backend=backend, profile=True)
+    with pytest.raises(relay_aot.MatchError, match="@unwrap"):
+        compiled.profile(np.int32(1), warmup=0)
+    by_name = rows(compiled.profile(np.int32(0)))
+    assert by_name["@unwrap"]["Count"] == 1 and by_name["@main"]["Count"] == 1
+    assert by_name[names.PROFILE_ENTRY]["Count"] == 1  # nothing left over from the failed call
