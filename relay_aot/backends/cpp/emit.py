@@ -751,7 +751,7 @@ class CppEmitter:
         e = self.out
         table = self.profile
         e.line()
-        e.comment("Profiling: the names of functions and kernels by profile id (see relay_aot/ir/profile.py).")
+        e.comment("Profiling: the names of functions and kernels by profile id (relay_aot.ir.profile).")
         for array, entries in (("kProfileFunctions", table.functions), ("kProfileKernels", table.kernels)):
             e.line(f"const char* const {array}[] = {{")
             e.lines([f"{cpp_string_literal(name)},  // {i}" for i, name in enumerate(entries)] + ["nullptr,"])
