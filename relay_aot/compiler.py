@@ -39,6 +39,7 @@ def compile(  # noqa: A001 - the name users expect
     *,
     cache: bool = True,
     verbose: bool = False,
+    profile: bool = False,
 ) -> CompiledModule:
     """Compile ``mod["main"]`` (and what it reaches) into a callable.
 
@@ -53,6 +54,9 @@ def compile(  # noqa: A001 - the name users expect
     :param opt_level: TVM's optimization level for the Relay passes and the kernels.
     :param cache: ``False`` builds in a private directory instead of the shared cache.
     :param verbose: ``True`` shows the build's commands on stderr.
+    :param profile: build the variant instrumented for profiling (a library of its own, cached
+        under its own key); only needed for a library to export and profile after
+        :func:`relay_aot.load`: ``CompiledModule.profile`` builds the variant itself.
     :returns: the compiled program; call it like ``mod["main"]``.
     :raises UnsupportedError: the program uses something relay_aot does not compile (dynamic
         shapes, a non-CPU target, ...).
@@ -66,7 +70,7 @@ def compile(  # noqa: A001 - the name users expect
     it came from the cache (``.cached``) and its key.
     """
     compile_with, _ = _driver(backend)
-    return compile_with(Request.make(mod, target, params, name, opt_level), cache=cache, verbose=verbose)
+    return compile_with(Request.make(mod, target, params, name, opt_level, profile), cache=cache, verbose=verbose)
 
 
 def generate_source(
@@ -76,10 +80,12 @@ def generate_source(
     backend: str = "cpp",
     name: str = "default",
     opt_level: int = 3,
+    profile: bool = False,
 ) -> str:
-    """The source :func:`compile` generates for ``mod``, without building anything."""
+    """The source :func:`compile` generates for ``mod``, without building anything
+    (``profile``: the variant instrumented for profiling)."""
     _, generate = _driver(backend)
-    return generate(Request.make(mod, target, params, name, opt_level))
+    return generate(Request.make(mod, target, params, name, opt_level, profile))
 
 
 def generate_ir(mod: tvm.IRModule, **options) -> str:

@@ -75,6 +75,9 @@ class Config:
         "RELAY_AOT_CXXFLAGS", "", lambda text: tuple(shlex.split(text)), True,
         "extra compiler flags, after relay_aot's own")
     pch: bool = setting("RELAY_AOT_PCH", "1", _flag, True, "use a precompiled runtime header (GCC)")
+    profile: bool = setting(
+        "RELAY_AOT_PROFILE", "0", _flag, True,
+        "build every library instrumented for profiling (as compile(..., profile=True) does)")
     jobs: int = setting(
         "RELAY_AOT_JOBS", lambda environ: str(os.cpu_count() or 1), _count("RELAY_AOT_JOBS"), False,
         "parallel C++ compile jobs")

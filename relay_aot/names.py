@@ -38,6 +38,14 @@ PY_ENTRY = "main"  #: the entry function, on TVM runtime values
 #: Suffix of the exported function that returns the program's metadata (JSON).
 METADATA_SUFFIX = "__metadata"
 
+#: Suffix of the function a library built for profiling exports: ``<model>__profile(command,
+#: max_events)`` starts (1) or stops (0) a profile (see ``runtime_cpp/relay_aot/profile.h``).
+PROFILE_SUFFIX = "__profile"
+
+#: Profile ids: function 0 is the entry (argument checks, conversions), function ``i + 1`` the
+#: program's function ``i``; kernels are numbered as in the kernel table, shape functions after.
+PROFILE_ENTRY = "(entry)"
+
 #: TVM kernel-name prefix given to the TE compiler; symbols are then renamed to kernel_symbol().
 TE_MOD_NAME = "relay_aot"
 
@@ -110,6 +118,11 @@ def kernel_symbol(model: str, index: int, fused_name: str) -> str:
 def metadata_symbol(model: str) -> str:
     """Exported symbol of the metadata function of model ``model``."""
     return model + METADATA_SUFFIX
+
+
+def profile_symbol(model: str) -> str:
+    """Exported symbol of the profile function of a library of ``model`` built for profiling."""
+    return model + PROFILE_SUFFIX
 
 
 def model_of_metadata_symbol(symbol: str):

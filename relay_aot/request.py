@@ -41,13 +41,21 @@ class Request:
     config: Config
 
     @classmethod
-    def make(cls, mod, target="llvm", params=None, name: str = "default", opt_level: int = 3) -> "Request":
-        """A checked request; the settings are read from the environment now."""
+    def make(cls, mod, target="llvm", params=None, name: str = "default", opt_level: int = 3,
+             profile: bool = False) -> "Request":
+        """A checked request; the settings are read from the environment now (``profile``: build
+        the variant instrumented for profiling, whatever ``RELAY_AOT_PROFILE`` says)."""
         names.check_model_name(name)
         if tvm.transform.PassContext.current().config.get("relay.backend.use_meta_schedule"):
             warnings.warn("relay_aot does not read MetaSchedule databases: kernels use AutoTVM records in scope "
                           "(autotvm.apply_history_best) or TVM's default schedules", stacklevel=3)
-        return cls(mod, params, target_of(target), name, opt_level, Config.from_environment())
+        request = cls(mod, params, target_of(target), name, opt_level, Config.from_environment())
+        return request.profiled() if profile else request
+
+    def profiled(self) -> "Request":
+        """The same compile, instrumented for profiling. ``profile`` is an output setting of the
+        config, so the profiled library has its own cache keys by construction."""
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, profile=True))
 
     def lower(self) -> tuple[ir.Program, KernelTable]:
         """Run the passes and lower the result into the control IR and its kernel table."""

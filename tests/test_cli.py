@@ -47,9 +47,10 @@ def interpreter(text: str, args) -> object:
 
 _OPTIONS = {
     "": ["compile", "run", "show"],
-    "compile": ["MODEL", "-o", "--name", "--params", "--backend", "--opt-level", "--input-shapes", "--format"],
-    "run": ["LIBRARY", "--inputs", "--output", "--name"],
-    "show": ["MODEL", "--backend", "--name", "--params", "--input-shapes", "--ir"],
+    "compile": ["MODEL", "-o", "--name", "--params", "--backend", "--opt-level", "--input-shapes", "--format",
+                "--profile"],
+    "run": ["LIBRARY", "--inputs", "--output", "--name", "--profile", "--profile-json"],
+    "show": ["MODEL", "--backend", "--name", "--params", "--input-shapes", "--ir", "--profile"],
 }
 
 

@@ -2,14 +2,17 @@
 
 ::
 
-    relay-aot compile MODEL -o out.so [--name N] [--params p.npz] [--input-shapes S] [--c-header N.h] ...
-    relay-aot run out.so [--inputs in.npz | --inputs a.npy b.npy ...] [--output out.npz]
-    relay-aot show MODEL [--backend cpp|python] ...
+    relay-aot compile MODEL -o out.so [--name N] [--params p.npz] [--input-shapes S] [--c-header N.h] [--profile] ...
+    relay-aot run out.so [--inputs in.npz | --inputs a.npy b.npy ...] [--output out.npz] [--profile]
+                         [--profile-json trace.json]
+    relay-aot show MODEL [--backend cpp|python] [--profile] ...
 
 MODEL is a Relay text file or, with the ``onnx`` extra installed, an ONNX file (by suffix
 ``.onnx``, or ``--format``). ``run`` prints the result one line per tensor, tuple/ADT,
 reference or function -- the same lines ``examples/cpp_deploy`` prints (see
-docs/deployment.md). Mistakes in the command or the input files end with one line on stderr,
+docs/deployment.md); with ``--profile`` (a library compiled with ``--profile``) it then prints
+where the time went, as TVM's profiling table, and ``--profile-json`` writes a Chrome trace
+(docs/performance.md). Mistakes in the command or the input files end with one line on stderr,
 ``relay-aot: error: ...``, and exit status 2 (usage) or 1 (anything else).
 """
 
@@ -253,7 +256,7 @@ def _compile_args(args) -> dict:
     mod, params = read_model(args.model, args.format, args.input_shapes)
     params = {**params, **read_params(args.params)}
     return dict(mod=mod, target=args.target, params=params, backend=args.backend, name=args.name,
-                opt_level=args.opt_level)
+                opt_level=args.opt_level, profile=args.profile)
 
 
 def cmd_compile(args) -> int:
@@ -273,7 +276,8 @@ def cmd_compile(args) -> int:
         raise CliError(f"--c-header {args.c_header}: directory {Path(args.c_header).parent} does not exist")
     compiled = relay_aot.compile(**_compile_args(args), verbose=args.verbose)
     compiled.export_library(out, c_header=args.c_header)
-    print(f"wrote {out}: model {compiled.name}, {_signature_line(compiled.signature)}")
+    built = " (built for profiling)" if args.profile else ""
+    print(f"wrote {out}: model {compiled.name}{built}, {_signature_line(compiled.signature)}")
     if args.c_header:
         print(f"wrote {args.c_header}: the C API, {names.c_api(compiled.name, 'run')}")
     return 0
@@ -283,12 +287,30 @@ def cmd_run(args) -> int:
     """``relay-aot run``: run a compiled library on inputs from files and print the result."""
     import relay_aot
 
+    from ..runtime.profiling import DEFAULT_TRACE_EVENTS
+
     module = relay_aot.load(args.library, args.name)
-    result = module(*read_inputs(args.inputs, module.signature))
+    inputs = read_inputs(args.inputs, module.signature)
+    profile = None
+    if args.profile or args.profile_json:
+        if module.profiler is None:
+            raise CliError(f"{args.library} was not built for profiling: compile it with "
+                           "`relay-aot compile --profile ...` to use --profile or --profile-json")
+        if args.profile_json and not Path(args.profile_json).parent.is_dir():
+            raise CliError(f"--profile-json {args.profile_json}: directory {Path(args.profile_json).parent} does not exist")
+        result, profile = module.profile_call(inputs, max_events=DEFAULT_TRACE_EVENTS if args.profile_json else 0)
+    else:
+        result = module(*inputs)
     print("\n".join(format_result(result)))
     if args.output:
         with open(args.output, "wb") as out:
             np.savez(out, **result_tensors(result))
+    if args.profile:
+        print()
+        print(profile.report().table(), end="")
+    if args.profile_json:
+        profile.write_trace(args.profile_json)
+        print(f"wrote {args.profile_json}: a Chrome trace of the call (chrome://tracing, ui.perfetto.dev)")
     return 0
 
 
@@ -312,6 +334,9 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opt-level", type=int, choices=OPT_LEVELS, default=3,
                         help="Relay optimization level (default: %(default)s)")
     parser.add_argument("--target", default="llvm", help="TVM target of the kernels (default: %(default)s)")
+    parser.add_argument("--profile", action="store_true",
+                        help="instrumented for profiling: compile a library for relay-aot run --profile, "
+                        "or show the instrumented source")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -339,6 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "or one .npy per parameter, in order")
     run.add_argument("--name", help="the model name (default: the library's only model)")
     run.add_argument("--output", metavar="OUT.npz", help="also save the result's tensors, named by their paths")
+    run.add_argument("--profile", action="store_true",
+                     help="print where the call spent its time, as TVM's profiling table (the library must "
+                     "be compiled with --profile)")
+    run.add_argument("--profile-json", metavar="TRACE.json",
+                     help="write a Chrome trace of the call (one slice per function and kernel call; the "
+                     "library must be compiled with --profile)")
     run.set_defaults(run=cmd_run)
 
     show = commands.add_parser("show", help="print the source MODEL compiles to",

@@ -22,6 +22,9 @@
 //    in Python overflowed the C stack. `parts` reads an ADT or the interpreter's
 //    ConstructorValue in one call.
 //
+// 4. The profiler of compiled code (runtime_cpp/relay_aot/profile.h): the Python backend's code
+//    printed for profiling records its calls there, so both backends aggregate and report alike.
+//
 // Results become Python objects through TVM's own ctypes return converters (make_result), so
 // they are exactly what the ctypes FFI returns; errors raised here become the Python classes
 // TVM's FFI would use for the same error kind (make_error).
@@ -444,6 +447,15 @@ PYBIND11_MODULE(_fastcall, m) {
   m.def("make_adt", &make_adt, py::arg("tag"), py::arg("fields"), py::arg("kinds"), py::arg("make_result"));
   m.def("parts", &parts, py::arg("value"), py::arg("of_constructor_value"), py::arg("make_result"));
   m.def("integer", &integer, py::arg("op"), py::arg("code"), py::arg("bits"), py::arg("a"), py::arg("b"));
+  // The profiler of compiled code (profile.h), driven by the Python backend's profiled code.
+  m.def("profile_start", [](std::vector<std::string> functions, std::vector<std::string> kernels, int64_t max_events) {
+    relay_aot::profiler().start(std::move(functions), std::move(kernels), max_events);
+  });
+  m.def("profile_stop", [] { return relay_aot::profiler().stop(); });
+  m.def("profile_enter", [](int id) { relay_aot::profiler().enter(id); });
+  m.def("profile_exit", [] { relay_aot::profiler().exit(); });
+  m.def("profile_clock", &relay_aot::profile_clock);
+  m.def("profile_kernel", [](int id, int64_t start) { relay_aot::profiler().kernel(id, start); });
   py::class_<TypeTable>(m, "TypeTable")
       .def(py::init<const py::list&>(), py::arg("rows"))
       .def("check", &TypeTable::Check, py::arg("value"), py::arg("type"), py::arg("what"), py::arg("kinds"))

@@ -4,7 +4,8 @@
 includes. Through it, Python calls a library's entry or any PackedFunc without TVM's ctypes FFI
 (:func:`call_entry`, :func:`call_packed`), applies the very checks and rules of compiled code to
 values converted in Python (:class:`TypeTable`, :func:`integer_op`), and makes and reads the
-runtime ADTs relay_aot builds in Python (:func:`make_adt`, :func:`adt_parts`). This module holds
+runtime ADTs relay_aot builds in Python (:func:`make_adt`, :func:`adt_parts`), and the Python
+backend's profiled code records its calls with compiled code's profiler (:func:`profile_control`). This module holds
 what its users share: the argument kinds the extension recognises, how results become Python
 objects (TVM's own ctypes return converters, so they are exactly what the ctypes FFI returns)
 and how errors are raised.
@@ -98,6 +99,28 @@ def integer_op(op: str, dtype: str):
     index = INTEGER_HELPERS.index(op)  # the extension's order
     code, bits = _dtype_code(dtype)
     return functools.partial(_fastcall.integer, index, code, bits)
+
+
+#: The profiler of compiled code (``runtime_cpp/relay_aot/profile.h``) on the calling thread,
+#: which the Python backend's profiled code drives (one aggregation for both backends).
+profile_enter = _fastcall.profile_enter
+profile_exit = _fastcall.profile_exit
+profile_clock = _fastcall.profile_clock
+profile_kernel = _fastcall.profile_kernel
+
+
+def profile_control(functions: list[str], kernels: list[str]):
+    """``control(command, max_events)`` for a Python-backend program whose profile ids name
+    ``functions`` and ``kernels``: as a profiled library's ``<model>__profile``, command 1 starts
+    a profile of the calling thread, command 0 stops it and returns what was recorded (JSON)."""
+
+    def control(command: int, max_events: int) -> str:
+        if command == 1:
+            _fastcall.profile_start(list(functions), list(kernels), int(max_events))
+            return ""
+        return _fastcall.profile_stop()
+
+    return control
 
 
 def make_adt(tag: int, fields) -> tvm.runtime.container.ADT:

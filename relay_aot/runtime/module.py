@@ -14,7 +14,7 @@ import os
 import stat
 import struct
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import tvm
 from tvm.relay.backend.interpreter import ConstructorValue, RefValue
@@ -22,7 +22,7 @@ from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 from .. import names
 from ..backends.cpp.capi import c_api, header_text
 from ..build.cache import write_atomic
-from . import fastcall
+from . import fastcall, profiling
 from ..ir.signature import Signature
 from .values import Converter
 
@@ -63,8 +63,14 @@ class CompiledModule:
 
     Attributes: ``module`` (the ``tvm.runtime.Module``), ``signature`` (parameter and result
     types), ``name`` (the model name, prefix of every exported symbol), ``backend``, ``source``
-    (the generated source) and ``library_path`` (the shared library, for the C++ backend).
+    (the generated source), ``library_path`` (the shared library, for the C++ backend) and
+    ``profiler`` (the start/stop control of a program built for profiling, else None; see
+    :meth:`profile`).
     """
+
+    #: Compiles the variant of this program instrumented for profiling (set by the drivers on
+    #: what they compile; None for a library loaded with :func:`load`).
+    profiled_variant: Optional[Callable[[], "CompiledModule"]] = None
 
     def __init__(
         self,
@@ -75,6 +81,7 @@ class CompiledModule:
         source: Optional[str] = None,
         library_path: Optional[Path] = None,
         entry=None,
+        profiler: Optional[Callable[[int, int], str]] = None,
     ):
         self.module = module
         self.signature = signature
@@ -88,6 +95,8 @@ class CompiledModule:
         self._address = None
         if library_path is not None and entry is None:
             self._address = entry_address(library_path, name)
+        self.profiler = profiler if profiler is not None or library_path is None else _profile_function(module, name)
+        self._profiled: Optional[CompiledModule] = None
 
     @property
     def source(self) -> str:
@@ -115,6 +124,49 @@ class CompiledModule:
         with fastcall.plain_errors():
             result = self.entry(*converted)
         return self._converter.from_runtime(result, self.signature.ret)
+
+    def profile(self, *args, trace=None, max_trace_events: int = profiling.DEFAULT_TRACE_EVENTS, warmup: int = 1):
+        """Run the program once on ``args`` with instrumentation; where the time went, as TVM's
+        :class:`tvm.runtime.profiling.Report` (``.table()``, ``.csv()``, ``.json()``).
+
+        Rows are kernels (calls, total and mean time, share of the call) and Relay functions
+        (calls; self, exclusive and inclusive time); the device metrics give the whole call's
+        time and the tensors and objects it allocated. ``trace``: also write a Chrome trace of
+        the call there (one slice per function and kernel call, the first ``max_trace_events``).
+        ``warmup`` calls run first, unprofiled (the first call into a library just loaded pays
+        for resolving its symbols).
+
+        The instrumented code is a separate library (or source, for the Python backend), built
+        and cached the first time it is needed beside the plain one, which stays free of any
+        instrumentation. A library loaded with :func:`load` can be profiled only if it was built
+        for profiling (``compile(..., profile=True)``, ``relay-aot compile --profile``);
+        otherwise ``ValueError``. See docs/performance.md, "Profiling your program".
+        """
+        _, profile = self.profile_call(args, max_events=max_trace_events if trace is not None else 0, warmup=warmup)
+        if trace is not None:
+            profile.write_trace(trace)
+        return profile.report()
+
+    def profile_call(self, args, max_events: int = profiling.DEFAULT_TRACE_EVENTS, warmup: int = 1):
+        """The result of one profiled call on ``args`` and its :class:`~relay_aot.runtime.profiling.Profile`
+        (keeping up to ``max_events`` trace events, after ``warmup`` unprofiled calls);
+        :meth:`profile` reports it."""
+        target = self._profiling_module()
+        return profiling.run_profiled(target, target.profiler, args, f"relay_aot ({self.backend})", max_events,
+                                      allocations=self.backend == "cpp", warmup=warmup)
+
+    def _profiling_module(self) -> "CompiledModule":
+        """This module if it was built for profiling, else its profiled variant (built once)."""
+        if self.profiler is not None:
+            return self
+        if self._profiled is None:
+            if self.profiled_variant is None:
+                where = f"{self.library_path}" if self.library_path is not None else "this module"
+                raise ValueError(f"{where} was not built for profiling: compile the program with "
+                                 "relay_aot.compile(..., profile=True) (or `relay-aot compile --profile`) "
+                                 "and export that library to profile it after relay_aot.load")
+            self._profiled = self.profiled_variant()
+        return self._profiled
 
     def export_library(self, path, c_header=None) -> Path:
         """Copy the self-contained shared library (control code and kernels) to ``path``.
@@ -154,6 +206,14 @@ class CompiledModule:
 
     def __repr__(self) -> str:
         return f"<relay_aot.CompiledModule {self.name!r} backend={self.backend}>"
+
+
+def _profile_function(module: tvm.runtime.Module, name: str):
+    """The ``<name>__profile`` function of a library built for profiling (else None)."""
+    try:
+        return module.get_function(names.profile_symbol(name))
+    except (AttributeError, tvm.error.TVMError):
+        return None
 
 
 def _check_replaceable(path: Path) -> None:

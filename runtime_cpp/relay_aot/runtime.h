@@ -13,6 +13,7 @@
 #include "errors.h"
 #include "kernel.h"
 #include "memory.h"
+#include "profile.h"
 #include "ref.h"
 #include "scalar.h"
 #include "shape.h"

@@ -254,8 +254,8 @@ def add_c_api(sources: CppSources, program: ir.Program, model: str) -> CppSource
         exported = [names.c_api(model, "run"), names.c_api(model, "last_error")]
     entry_unit = sources.units[0]
     files[entry_unit] += e.text()
-    files[VERSION_SCRIPT] = version_script(model, exported)
-    return CppSources(files, sources.units)
+    files[VERSION_SCRIPT] = version_script(model, sources.exports + exported)
+    return CppSources(files, sources.units, sources.exports)
 
 
 def _emit_slots(e: Emitter) -> None:

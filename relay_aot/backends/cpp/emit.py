@@ -25,6 +25,7 @@ import tvm
 from ... import ir, names
 from ...dispatch import dispatch
 from ...ir.liveness import last_uses
+from ...ir.profile import ProfileTable
 from ...ir.typetable import TypeTable
 from ...kernels.scalar_ops import SCALAR_OPS, spelling
 from ...kernels.copies import CONCAT_FLAT, SAME_SHAPE_COPY
@@ -126,6 +127,8 @@ class CppSources:
 
     files: dict[str, str]
     units: list[str]
+    #: symbols exported besides the entry, metadata and kernels (the profile function)
+    exports: list[str] = dataclasses.field(default_factory=list)
 
     def text(self) -> str:
         """All files, concatenated with separators (for display)."""
@@ -167,10 +170,17 @@ def emit_type_table(table: TypeTable, e: Emitter) -> None:
 
 
 class CppEmitter:
-    """Prints one program; see :func:`emit_cpp`."""
+    """Prints one program; see :func:`emit_cpp`.
 
-    def __init__(self, program: ir.Program, model: str, constants_file: Optional[str]):
+    ``profile``: print the instrumented variant (``runtime_cpp/relay_aot/profile.h``): a
+    ``FunctionScope`` in every function, kernels called through ``profiled_call_kernel``,
+    allocations ``counted``, and the exported ``<model>__profile``. Without it, nothing of
+    profiling is printed: plain libraries carry no instrumentation at all.
+    """
+
+    def __init__(self, program: ir.Program, model: str, constants_file: Optional[str], profile: bool = False):
         self.program = program
+        self.profile = ProfileTable.of_program(program) if profile else None
         self.model = model
         self.namespace = names.model_namespace(model)
         self.constants_file = constants_file
@@ -281,6 +291,8 @@ class CppEmitter:
             self.emit_function(f)
         if with_entry:
             self.emit_main_adapter()
+            if self.profile is not None:
+                self.emit_profile_names()
         e.line(f"}}  // namespace {self.namespace}")
         if with_entry:
             self.emit_entry_points()
@@ -308,6 +320,8 @@ class CppEmitter:
         if self.calls_functions(f):  # a leaf (only kernels) cannot recurse: no check needed
             args = ", ".join((["self"] if f.is_closure else []) + [var(p) for p in f.params])
             e.line(f"if (stack_low()) return on_new_stack([&] {{ return {f.id}({args}); }});", comment="deep recursion")
+        if self.profile is not None:  # after the stack check: a call moved to a new segment counts once
+            e.line(f"const FunctionScope profile_scope({self.profile.function_ids[f.id]});", comment="profiling")
         for i, cap in enumerate(f.captures):
             ref = "" if is_native_scalar(cap.type) else "&"
             e.line(f"const {ctype(cap.type)}{ref} {var(cap)} = self->{names.CAPTURE}{i};")
@@ -461,7 +475,7 @@ class CppEmitter:
             value = convert(f"constants()[{rhs.index}]", ir.AnyType(), v.type)
             self.out.line(f"const {ctype(v.type)} {var(v)} = {value};", comment=self.describe(v, "constant"))
         elif rhs.fresh:  # it may reach a caller, who may write into it: a copy of its own
-            self.out.line(f"NDArray {var(v)} = copy_tensor(constants()[{rhs.index}]);", comment=self.describe(v, "constant"))
+            self.out.line(f"NDArray {var(v)} = {self.counted(f'copy_tensor(constants()[{rhs.index}])')};", comment=self.describe(v, "constant"))
         else:
             self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=self.describe(v, "constant"))
 
@@ -501,10 +515,9 @@ class CppEmitter:
                 else:  # the shape computed, checked against the static one if there is one
                     expected = f", &{static}" if static else ""
                     shape = f"{name}_shape.shape({cpp_string_literal(kernel.symbol)}{expected})"
-                e.line(f"NDArray {name} = alloc_tensor({shape}, {dtype_literal(out.dtype)});", comment=str(out.shape) if out.is_static else ir.format_type(out, ()))
+                e.line(f"NDArray {name} = {self.counted(f'alloc_tensor({shape}, {dtype_literal(out.dtype)})')};", comment=str(out.shape) if out.is_static else ir.format_type(out, ()))
                 out_args.append(f"arg({name})")
-        call_args = ", ".join(inputs + out_args)
-        call = f"call_kernel(&{kernel.symbol}, {cpp_string_literal(kernel.symbol)}, {call_args});"
+        call = f"{self.kernel_call(kernel, inputs + out_args)};"
         if kernel.copy is None:
             e.line(call)
         else:  # data movement: memcpy where the form applies at run time, else the kernel
@@ -514,7 +527,20 @@ class CppEmitter:
             e.line(f"if (!{copied}) {call}")
         if not single:
             rest = iter(zip(outputs, kernel.outputs))
-            e.line(f"ADT {var(v)} = {self.rebuild(kernel.result, rest)};")
+            e.line(f"ADT {var(v)} = {self.counted(self.rebuild(kernel.result, rest))};")
+
+    def kernel_call(self, kernel: ir.Kernel, args: list[str]) -> str:
+        """The call of ``kernel`` on ``args`` (timed in a profiled build)."""
+        symbol = f"&{kernel.symbol}, {cpp_string_literal(kernel.symbol)}, {', '.join(args)}"
+        if self.profile is None:
+            return f"call_kernel({symbol})"
+        return f"profiled_call_kernel({self.profile.kernel_ids[kernel.index]}, {symbol})"
+
+    def counted(self, expr: str, closure_class: Optional[str] = None) -> str:
+        """``expr``, a new object, counted in a profiled build (``closure_class``: of a closure)."""
+        if self.profile is None:
+            return expr
+        return f"counted_closure<{closure_class}>({expr})" if closure_class else f"counted({expr})"
 
     def alias_or_copy(self, kernel: ir.Kernel, source: ir.Var, inputs: list[str], v: ir.Var) -> None:
         """A broadcast whose result no caller sees: its input itself when the shape computed
@@ -528,8 +554,8 @@ class CppEmitter:
         e.line(f"if ({name}_shape.is_shape_of({var(source)}, {symbol}{expected})) {{")
         e.line(f"{name} = {var(source)};", comment="the same shape: nothing to broadcast")
         e.line("} else {")
-        e.line(f"{name} = alloc_tensor({name}_shape.shape({symbol}{expected}), {dtype_literal(out.dtype)});")
-        e.line(f"call_kernel(&{kernel.symbol}, {symbol}, {', '.join(inputs + [f'arg({name})'])});")
+        e.line(f"{name} = {self.counted(f'alloc_tensor({name}_shape.shape({symbol}{expected}), {dtype_literal(out.dtype)})')};")
+        e.line(f"{self.kernel_call(kernel, inputs + [f'arg({name})'])};")
         e.line("}")
 
     def shape_function_call(self, kernel: ir.Kernel, per_param: list[list[str]], outputs: list[str]) -> None:
@@ -545,7 +571,11 @@ class CppEmitter:
             self.out.line(f"ShapeOutput<{len(out.shape)}> {name}_shape;")
             args.append(f"{name}_shape.arg()")
         inputs = ", ".join(a for flat in per_param for a in flat)
-        self.out.line(f"call_shape_function(&{kernel.shape_func}, {cpp_string_literal(kernel.symbol)}, {{{inputs}}}, {', '.join(args)});")
+        call_args = f"&{kernel.shape_func}, {cpp_string_literal(kernel.symbol)}, {{{inputs}}}, {', '.join(args)}"
+        if self.profile is None:
+            self.out.line(f"call_shape_function({call_args});")
+        else:
+            self.out.line(f"profiled_call_shape_function({self.profile.shape_ids[kernel.index]}, {call_args});")
 
     def flatten(self, expr: str, src: ir.Type, ty: ir.Type, out: list[str]) -> None:
         """Append the kernel arguments for ``expr`` (a tensor or nested tuple of tensors)."""
@@ -567,7 +597,7 @@ class CppEmitter:
         return convert(name, out, ir.AnyType())
 
     def _make_tuple(self, rhs: ir.MakeTuple, stmt: ir.Let) -> None:
-        self.define(stmt, f"make_adt({', '.join(['0'] + [self.use(f, stmt) for f in rhs.fields])})")
+        self.define(stmt, self.counted(f"make_adt({', '.join(['0'] + [self.use(f, stmt) for f in rhs.fields])})"))
 
     def _proj(self, rhs: ir.Proj, stmt: ir.Let) -> None:
         self.define(stmt, f"field({var(rhs.value)}, {rhs.index})", ir.AnyType())
@@ -575,11 +605,12 @@ class CppEmitter:
     def _make_adt(self, rhs: ir.MakeAdt, stmt: ir.Let) -> None:
         ctor = self.program.adts[rhs.adt].ctors[rhs.ctor]
         fields = [self.use(f, stmt) for f in rhs.fields]
-        self.define(dataclasses.replace(stmt, note=ctor.name), f"make_adt({', '.join([str(ctor.tag)] + fields)})")
+        self.define(dataclasses.replace(stmt, note=ctor.name), self.counted(f"make_adt({', '.join([str(ctor.tag)] + fields)})"))
 
     def _make_closure(self, rhs: ir.MakeClosure, stmt: ir.Let) -> None:
         captures = ", ".join(self.use(c, stmt) if not is_native_scalar(c.type) else var(c) for c in rhs.captures)
-        self.define(stmt, f"make_closure<{names.CLOSURE_CLASS}{rhs.func}>({captures})")
+        cls = names.CLOSURE_CLASS + rhs.func
+        self.define(stmt, self.counted(f"make_closure<{cls}>({captures})", cls))
 
     def _call_global(self, rhs: ir.CallGlobal, stmt: ir.Let) -> None:
         callee = self.functions[rhs.func]
@@ -621,7 +652,7 @@ class CppEmitter:
         self.define(stmt, f"{callee.id}({env}{args})", callee.ret)
 
     def _ref_new(self, rhs: ir.RefNew, stmt: ir.Let) -> None:
-        self.define(stmt, f"ref_new({self.use(rhs.value, stmt)})")
+        self.define(stmt, self.counted(f"ref_new({self.use(rhs.value, stmt)})"))
 
     def _ref_read(self, rhs: ir.RefRead, stmt: ir.Let) -> None:
         self.define(stmt, f"ref_read({var(rhs.ref)})", ir.AnyType())
@@ -715,6 +746,19 @@ class CppEmitter:
             e.line(", ".join(str(b) for b in signature[start : start + 24]) + ",")
         e.line("};")
 
+    def emit_profile_names(self) -> None:
+        """The names the profile reports calls by (``ir/profile.py``), for ``<model>__profile``."""
+        e = self.out
+        table = self.profile
+        e.line()
+        e.comment("Profiling: the names of functions and kernels by profile id (relay_aot.ir.profile).")
+        for array, entries in (("kProfileFunctions", table.functions), ("kProfileKernels", table.kernels)):
+            e.line(f"const char* const {array}[] = {{")
+            e.lines([f"{cpp_string_literal(name)},  // {i}" for i, name in enumerate(entries)] + ["nullptr,"])
+            e.line("};")
+        e.line(f"const ProfileNames kProfileNames{{kProfileFunctions, {len(table.functions)}, "
+               f"kProfileKernels, {len(table.kernels)}}};")
+
     def emit_entry_points(self) -> None:
         """The exported entry (``<model>``) and metadata (``<model>__metadata``) functions."""
         e = self.out
@@ -727,6 +771,8 @@ class CppEmitter:
         e.comment("Exported entry points, in TVM's packed C calling convention.")
         e.line(f'{exported} relay_aot_main{packed} __asm__("{self.model}");')
         e.line(f"int relay_aot_main{packed} {{")
+        if self.profile is not None:
+            e.line("const relay_aot::FunctionScope profile_scope(0);", comment="profiling: the whole call")
         e.line(
             f"return relay_aot::packed_entry(args, type_codes, num_args, ret, ret_type_code, "
             f"{ns}::{names.ENTRY_SIGNATURE}, {ns}::call_main);"
@@ -738,6 +784,13 @@ class CppEmitter:
         e.line(f"int relay_aot_metadata{packed} {{")
         e.line(f"return relay_aot::packed_metadata({ns}::kMetadata, sizeof({ns}::kMetadata), ret, ret_type_code);")
         e.line("}")
+        if self.profile is not None:
+            e.line()
+            e.comment("Built for profiling: start (1) or stop (0) a profile of this thread's calls (profile.h).")
+            e.line(f'{exported} relay_aot_profile{packed} __asm__("{names.profile_symbol(self.model)}");')
+            e.line(f"int relay_aot_profile{packed} {{")
+            e.line(f"return relay_aot::packed_profile(args, type_codes, num_args, ret, ret_type_code, {ns}::kProfileNames);")
+            e.line("}")
         e.line()
         e.comment("TVM's name of the entry function: load_module(path).entry_func is the program.")
         e.comment("(Overrides the weak one TVM's kernel object defines when there is one kernel.)")
@@ -763,14 +816,16 @@ def emit_cpp(
     banner: Callable[[str], str],
     constants_file: Optional[str] = "constants.bin",
     functions_per_unit: int = FUNCTIONS_PER_UNIT,
+    profile: bool = False,
 ) -> CppSources:
     """Print ``program`` as C++ sources.
 
     ``banner(file_name)`` gives each file's leading comment (the build layer puts the exact
     compile command there); ``constants_file`` is the blob of :func:`constants_blob`, relative
-    to the directory the compiler runs in.
+    to the directory the compiler runs in; ``profile`` prints the instrumented variant (see
+    :class:`CppEmitter`).
     """
-    emitter = CppEmitter(program, model, constants_file)
+    emitter = CppEmitter(program, model, constants_file, profile)
     files = {"program.h": emitter.header(banner("program.h"))}
     funcs = program.functions
     groups = [funcs[i : i + functions_per_unit] for i in range(0, len(funcs), functions_per_unit)] or [[]]
@@ -779,8 +834,9 @@ def emit_cpp(
         name = f"unit{index}.cc"
         files[name] = emitter.unit(banner(name), group, with_entry=index == 0)
         units.append(name)
-    files[VERSION_SCRIPT] = version_script(model)
-    return CppSources(files, units)
+    exports = [names.profile_symbol(model)] if profile else []
+    files[VERSION_SCRIPT] = version_script(model, exports)
+    return CppSources(files, units, exports)
 
 
 #: The linker version script among the generated files (``build.BuildFlags`` passes it to ``ld``).

@@ -11,8 +11,9 @@ import tvm
 
 from ... import names
 from ...errors import UnsupportedError
+from ...ir.profile import ProfileTable
 from ...request import Request
-from ...runtime import CompiledModule
+from ...runtime import CompiledModule, fastcall
 from ...ir.signature import Signature
 from .emit import emit_python
 
@@ -52,7 +53,8 @@ def compile_python(request: Request, cache: bool = True, verbose: bool = False) 
     del cache
     program, kernels = request.lower()
     name = request.name
-    source = emit_python(program, name)
+    profile = request.config.profile
+    source = emit_python(program, name, profile)
     module = kernels.build()
     entry = load_python(source, name, module, program.constants)
     if verbose:
@@ -61,10 +63,19 @@ def compile_python(request: Request, cache: bool = True, verbose: bool = False) 
             f"built in memory, {len(source.splitlines())} lines of Python",
             file=sys.stderr,
         )
-    return CompiledModule(module, Signature.of_program(program, name), name, backend="python", source=source, entry=entry)
+    profiler = None
+    if profile:
+        table = ProfileTable.of_program(program)
+        profiler = fastcall.profile_control(table.functions, table.kernels)
+    compiled = CompiledModule(module, Signature.of_program(program, name), name, backend="python", source=source,
+                              entry=entry, profiler=profiler)
+    if not profile:
+        # CompiledModule.profile compiles the instrumented variant when it is first asked for.
+        compiled.profiled_variant = lambda: compile_python(request.profiled(), verbose=verbose)
+    return compiled
 
 
 def generate_python(request: Request) -> str:
     """The Python source of ``request`` (printing it needs no kernels built)."""
     program, _ = request.lower()
-    return emit_python(program, request.name)
+    return emit_python(program, request.name, request.config.profile)

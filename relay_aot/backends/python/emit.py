@@ -26,6 +26,7 @@ from ...dispatch import dispatch
 from ...kernels.scalar_ops import SCALAR_OPS, spelling
 from ...kernels.scalars import is_native_scalar, scalar_operand_dtype
 from ...kernels.shape_funcs import NEED_DATA, NEED_SHAPE
+from ...ir.profile import ProfileTable
 from ...version import __version__
 from ..emitter import Emitter
 
@@ -34,6 +35,9 @@ _HELPERS = (
     "Adt", "box", "call_guarded", "call_kernel", "copy_tensor", "empty", "export_value", "import_value", "integer",
     "match_failure", "output_shapes", "shape_of", "truthy", "unbox",
 )
+
+#: ... and, in code printed for profiling, the profiler's (``runtime.py``, ``profile.h``).
+_PROFILE_HELPERS = ("profile_enter", "profile_exit", "profiled_call_kernel", "profiled_output_shapes")
 
 
 def var(v: ir.Var) -> str:
@@ -51,10 +55,13 @@ def _tuple_expr(items: list[str]) -> str:
 
 
 class PythonEmitter:
-    """Prints one program; see :func:`emit_python`."""
+    """Prints one program; see :func:`emit_python`. ``profile``: print the variant instrumented
+    for profiling (every function body between ``profile_enter`` and ``profile_exit``, kernels
+    called through ``profiled_call_kernel``), numbered by ``ir/profile.py``."""
 
-    def __init__(self, program: ir.Program, model: str):
+    def __init__(self, program: ir.Program, model: str, profile: bool = False):
         self.program = program
+        self.profile = ProfileTable.of_program(program) if profile else None
         self.model = model
         self.functions = {f.id: f for f in program.functions}
         self._stmts = ir.bind_handlers(self, ir.STATEMENT_HANDLERS)
@@ -72,7 +79,8 @@ class PythonEmitter:
         e.decl_comment(f"Loading binds {names.PY_KERNEL_MODULE} (the kernels' tvm.runtime.Module) and "
                        f"{names.PY_CONSTANTS} (the constant tensors).")
         e.decl("import numpy as np")
-        e.decl(f"from relay_aot.backends.python.runtime import {', '.join(_HELPERS)}")
+        helpers = _HELPERS + (_PROFILE_HELPERS if self.profile is not None else ())
+        e.decl(f"from relay_aot.backends.python.runtime import {', '.join(helpers)}")
         e.decl()
         e.decl_comment("0-d constants, unboxed once (numpy scalars: see relay_aot.backends.python.runtime).")
         for i, const in enumerate(self.program.constants):
@@ -114,7 +122,8 @@ class PythonEmitter:
             e.line(f"if len({names.ARGS}) != {arity}:")
             with e.indent():
                 e.line(f'raise TypeError(f"the program takes {arity} arguments, got {{len({names.ARGS})}}")')
-            e.line(f"return export_value(call_guarded({main.id}, [import_value(a) for a in {names.ARGS}]), top=True)")
+            call = f"return export_value(call_guarded({main.id}, [import_value(a) for a in {names.ARGS}]), top=True)"
+            self.profiled(0, lambda: e.line(call))
 
     # -- functions -----------------------------------------------------------------------
 
@@ -140,12 +149,31 @@ class PythonEmitter:
             e.comment(f.signature or f.hint)
             if f.self_var is not None:
                 e.line(f"{var(f.self_var)} = {f.id}", comment=f"%{f.self_var.hint} (itself)")
+            profile_id = self.profile.function_ids[f.id] if self.profile is not None else None
             if f.has_tail_call:
-                e.line("while True:", comment="self tail calls continue here")
-                with e.indent():
-                    self.emit_block(f.body, lambda v: e.line(f"return {var(v)}"))
+                def loop() -> None:
+                    e.line("while True:", comment="self tail calls continue here")
+                    with e.indent():
+                        self.emit_block(f.body, lambda v: e.line(f"return {var(v)}"))
+
+                self.profiled(profile_id, loop)
             else:
-                self.emit_block(f.body, lambda v: e.line(f"return {var(v)}"))
+                self.profiled(profile_id, lambda: self.emit_block(f.body, lambda v: e.line(f"return {var(v)}")))
+
+    def profiled(self, profile_id: Optional[int], body: Callable[[], None]) -> None:
+        """Print ``body()``, between ``profile_enter(profile_id)`` and ``profile_exit()`` when
+        printing for profiling."""
+        if self.profile is None:
+            body()
+            return
+        e = self.out
+        e.line(f"profile_enter({profile_id})", comment="profiling")
+        e.line("try:")
+        with e.indent():
+            body()
+        e.line("finally:")
+        with e.indent():
+            e.line("profile_exit()")
 
     def emit_block(self, block: ir.Block, on_result: Callable[[ir.Var], None]) -> None:
         """Print ``block``; ``on_result`` prints what happens to its value."""
@@ -257,12 +285,18 @@ class PythonEmitter:
                 if state & NEED_SHAPE:
                     args.extend(f"shape_of({a})" for a in flat)
             ranks = _tuple_expr([_tuple_expr([str(d) for d in out.shape]) for out in kernel.outputs])
-            e.line(f"{var(v)}_shapes = output_shapes({names.KERNEL}{kernel.index}_shape, {kernel.symbol!r}, "
+            shapes = "output_shapes("
+            if self.profile is not None:
+                shapes = f"profiled_output_shapes({self.profile.shape_ids[kernel.index]}, "
+            e.line(f"{var(v)}_shapes = {shapes}{names.KERNEL}{kernel.index}_shape, {kernel.symbol!r}, "
                    f"[{', '.join(inputs)}], [{', '.join(args)}], {ranks})")
         for j, (name, out) in enumerate(zip(tensors, kernel.outputs)):
             shape = f"{var(v)}_shapes[{j}]" if kernel.shape_func is not None else _tuple_expr([str(d) for d in out.shape])
             e.line(f"{name} = empty({shape}, {out.dtype!r})")
-        e.line(f"call_kernel({names.KERNEL}{kernel.index}, {kernel.symbol!r}, {', '.join(inputs + tensors)})")
+        call = "call_kernel("
+        if self.profile is not None:
+            call = f"profiled_call_kernel({self.profile.kernel_ids[kernel.index]}, "
+        e.line(f"{call}{names.KERNEL}{kernel.index}, {kernel.symbol!r}, {', '.join(inputs + tensors)})")
         for name, tensor, out in zip(outputs, tensors, kernel.outputs):
             if name != tensor:
                 e.line(f"{name} = unbox({tensor})")
@@ -343,6 +377,7 @@ class PythonEmitter:
         self.define(stmt, "()", "unit")
 
 
-def emit_python(program: ir.Program, model: str) -> str:
-    """Print ``program`` as the source of one Python module."""
-    return PythonEmitter(program, model).emit()
+def emit_python(program: ir.Program, model: str, profile: bool = False) -> str:
+    """Print ``program`` as the source of one Python module (``profile``: instrumented for
+    profiling, see :class:`PythonEmitter`)."""
+    return PythonEmitter(program, model, profile).emit()

@@ -161,6 +161,29 @@ def output_shapes(shape_func: Callable, kernel: str, inputs: list, args: list, t
     return shapes
 
 
+# ----------------------------------------------------------------------------------------
+# Profiling (code printed with profile=True only): the C++ runtime's profiler, through the
+# extension, so that both backends report alike (runtime_cpp/relay_aot/profile.h).
+
+profile_enter = fastcall.profile_enter
+profile_exit = fastcall.profile_exit
+
+
+def profiled_call_kernel(profile_id: int, kernel: Callable, symbol: str, *tensors: tvm.nd.NDArray) -> None:
+    """:func:`call_kernel`, timed as kernel ``profile_id`` (``ir/profile.py``)."""
+    start = fastcall.profile_clock()
+    call_kernel(kernel, symbol, *tensors)
+    fastcall.profile_kernel(profile_id, start)
+
+
+def profiled_output_shapes(profile_id: int, *args) -> list:
+    """:func:`output_shapes`, timed as the shape function's profile id."""
+    start = fastcall.profile_clock()
+    shapes = output_shapes(*args)
+    fastcall.profile_kernel(profile_id, start)
+    return shapes
+
+
 def call_guarded(func: Callable, args) -> Any:
     """``func(*args)``, with Python's recursion limit reported as :class:`RecursionDepthError`.
 
