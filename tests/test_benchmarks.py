@@ -29,10 +29,20 @@ def test_workload_arguments_match_main(workload):
         for size, dim in zip(arg.shape, ty.shape):
             # a dynamic workload's ``?`` dimensions take any size
             assert isinstance(dim, tvm.tir.Any) or size == int(dim), param.name_hint
-    # Graph and AOT executors reject global functions and ? dimensions: "static" must mean
-    # @main alone, with static shapes.
+    # Graph and AOT executors reject global functions, ? dimensions and control flow: "static"
+    # must mean @main alone, with static shapes, a dataflow graph.
     reachable = relay.transform.RemoveUnusedFunctions(["main"])(workload.module())
-    assert workload.static == (len(reachable.functions) == 1 and not workload.dynamic)
+    assert workload.static == (len(reachable.functions) == 1 and not workload.dynamic and _dataflow(main))
+
+
+def _dataflow(main) -> bool:
+    """No closures, references, ``if``, ``match`` or constructors in ``main`` (a Relay gradient
+    is @main alone, full of references and closures)."""
+    control = (relay.Function, relay.RefCreate, relay.RefRead, relay.RefWrite, relay.If, relay.Match,
+               relay.Constructor)
+    found = []
+    relay.analysis.post_order_visit(main.body, lambda node: found.append(node) if isinstance(node, control) else None)
+    return not found
 
 
 def test_suite_runs_and_executors_agree():
