@@ -48,6 +48,9 @@ class Workload:
     #: For an ONNX workload: the model (onnxruntime runs it too) and its input names in order.
     onnx_model: Optional[Callable[[], Any]] = None
     dynamic: bool = False
+    #: The program creates, reads or writes references (Relay's gradients do): the Relay VM
+    #: cannot run it, and the interpreter is the reference and the baseline.
+    references: bool = False
 
     def module(self) -> tvm.IRModule:
         """The parsed, type-checked module with the weights bound as constants."""
@@ -570,6 +573,7 @@ def grad_lstm(hidden: int = 16, steps: int = 20) -> Workload:
         source=source,
         make_inputs=lambda rng: (data_and_weights(rng)[1], {}),
         build=lambda: _gradient_of(source, {"xs": data_and_weights(np.random.default_rng(SEED))[0]}),
+        references=True,
         depth=steps * 40,
         rtol=1e-4,
         atol=1e-5,
@@ -595,6 +599,7 @@ def grad_mlp(batch: int) -> Workload:
         source=static.source,
         make_inputs=lambda rng: (make_inputs(rng)[0], {}),
         build=build,
+        references=True,
         rtol=1e-4,
         atol=1e-5,
     )
