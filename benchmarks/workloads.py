@@ -513,9 +513,10 @@ type List[A] {
   Cons(A, List[A]),
   Nil,
 }
-// Relay's gradient does not differentiate through global functions, so the list is built and
-// folded by let-bound recursive closures; split and greater_equal have no registered gradient,
-// so the gates are strided_slices and the loop test is less_equal.
+// Relay's gradient does not differentiate through global functions (relay_aot.passes.gradient
+// binds monomorphic ones inside @main, but the Prelude's @foldl is polymorphic), so the list is
+// built and folded by let-bound recursive closures; split and greater_equal have no registered
+// gradient, so the gates are strided_slices and the loop test is less_equal.
 def @main(%xs: Tensor[($steps, 1, $hidden), float32], %w_ih: Tensor[($gates, $hidden), float32],
           %w_hh: Tensor[($gates, $hidden), float32], %bias: Tensor[($gates), float32]) -> Tensor[(1, $hidden), float32] {
   let %steps = fn (%i: int32) -> List[Tensor[(1, $hidden), float32]] {

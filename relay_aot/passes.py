@@ -391,6 +391,70 @@ class _RepairGradient(relay.ExprMutator):
         return relay.Match(self.visit(match.data), clauses, match.complete)
 
 
+def _globals_in(expr: relay.Expr) -> list[str]:
+    found: list[str] = []
+    relay.analysis.post_order_visit(expr, lambda n: found.append(n.name_hint) if isinstance(n, relay.GlobalVar) else None)
+    return sorted(set(found))
+
+
+class _GlobalsToLocals(relay.ExprMutator):
+    def __init__(self, local: dict[str, relay.Var]):
+        super().__init__()
+        self.local = local
+
+    def visit_global_var(self, gvar):
+        return self.local.get(gvar.name_hint, gvar)
+
+
+def _localize_globals(mod: tvm.IRModule, name: str) -> relay.Function:
+    """``mod[name]`` with the global functions it reaches bound by ``let`` inside it.
+
+    Relay's gradient pass does not differentiate through calls of globals (it leaves them
+    calling the original function on values of the wrong type), but it does through local
+    functions, recursive ones included. Monomorphic globals -- each calling only itself and
+    globals bound before it -- become let-bound closures, callees first.
+    """
+    func = mod[name]
+    others = [g.name_hint for g in reachable_globals(mod, name) if g.name_hint != name]
+    for gname in [name, *others]:
+        if name in _globals_in(mod[gname]):
+            raise UnsupportedError(
+                f"@{name} is recursive (through @{gname}): Relay's gradient does not differentiate through "
+                f"calls of global functions; write the recursion as a let-bound local function inside @{name}"
+            )
+    if not others:
+        return func
+    polymorphic = [g for g in others if not isinstance(mod[g], relay.Function) or mod[g].type_params]
+    if polymorphic:
+        raise UnsupportedError(
+            f"@{name} calls the polymorphic global function {', '.join(f'@{g}' for g in polymorphic)}: Relay's "
+            f"gradient does not differentiate through global functions and relay_aot binds only monomorphic ones "
+            f"inside @{name}; write a monomorphic version (TVM's Prelude is polymorphic)"
+        )
+    order: list[str] = []  # callees first
+    remaining = {g: set(_globals_in(mod[g])) - {g} for g in others}
+    while remaining:
+        ready = sorted(g for g, callees in remaining.items() if not callees - set(order))
+        if not ready:
+            raise UnsupportedError(
+                f"the global functions {', '.join(f'@{g}' for g in sorted(remaining))} are mutually recursive: "
+                f"Relay's gradient does not differentiate through global functions, and relay_aot binds only "
+                f"self-recursive ones inside @{name}"
+            )
+        order += ready
+        for g in ready:
+            del remaining[g]
+    local = {g: relay.Var(g, type_annotation=mod[g].checked_type) for g in order}
+    body = _GlobalsToLocals(local).visit(func.body)
+    for gname in reversed(order):
+        callee = mod[gname]
+        value = relay.Function(callee.params, _GlobalsToLocals(local).visit(callee.body), callee.ret_type,
+                               callee.type_params)
+        body = relay.Let(local[gname], value, body)
+    mod[name] = relay.Function(func.params, body, func.ret_type, func.type_params, func.attrs)
+    return relay.transform.InferType()(mod)[name]
+
+
 def gradient(
     mod: tvm.IRModule, name: str = "main", params: Optional[Mapping[str, object]] = None
 ) -> tvm.IRModule:
@@ -411,9 +475,12 @@ def gradient(
         differentiating (data inputs, say): they become constants and leave the signature, so
         the gradient is taken with respect to the remaining parameters only.
     :raises UnsupportedError: what Relay's gradient pass cannot differentiate: a parameter or
-        result that is not a tensor (or, for the result, a tuple of them), a call of a global
-        function (write it as a ``let``-bound local function instead), a polymorphic function,
-        an operator with no registered gradient.
+        result that is not a tensor (or, for the result, a tuple of them), a polymorphic
+        function, an operator with no registered gradient. The pass does not differentiate
+        through calls of global functions; monomorphic globals the function reaches are bound
+        inside it as ``let``-bound local functions first (callees first; self-recursion is
+        fine), but a recursive ``@name``, mutually recursive or polymorphic globals (TVM's
+        Prelude: ``@map``, ``@foldl``) are refused.
     """
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"expected a tvm.IRModule, got {type(mod).__name__}")
@@ -446,16 +513,7 @@ def gradient(
         raise UnsupportedError(
             f"@{name} returns {func.checked_type.ret_type}: Relay's gradient needs a tensor or a tuple of tensors"
         )
-    called: list[str] = []
-    relay.analysis.post_order_visit(
-        func, lambda node: called.append(node.name_hint) if isinstance(node, relay.GlobalVar) else None
-    )
-    if called:
-        raise UnsupportedError(
-            f"@{name} calls {', '.join(f'@{n}' for n in sorted(set(called)))}: Relay's gradient does not "
-            "differentiate through global functions; write them as let-bound local functions (recursion "
-            f"included) inside @{name}"
-        )
+    func = _localize_globals(mod, name)
     missing = _missing_gradients(func)
     if missing:
         raise UnsupportedError(f"no gradient is registered for the operators {', '.join(missing)} (used in @{name})")

@@ -121,6 +121,30 @@ def @main(%x: Tensor[(2, 5), float32], %w: Tensor[(4, 5), float32], %b: Tensor[(
                               references=("interpreter",))
 
 
+# The RNN with its loop and its cell as global functions: bound inside @main before the pass.
+_RNN_GLOBALS = """
+def @cell(%h: Tensor[(3), float64], %x: Tensor[(3), float64], %w: Tensor[(3, 3), float64]) -> Tensor[(3), float64] {
+  tanh(add(reshape(nn.dense(reshape(%h, newshape=[1, 3]), %w, units=3), newshape=[3]), %x))
+}
+def @loop(%i: int32, %h: Tensor[(3), float64], %x: Tensor[(3), float64], %w: Tensor[(3, 3), float64])
+    -> Tensor[(3), float64] {
+  if (less_equal(4, %i)) { %h } else { @loop(add(%i, 1), @cell(%h, %x, %w), %x, %w) }
+}
+def @main(%x: Tensor[(3), float64], %w: Tensor[(3, 3), float64]) -> Tensor[(3), float64] { @loop(0, %x, %x, %w) }
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_monomorphic_globals_are_differentiated(backend):
+    rng = np.random.default_rng(2)
+    x, w = rng.uniform(-1, 1, 3), rng.uniform(-1, 1, (3, 3))
+    grad = gradient(_parse(_RNN_GLOBALS))
+    assert [g.name_hint for g in grad.get_global_vars()] == ["main"]
+    expected = (_rnn_numpy(x, w), _finite_differences(_rnn_numpy, [x, w]))
+    testing.check_equivalence(grad, [x, w], backends=[backend], references=("interpreter",), expected=expected,
+                              rtol=1e-6, atol=1e-8)
+
+
 def test_tuple_result_differentiates_its_first_tensor():
     mod = _parse("""
 def @main(%x: Tensor[(2), float32]) -> (Tensor[(2), float32], Tensor[(2), float32]) {
@@ -138,9 +162,23 @@ def @main(%x: Tensor[(2), float32]) -> (Tensor[(2), float32], Tensor[(2), float3
     "source, message",
     [
         ("""
-def @square(%x: Tensor[(2), float32]) -> Tensor[(2), float32] { multiply(%x, %x) }
-def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] { @square(%x) }
-""", "calls @square: Relay's gradient does not differentiate through global functions"),
+def @id[A](%x: A) -> A { %x }
+def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] { @id(%x) }
+""", "calls the polymorphic global function @id"),
+        ("""
+def @main(%x: Tensor[(2), float32], %n: Tensor[(), float32]) -> Tensor[(2), float32] {
+  if (less_equal(%n, 0f)) { %x } else { @main(multiply(%x, %x), subtract(%n, 1f)) }
+}
+""", "@main is recursive (through @main)"),
+        ("""
+def @even(%x: Tensor[(2), float32], %n: Tensor[(), float32]) -> Tensor[(2), float32] {
+  if (less_equal(%n, 0f)) { %x } else { @odd(%x, subtract(%n, 1f)) }
+}
+def @odd(%x: Tensor[(2), float32], %n: Tensor[(), float32]) -> Tensor[(2), float32] {
+  if (less_equal(%n, 0f)) { %x } else { @even(tanh(%x), subtract(%n, 1f)) }
+}
+def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] { @even(%x, 3f) }
+""", "the global functions @even, @odd are mutually recursive"),
         ("""
 def @main(%x: (Tensor[(2), float32], Tensor[(2), float32])) -> Tensor[(2), float32] { add(%x.0, %x.1) }
 """, "differentiates functions of tensor parameters only"),
@@ -151,7 +189,7 @@ def @main(%x: Tensor[(4), float32]) -> Tensor[(2), float32] { let %s = split(%x,
 def @main(%x: Tensor[(2), float32]) -> fn () -> Tensor[(2), float32] { fn () { %x } }
 """, "needs a tensor or a tuple of tensors"),
     ],
-    ids=["global-call", "tuple-parameter", "missing-gradient", "closure-result"],
+    ids=["polymorphic-global", "recursive-main", "mutual-recursion", "tuple-parameter", "missing-gradient", "closure-result"],
 )
 def test_unsupported_programs_are_refused_clearly(source, message):
     with pytest.raises(relay_aot.UnsupportedError, match=re.escape(message)):
