@@ -26,6 +26,9 @@ REFERENCES = ("vm", "interpreter")
 
 Call = Callable[[], Any]
 
+#: Why the VM (and the kernel floor, which replays the VM's kernel calls) cannot run a workload.
+NO_REFERENCES = "the Relay VM does not support references (RefCreate, RefRead, RefWrite)"
+
 
 def _device() -> tvm.runtime.Device:
     return tvm.cpu(0)
@@ -75,6 +78,9 @@ class VirtualMachine(Executor):
 
     key = "vm"
     label = "Relay VM"
+
+    def unsupported(self, workload):
+        return NO_REFERENCES if workload.references else None
 
     def prepare(self, mod, args, target):
         with tvm.transform.PassContext(opt_level=3):

@@ -3,8 +3,9 @@
 A result is the dict the command line writes as JSON: ``machine`` (see ``machine.py``),
 ``options`` and ``settings``, one per thread setting, each with its ``records`` (see
 ``suite.py``). :func:`add_ratios` adds to every timed record its speedup over the VM
-(``vs_vm``), over the graph executor for static workloads (``vs_graph``) and its multiple of
-the kernel-only floor (``x_kernels``); ratios are of medians.
+(``vs_vm``), over the interpreter where the VM cannot run the program (``vs_interp``:
+references, as in Relay's gradients), over the graph executor for static workloads
+(``vs_graph``) and its multiple of the kernel-only floor (``x_kernels``); ratios are of medians.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ def add_ratios(records: list[dict]) -> None:
             base = _timed(pairs.get((workload, base_key)))
             if base is not None and record["executor"] != base_key:
                 record[field] = base / median
+        # Where the VM cannot run a program (references), the interpreter is the baseline.
+        interp = _timed(pairs.get((workload, "interpreter")))
+        if _timed(pairs.get((workload, "vm"))) is None and interp is not None and record["executor"] != "interpreter":
+            record["vs_interp"] = interp / median
         floor = _timed(pairs.get((workload, KERNELS)))
         if floor is not None and record["executor"] != KERNELS:
             record["x_kernels"] = median / floor
@@ -101,6 +106,8 @@ def _time_cell(record: Optional[dict], markdown: bool) -> str:
 def _ratio_cell(record: Optional[dict], field: str) -> str:
     if record is not None and field in record:
         return _status_cell(record, ratio(record[field]))
+    if record is not None and field == "vs_vm" and "vs_interp" in record:
+        return _status_cell(record, f"{ratio(record['vs_interp'])} vs interp")
     if record is not None and record["executor"] == "vm" and field == "vs_vm" and _timed(record):
         return "1×"
     return _status_cell(record, "") if _timed(record) is None else ""
@@ -159,18 +166,24 @@ def summary(result: dict, markdown: bool = False) -> str:
     header = ["workload"]
     for s in settings:
         label = s["setting"]["TVM_NUM_THREADS"] or "default"
-        header += [f"C++ vs VM ({label})", f"C++ vs graph ({label})", f"C++ vs ORT ({label})", f"py vs py_conv ({label})"]
+        header += [f"C++ vs VM ({label})", f"C++ vs interp, no VM ({label})", f"C++ vs graph ({label})",
+                   f"C++ vs ORT ({label})", f"py vs py_conv ({label})"]
     rows = []
     for workload in workloads_of(r for s in settings for r in s["records"]):
         row = [workload]
         for s in settings:
             pairs = by_pair(s["records"])
             cpp = pairs.get((workload, "relay_aot_cpp"))
-            row.append(_ratio_cell(cpp, "vs_vm"))
+            if cpp is not None and "vs_interp" in cpp:  # the VM cannot run it: the interpreter is the base
+                row += ["", _status_cell(cpp, ratio(cpp["vs_interp"]))]
+            else:
+                row += [_ratio_cell(cpp, "vs_vm"), ""]
             row.append(_ratio_cell(cpp, "vs_graph") if pairs.get((workload, "graph"), {}).get("status") == "ok" else "")
             ort, ours = _timed(pairs.get((workload, "onnxruntime"))), _timed(cpp)
             row.append(ratio(ort / ours) if ort and ours else "")
-            py, conv = pairs.get((workload, "relay_aot_python")), _timed(pairs.get((workload, "py_converter")))
+            conv_record = pairs.get((workload, "py_converter"))
+            py = pairs.get((workload, "relay_aot_python"))
+            conv = _timed(conv_record) if conv_record and conv_record["status"] == "ok" else None  # not if WRONG
             row.append(_status_cell(py, ratio(conv / _timed(py))) if conv and _timed(py) else _status_cell(py, ""))
         rows.append(row)
     # a peer that ran on no workload (onnxruntime not installed) gets no column

@@ -156,6 +156,8 @@ class WorkloadRun:
     def kernels(self) -> dict[str, Any]:
         """The kernel-only floor of one call (from the VM's kernel calls)."""
         name = self.workload.name
+        if self.workload.references:
+            return _record(name, KERNELS, "n/a", reason=f"it replays the VM's kernel calls, and {executors_mod.NO_REFERENCES}")
         try:
             floor, prepare_s = timed(
                 lambda: kernel_floor.kernel_floor(self.mod, self.args, self.options.target, self.options.kernel_budget)

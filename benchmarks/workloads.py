@@ -48,6 +48,9 @@ class Workload:
     #: For an ONNX workload: the model (onnxruntime runs it too) and its input names in order.
     onnx_model: Optional[Callable[[], Any]] = None
     dynamic: bool = False
+    #: The program creates, reads or writes references (Relay's gradients do): the Relay VM
+    #: cannot run it, and the interpreter is the reference and the baseline.
+    references: bool = False
 
     def module(self) -> tvm.IRModule:
         """The parsed, type-checked module with the weights bound as constants."""
@@ -503,6 +506,107 @@ def mlp_dynamic_batch(batch: int) -> Workload:
     )
 
 
+# -- gradients (Relay's higher-order reverse mode: references and closures) ---------------------
+
+_GRAD_LSTM = """
+type List[A] {
+  Cons(A, List[A]),
+  Nil,
+}
+// Relay's gradient does not differentiate through global functions (relay_aot.passes.gradient
+// binds monomorphic ones inside @main, but the Prelude's @foldl is polymorphic), so the list is
+// built and folded by let-bound recursive closures; split and greater_equal have no registered
+// gradient, so the gates are strided_slices and the loop test is less_equal.
+def @main(%xs: Tensor[($steps, 1, $hidden), float32], %w_ih: Tensor[($gates, $hidden), float32],
+          %w_hh: Tensor[($gates, $hidden), float32], %bias: Tensor[($gates), float32]) -> Tensor[(1, $hidden), float32] {
+  let %steps = fn (%i: int32) -> List[Tensor[(1, $hidden), float32]] {
+    if (less_equal($steps, %i)) { Nil } else { Cons(take(%xs, %i, axis=0), %steps(add(%i, 1))) }
+  };
+  let %cell = fn (%state: (Tensor[(1, $hidden), float32], Tensor[(1, $hidden), float32]),
+                  %x: Tensor[(1, $hidden), float32]) -> (Tensor[(1, $hidden), float32], Tensor[(1, $hidden), float32]) {
+    let %h = %state.0;
+    let %c = %state.1;
+    let %gates = add(add(nn.dense(%x, %w_ih, units=$gates), nn.dense(%h, %w_hh, units=$gates)), %bias);
+    let %g0 = strided_slice(%gates, begin=[0, 0], end=[1, $hidden], strides=[1, 1], axes=None);
+    let %g1 = strided_slice(%gates, begin=[0, $hidden], end=[1, $h2], strides=[1, 1], axes=None);
+    let %g2 = strided_slice(%gates, begin=[0, $h2], end=[1, $h3], strides=[1, 1], axes=None);
+    let %g3 = strided_slice(%gates, begin=[0, $h3], end=[1, $gates], strides=[1, 1], axes=None);
+    let %next_c = add(multiply(sigmoid(%g1), %c), multiply(sigmoid(%g0), tanh(%g2)));
+    let %next_h = multiply(sigmoid(%g3), tanh(%next_c));
+    (%next_h, %next_c)
+  };
+  let %fold = fn (%state: (Tensor[(1, $hidden), float32], Tensor[(1, $hidden), float32]),
+                  %l: List[Tensor[(1, $hidden), float32]]) -> (Tensor[(1, $hidden), float32], Tensor[(1, $hidden), float32]) {
+    match (%l) {
+      Cons(%x, %rest) => %fold(%cell(%state, %x), %rest),
+      Nil => %state,
+    }
+  };
+  let %zero = zeros(shape=[1, $hidden], dtype="float32");
+  let %final = %fold((%zero, %zero), %steps(0));
+  %final.0
+}
+"""
+
+
+def _gradient_of(source: str, data: Mapping[str, np.ndarray]) -> tvm.IRModule:
+    from relay_aot.passes import gradient
+
+    return gradient(tvm.relay.parse(source), params=data)
+
+
+def grad_lstm(hidden: int = 16, steps: int = 20) -> Workload:
+    """The higher-order gradient of an LSTM cell folded over a ``List`` of ``steps`` inputs (the
+    inputs bound as constants): ``@main(w_ih, w_hh, bias)`` returns the final hidden state and the
+    gradient of its sum with respect to each weight."""
+
+    def data_and_weights(rng):
+        scale = 1.0 / np.sqrt(hidden)
+        xs = _uniform(rng, steps, 1, hidden)
+        weights = (_uniform(rng, 4 * hidden, hidden, scale=scale), _uniform(rng, 4 * hidden, hidden, scale=scale),
+                   _uniform(rng, 4 * hidden, scale=scale))
+        return xs, weights
+
+    source = _relay(_GRAD_LSTM, steps=steps, hidden=hidden, h2=2 * hidden, h3=3 * hidden, gates=4 * hidden)
+    return Workload(
+        name=f"grad_lstm_h{hidden}",
+        description=f"gradient of an LSTM folded over a List of {steps} inputs w.r.t. its weights, hidden {hidden}",
+        source=source,
+        make_inputs=lambda rng: (data_and_weights(rng)[1], {}),
+        build=lambda: _gradient_of(source, {"xs": data_and_weights(np.random.default_rng(SEED))[0]}),
+        references=True,
+        # the backpropagator chain: one closure call per operator call of the forward pass
+        depth=steps * 20,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+def grad_mlp(batch: int) -> Workload:
+    """The higher-order gradient of the MLP with respect to its weights and biases (passed as
+    arguments; the input batch is bound as a constant)."""
+    static = mlp(batch)
+
+    def make_inputs(rng):
+        (x,), params = static.make_inputs(rng)
+        return tuple(params[k] for k in ("w1", "b1", "w2", "b2", "w3", "b3")), {"x": x}
+
+    def build():
+        _, data = make_inputs(np.random.default_rng(SEED))
+        return _gradient_of(static.source, data)
+
+    return Workload(
+        name=f"grad_mlp_b{batch}",
+        description=f"gradient of the MLP 784-256-256-10 w.r.t. its weights, batch {batch}",
+        source=static.source,
+        make_inputs=lambda rng: (make_inputs(rng)[0], {}),
+        build=build,
+        references=True,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
 def all_workloads() -> list[Workload]:
     """Every workload of the suite, in report order."""
     return [
@@ -521,6 +625,8 @@ def all_workloads() -> list[Workload]:
         tensor_array_lstm(16),
         mlp_dynamic_batch(1),
         mlp_dynamic_batch(64),
+        grad_lstm(16),
+        grad_mlp(1),
     ]
 
 

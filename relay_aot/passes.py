@@ -69,9 +69,9 @@ def module_fingerprint(mod: tvm.IRModule) -> str:
     return digest.hexdigest()
 
 
-def prune(mod: tvm.IRModule) -> tvm.IRModule:
-    """A module with ``main``, the globals it reaches, and every type definition."""
-    keep = reachable_globals(mod)
+def prune(mod: tvm.IRModule, root: str = "main") -> tvm.IRModule:
+    """A module with ``root`` (``main``), the globals it reaches, and every type definition."""
+    keep = reachable_globals(mod, root)
     pruned = tvm.IRModule({gvar: mod[gvar] for gvar in keep}, type_definitions=mod.type_definitions)
     return pruned
 
@@ -294,3 +294,235 @@ def prepare(
             return tvm.transform.Sequential(sequence)(mod)
         except tvm.error.DiagnosticError as err:
             raise RelayAotError(f"the Relay program does not type-check: {err}") from None
+
+
+def _missing_gradients(func: relay.Function) -> list[str]:
+    """Names of the operators ``func`` calls that have no ``FPrimalGradient`` registered."""
+    missing: set[str] = set()
+
+    def visit(node):
+        if isinstance(node, tvm.ir.Op) and node.name != "annotation.checkpoint":
+            if node.get_attr("FPrimalGradient") is None:
+                missing.add(node.name)
+
+    relay.analysis.post_order_visit(func, visit)
+    return sorted(missing)
+
+
+def _tensors_only(ty: relay.Type) -> bool:
+    if isinstance(ty, relay.TensorType):
+        return True
+    return isinstance(ty, relay.TupleType) and len(ty.fields) > 0 and all(_tensors_only(f) for f in ty.fields)
+
+
+def _mentions_function_type(ty: Optional[relay.Type]) -> bool:
+    if isinstance(ty, relay.FuncType):
+        return True
+    if isinstance(ty, relay.TupleType):
+        return any(_mentions_function_type(f) for f in ty.fields)
+    if isinstance(ty, relay.RefType):
+        return _mentions_function_type(ty.value)
+    if isinstance(ty, relay.TypeCall):
+        return any(_mentions_function_type(a) for a in ty.args)
+    return False
+
+
+class _RepairGradient(relay.ExprMutator):
+    """Repair two defects of the program Relay's higher-order gradient pass makes.
+
+    The pass replaces every variable by one of the same ``vid`` whose type pairs each tensor
+    with a reference, and adds a backpropagator parameter to every function. But
+
+    * it leaves the variables of ``match`` patterns as they were, so the clauses' bodies use
+      variables no pattern binds ("contains free variables"): each pattern variable is replaced
+      here by the body's variable of the same ``vid``;
+    * it rewrites a function type's parameters but not its result (``let %loop: fn ((int32,
+      ref(int32)), ..., ref(fn () -> ())) -> Tensor[...]`` for a function that now returns a
+      pair), so type inference refuses the program: the annotations of local variables whose
+      type mentions a function type are dropped, and inferred again from the functions
+      themselves, which the pass annotates correctly.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.renamed: dict[relay.Var, relay.Var] = {}
+
+    def _fresh(self, var: relay.Var) -> relay.Var:
+        if not _mentions_function_type(var.type_annotation):
+            return var
+        self.renamed[var] = relay.Var(var.name_hint)
+        return self.renamed[var]
+
+    def visit_let(self, let):
+        bindings = []
+        while isinstance(let, relay.Let):  # iterative: the pass makes long let chains
+            var = self._fresh(let.var)
+            bindings.append((var, self.visit(let.value)))
+            let = let.body
+        body = self.visit(let)
+        for var, value in reversed(bindings):
+            body = relay.Let(var, value, body)
+        return body
+
+    def visit_function(self, fn):
+        params = [self._fresh(p) for p in fn.params]
+        return relay.Function(params, self.visit(fn.body), fn.ret_type, fn.type_params, fn.attrs)
+
+    def visit_var(self, var):
+        return self.renamed.get(var, var)
+
+    def _pattern(self, pattern, free: list):
+        if isinstance(pattern, relay.PatternVar):
+            used = next((v for v in free if v.vid.same_as(pattern.var.vid)), None)
+            if used is None:
+                return relay.PatternVar(relay.Var(pattern.var.name_hint))
+            return relay.PatternVar(self._fresh(used))
+        if isinstance(pattern, relay.PatternConstructor):
+            return relay.PatternConstructor(pattern.constructor, [self._pattern(p, free) for p in pattern.patterns])
+        if isinstance(pattern, relay.PatternTuple):
+            return relay.PatternTuple([self._pattern(p, free) for p in pattern.patterns])
+        return pattern
+
+    def visit_match(self, match):
+        clauses = []
+        for clause in match.clauses:
+            lhs = self._pattern(clause.lhs, relay.analysis.free_vars(clause.rhs))
+            clauses.append(relay.Clause(lhs, self.visit(clause.rhs)))
+        return relay.Match(self.visit(match.data), clauses, match.complete)
+
+
+def _globals_in(expr: relay.Expr) -> list[str]:
+    found: list[str] = []
+    relay.analysis.post_order_visit(expr, lambda n: found.append(n.name_hint) if isinstance(n, relay.GlobalVar) else None)
+    return sorted(set(found))
+
+
+class _GlobalsToLocals(relay.ExprMutator):
+    def __init__(self, local: dict[str, relay.Var]):
+        super().__init__()
+        self.local = local
+
+    def visit_global_var(self, gvar):
+        return self.local.get(gvar.name_hint, gvar)
+
+
+def _localize_globals(mod: tvm.IRModule, name: str) -> relay.Function:
+    """``mod[name]`` with the global functions it reaches bound by ``let`` inside it.
+
+    Relay's gradient pass does not differentiate through calls of globals (it leaves them
+    calling the original function on values of the wrong type), but it does through local
+    functions, recursive ones included. Monomorphic globals -- each calling only itself and
+    globals bound before it -- become let-bound closures, callees first.
+    """
+    func = mod[name]
+    others = [g.name_hint for g in reachable_globals(mod, name) if g.name_hint != name]
+    for gname in [name, *others]:
+        if name in _globals_in(mod[gname]):
+            raise UnsupportedError(
+                f"@{name} is recursive (through @{gname}): Relay's gradient does not differentiate through "
+                f"calls of global functions; write the recursion as a let-bound local function inside @{name}"
+            )
+    if not others:
+        return func
+    polymorphic = [g for g in others if not isinstance(mod[g], relay.Function) or mod[g].type_params]
+    if polymorphic:
+        raise UnsupportedError(
+            f"@{name} calls the polymorphic global function {', '.join(f'@{g}' for g in polymorphic)}: Relay's "
+            f"gradient does not differentiate through global functions and relay_aot binds only monomorphic ones "
+            f"inside @{name}; write a monomorphic version (TVM's Prelude is polymorphic)"
+        )
+    order: list[str] = []  # callees first
+    remaining = {g: set(_globals_in(mod[g])) - {g} for g in others}
+    while remaining:
+        ready = sorted(g for g, callees in remaining.items() if not callees - set(order))
+        if not ready:
+            raise UnsupportedError(
+                f"the global functions {', '.join(f'@{g}' for g in sorted(remaining))} are mutually recursive: "
+                f"Relay's gradient does not differentiate through global functions, and relay_aot binds only "
+                f"self-recursive ones inside @{name}"
+            )
+        order += ready
+        for g in ready:
+            del remaining[g]
+    local = {g: relay.Var(g, type_annotation=mod[g].checked_type) for g in order}
+    body = _GlobalsToLocals(local).visit(func.body)
+    for gname in reversed(order):
+        callee = mod[gname]
+        value = relay.Function(callee.params, _GlobalsToLocals(local).visit(callee.body), callee.ret_type,
+                               callee.type_params)
+        body = relay.Let(local[gname], value, body)
+    mod[name] = relay.Function(func.params, body, func.ret_type, func.type_params, func.attrs)
+    return relay.transform.InferType()(mod)[name]
+
+
+def gradient(
+    mod: tvm.IRModule, name: str = "main", params: Optional[Mapping[str, object]] = None
+) -> tvm.IRModule:
+    """A module whose ``@main`` is the gradient of ``mod[name]``, ready for ``relay_aot.compile``.
+
+    The function is differentiated by Relay's own reverse-mode pass,
+    ``relay.transform.gradient(..., mode="higher_order")``, on every parameter: the new
+    ``@main`` takes the same parameters and returns ``(value, (d value / d p0, d value / d p1,
+    ...))``, the gradient of the first tensor of ``value`` when ``value`` is a tuple (the
+    tensor is seeded with ones, so a non-scalar output gives the gradient of its sum). The
+    program it makes keeps one reference per intermediate value and a backpropagator closure
+    in a reference: TVM's Relay VM cannot run it (it has no references); relay_aot and the Relay
+    interpreter can.
+
+    :param mod: the module holding the function (and the type definitions it uses).
+    :param name: the global to differentiate.
+    :param params: arrays bound by name to parameters of that function *before*
+        differentiating (data inputs, say): they become constants and leave the signature, so
+        the gradient is taken with respect to the remaining parameters only.
+    :raises UnsupportedError: what Relay's gradient pass cannot differentiate: a parameter or
+        result that is not a tensor (or, for the result, a tuple of them), a polymorphic
+        function, an operator with no registered gradient. The pass does not differentiate
+        through calls of global functions; monomorphic globals the function reaches are bound
+        inside it as ``let``-bound local functions first (callees first; self-recursion is
+        fine), but a recursive ``@name``, mutually recursive or polymorphic globals (TVM's
+        Prelude: ``@map``, ``@foldl``) are refused.
+    """
+    if not isinstance(mod, tvm.IRModule):
+        raise TypeError(f"expected a tvm.IRModule, got {type(mod).__name__}")
+    if name not in [g.name_hint for g in mod.get_global_vars()]:
+        raise RelayAotError(f"the module has no @{name} function")
+    if not isinstance(mod[name], relay.Function):
+        raise UnsupportedError(f"@{name} is a {type(mod[name]).__name__}, not a Relay function")
+    mod = prune(mod, name)
+    if params:
+        func = mod[name]
+        unknown = sorted(set(params) - {p.name_hint for p in func.params})
+        if unknown:
+            raise RelayAotError(f"params name no parameter of @{name}: {', '.join(unknown)}")
+        arrays = {k: v if isinstance(v, tvm.nd.NDArray) else tvm.nd.array(np.asarray(v)) for k, v in params.items()}
+        mod[name] = relay.build_module.bind_params_by_name(func, arrays)
+    try:
+        mod = relay.transform.InferType()(mod)
+    except tvm.error.DiagnosticError as err:
+        raise RelayAotError(f"the Relay program does not type-check: {err}") from None
+    func = mod[name]
+    if func.type_params:
+        raise UnsupportedError(f"@{name} is polymorphic: Relay's gradient takes a function of tensors")
+    for param in func.params:
+        if not isinstance(param.checked_type, relay.TensorType):
+            raise UnsupportedError(
+                f"parameter %{param.name_hint} of @{name} has type {param.checked_type}: Relay's gradient "
+                "differentiates functions of tensor parameters only"
+            )
+    if not _tensors_only(func.checked_type.ret_type):
+        raise UnsupportedError(
+            f"@{name} returns {func.checked_type.ret_type}: Relay's gradient needs a tensor or a tuple of tensors"
+        )
+    func = _localize_globals(mod, name)
+    missing = _missing_gradients(func)
+    if missing:
+        raise UnsupportedError(f"no gradient is registered for the operators {', '.join(missing)} (used in @{name})")
+    try:
+        grad = relay.transform.gradient(func, mod=mod, mode="higher_order")
+        grad = relay.Function(grad.params, _RepairGradient().visit(grad.body), grad.ret_type,
+                              grad.type_params, grad.attrs)
+        result = tvm.IRModule({"main": grad}, type_definitions=mod.type_definitions)
+        return relay.transform.InferType()(result)
+    except tvm.error.TVMError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raise UnsupportedError(f"Relay's gradient failed on @{name}: {lines[-1] if lines else err}") from None

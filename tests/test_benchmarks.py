@@ -15,6 +15,7 @@ from tvm import relay
 from benchmarks import executors, report, suite, workloads
 from benchmarks.suite import KERNELS, Options
 from conftest import ROOT
+from relay_aot.testing.oracle import uses_references
 
 
 @pytest.mark.parametrize("workload", workloads.all_workloads(), ids=lambda w: w.name)
@@ -29,10 +30,21 @@ def test_workload_arguments_match_main(workload):
         for size, dim in zip(arg.shape, ty.shape):
             # a dynamic workload's ``?`` dimensions take any size
             assert isinstance(dim, tvm.tir.Any) or size == int(dim), param.name_hint
-    # Graph and AOT executors reject global functions and ? dimensions: "static" must mean
-    # @main alone, with static shapes.
+    # Graph and AOT executors reject global functions, ? dimensions and control flow: "static"
+    # must mean @main alone, with static shapes, a dataflow graph.
     reachable = relay.transform.RemoveUnusedFunctions(["main"])(workload.module())
-    assert workload.static == (len(reachable.functions) == 1 and not workload.dynamic)
+    assert workload.static == (len(reachable.functions) == 1 and not workload.dynamic and _dataflow(main))
+    assert workload.references == uses_references(reachable)
+
+
+def _dataflow(main) -> bool:
+    """No closures, references, ``if``, ``match`` or constructors in ``main`` (a Relay gradient
+    is @main alone, full of references and closures)."""
+    control = (relay.Function, relay.RefCreate, relay.RefRead, relay.RefWrite, relay.If, relay.Match,
+               relay.Constructor)
+    found = []
+    relay.analysis.post_order_visit(main.body, lambda node: found.append(node) if isinstance(node, control) else None)
+    return not found
 
 
 def test_suite_runs_and_executors_agree():
@@ -114,3 +126,26 @@ def test_c_entry_benchmark_runs(tmp_path):
     for key in ("c_entry", "packed"):
         assert result[key]["runs"] >= 3 and result[key]["median"] > 0
     assert "| fib15 |" in c_entry.table({"fib15": result})
+
+
+def test_interpreter_is_the_baseline_where_the_vm_cannot_run():
+    """A workload the VM cannot run (references) gets its ratios against the interpreter."""
+    timing = lambda median: {"median": median, "min": median, "max": median, "runs": 3}  # noqa: E731
+    records = [
+        {"workload": "grad", "executor": "vm", "status": "n/a", "reason": executors.NO_REFERENCES},
+        {"workload": "grad", "executor": "interpreter", "status": "ok", "timing": timing(0.08)},
+        {"workload": "grad", "executor": "relay_aot_cpp", "status": "ok", "timing": timing(0.002)},
+        {"workload": "fib", "executor": "vm", "status": "ok", "timing": timing(0.01)},
+        {"workload": "fib", "executor": "interpreter", "status": "ok", "timing": timing(0.1)},
+        {"workload": "fib", "executor": "relay_aot_cpp", "status": "ok", "timing": timing(0.001)},
+    ]
+    report.add_ratios(records)
+    pairs = report.by_pair(records)
+    assert pairs[("grad", "relay_aot_cpp")]["vs_interp"] == pytest.approx(40)
+    assert "vs_interp" not in pairs[("fib", "relay_aot_cpp")]  # the VM ran: it stays the baseline
+    result = {"machine": _machine(), "settings": [{"setting": suite.thread_setting(), "records": records}]}
+    lines = report.summary(result, markdown=True).splitlines()
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in lines if line.startswith("| ")}
+    assert cells["workload"][:2] == ["C++ vs VM (default)", "C++ vs interp, no VM (default)"]
+    assert cells["grad"][:2] == ["", "40×"] and cells["fib"][:2] == ["10×", ""]
+    assert "40× vs interp" in report.setting_tables(result["settings"][0])
