@@ -82,10 +82,14 @@ def compiler_is_gcc(cxx: str) -> bool:
 def _tls_flags(cxx: str) -> tuple[str, ...]:
     """TLS descriptors for GCC on x86-64: every generated function reads a thread-local (its
     stack limit, stack.h), and in a shared library the default model calls __tls_get_addr for
-    it; a descriptor is an indirect load (fib(20): 117 -> 92 us)."""
-    if platform.machine() in ("x86_64", "AMD64") and compiler_is_gcc(cxx):
-        return ("-mtls-dialect=gnu2",)
-    return ()
+    it; a descriptor is an indirect load (fib(20): 117 -> 92 us). A compiler that cannot be
+    found gets none: showing the source must not need one, and a build reports it missing."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return ()
+    try:
+        return ("-mtls-dialect=gnu2",) if compiler_is_gcc(cxx) else ()
+    except CompileError:
+        return ()
 
 
 def command_line(args: list[str]) -> str:
