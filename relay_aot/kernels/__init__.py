@@ -39,35 +39,29 @@ def flatten_tensor_types(ty: ir.Type, what: str) -> list[ir.TensorType]:
     raise UnsupportedError(f"a fused kernel's {what} has type {ty}, which is not a tensor or tuple")
 
 
-def loop_work(stmt: tvm.tir.Stmt) -> int:
-    """Total iterations of the innermost statements of ``stmt`` (loop extents multiplied)."""
+def _work(stmt: tvm.tir.Stmt, extent: Callable):
+    """Iterations of the innermost statements of ``stmt``: loop extents (as ``extent`` gives
+    them: ints or TIR expressions, which add and multiply alike) multiplied, sequences added."""
     kind = type(stmt)
     if kind is tvm.tir.For:
-        extent = stmt.extent.value if isinstance(stmt.extent, tvm.tir.IntImm) else 1 << 40
-        return extent * loop_work(stmt.body)
+        return extent(stmt.extent) * _work(stmt.body, extent)
     if kind is tvm.tir.SeqStmt:
-        return sum(loop_work(s) for s in stmt.seq)
+        return sum((_work(s, extent) for s in stmt.seq), 0)
     if kind is tvm.tir.IfThenElse:
-        return loop_work(stmt.then_case) + (loop_work(stmt.else_case) if stmt.else_case is not None else 0)
+        work = _work(stmt.then_case, extent)
+        return work + _work(stmt.else_case, extent) if stmt.else_case is not None else work
     body = getattr(stmt, "body", None)
-    return loop_work(body) if isinstance(body, tvm.tir.Stmt) else 1
+    return _work(body, extent) if isinstance(body, tvm.tir.Stmt) else 1
+
+
+def loop_work(stmt: tvm.tir.Stmt) -> int:
+    """Total iterations of the innermost statements of ``stmt`` (a ``?`` extent counts 2^40)."""
+    return _work(stmt, lambda e: e.value if isinstance(e, tvm.tir.IntImm) else 1 << 40)
 
 
 def symbolic_work(stmt: tvm.tir.Stmt) -> tvm.tir.PrimExpr:
     """:func:`loop_work` as an int64 expression of the loop extents (some symbolic)."""
-    kind = type(stmt)
-    if kind is tvm.tir.For:
-        return tvm.tir.Cast("int64", stmt.extent) * symbolic_work(stmt.body)
-    if kind is tvm.tir.SeqStmt:
-        total = tvm.tir.const(0, "int64")
-        for s in stmt.seq:
-            total = total + symbolic_work(s)
-        return total
-    if kind is tvm.tir.IfThenElse:
-        work = symbolic_work(stmt.then_case)
-        return work + symbolic_work(stmt.else_case) if stmt.else_case is not None else work
-    body = getattr(stmt, "body", None)
-    return symbolic_work(body) if isinstance(body, tvm.tir.Stmt) else tvm.tir.const(1, "int64")
+    return tvm.tir.Cast("int64", _work(stmt, lambda e: tvm.tir.Cast("int64", e)))
 
 
 def _serial(body: tvm.tir.Stmt) -> tvm.tir.Stmt:

@@ -17,6 +17,7 @@ tensor); then one ``int64[rank]`` output per flattened result tensor.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable, Sequence
 
 import tvm
 from tvm import relay, te
@@ -26,6 +27,20 @@ from tvm.te.hybrid import script
 #: Bits of a parameter's state, as TVM's ``ShapeFuncParamState``.
 NEED_DATA = 1
 NEED_SHAPE = 2
+
+
+def shape_function_args(states: Sequence[int], per_param: Sequence[Sequence[str]],
+                        shape_of: Callable[[str], str]) -> list[str]:
+    """A shape function's input arguments, in either backend's spelling: per kernel parameter
+    (its flattened tensors ``per_param[i]``), the tensors themselves where it reads their data
+    and ``shape_of(tensor)`` where it reads their shapes (both, in that order, for both)."""
+    args: list[str] = []
+    for flat, state in zip(per_param, states):
+        if state & NEED_DATA:
+            args.extend(flat)
+        if state & NEED_SHAPE:
+            args.extend(shape_of(a) for a in flat)
+    return args
 
 
 @dataclasses.dataclass(frozen=True)

@@ -72,20 +72,15 @@ class Profile:
         def percent(ns: int) -> profiling.Percent:
             return profiling.Percent(100.0 * ns / total if total else 0.0)
 
-        calls = []
-        for k in self.kernels:
-            if k["calls"]:
-                calls.append({
-                    "Name": k["name"], "Kind": "kernel", "Count": profiling.Count(k["calls"]),
-                    "Duration (us)": profiling.Duration(k["ns"] / 1e3), "Percent": percent(k["ns"]),
-                    "Mean (us)": profiling.Duration(k["ns"] / 1e3 / k["calls"]),
-                })
+        def row(name: str, kind: str, count: int, ns: int) -> dict:
+            return {"Name": name, "Kind": kind, "Count": profiling.Count(count),
+                    "Duration (us)": profiling.Duration(ns / 1e3), "Percent": percent(ns),
+                    "Mean (us)": profiling.Duration(ns / 1e3 / count)}
+
+        calls = [row(k["name"], "kernel", k["calls"], k["ns"]) for k in self.kernels if k["calls"]]
         for f in self.functions:
             if f["calls"]:
-                calls.append({
-                    "Name": f["name"], "Kind": "function", "Count": profiling.Count(f["calls"]),
-                    "Duration (us)": profiling.Duration(f["self_ns"] / 1e3), "Percent": percent(f["self_ns"]),
-                    "Mean (us)": profiling.Duration(f["self_ns"] / 1e3 / f["calls"]),
+                calls.append(row(f["name"], "function", f["calls"], f["self_ns"]) | {
                     "Exclusive (us)": profiling.Duration(f["exclusive_ns"] / 1e3),
                     "Inclusive (us)": profiling.Duration(f["inclusive_ns"] / 1e3),
                 })

@@ -28,6 +28,21 @@
 
 namespace relay_aot {
 
+namespace detail {
+
+inline bool is_compact(const DLTensor* t) { return t->strides == nullptr && t->byte_offset == 0; }
+
+/*! \brief Whether \p t is a compact tensor of shape \p dims (\p ndim extents). */
+inline bool is_compact_of_shape(const DLTensor* t, const int64_t* dims, int ndim) {
+  if (t->ndim != ndim || !is_compact(t)) return false;
+  for (int i = 0; i < ndim; ++i) {
+    if (t->shape[i] != dims[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace detail
+
 /*! \brief The shape of a tensor as a shape function's input: int64[ndim] (0-d int64 for 0-d). */
 class ShapeInput {
  public:
@@ -79,12 +94,7 @@ class ShapeOutput {
    */
   bool is_shape_of(const NDArray& tensor, const char* kernel, const ShapeTuple* expected = nullptr) const {
     check(kernel, expected);
-    const DLTensor* t = tensor.operator->();
-    if (t->ndim != Rank || t->strides != nullptr || t->byte_offset != 0) return false;
-    for (int i = 0; i < Rank; ++i) {
-      if (t->shape[i] != dims_[i]) return false;
-    }
-    return true;
+    return detail::is_compact_of_shape(tensor.operator->(), dims_, Rank);
   }
 
  private:
@@ -109,12 +119,6 @@ class ShapeOutput {
   DLTensor tensor_;
 };
 
-namespace detail {
-
-inline bool is_compact(const DLTensor* t) { return t->strides == nullptr && t->byte_offset == 0; }
-
-}  // namespace detail
-
 /*!
  * \brief Write \p pieces one after another into \p out (a concatenate whose output holds its
  *        inputs' bytes in order: kernels/copies.py). False, having written nothing, when a
@@ -138,10 +142,7 @@ inline bool concat_flat(DLTensor* out, std::initializer_list<DLTensor*> pieces) 
  *        nothing); false otherwise, and then the kernel runs.
  */
 inline bool copy_if_same_shape(DLTensor* out, const DLTensor* in) {
-  if (in->ndim != out->ndim || !detail::is_compact(in)) return false;
-  for (int i = 0; i < in->ndim; ++i) {
-    if (in->shape[i] != out->shape[i]) return false;
-  }
+  if (!detail::is_compact_of_shape(in, out->shape, out->ndim)) return false;
   size_t bytes = tvm::runtime::GetDataSize(*in);
   if (bytes != 0) std::memcpy(out->data, in->data, bytes);
   return true;

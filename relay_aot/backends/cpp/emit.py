@@ -29,7 +29,7 @@ from ...ir.profile import ProfileTable
 from ...ir.typetable import TypeTable
 from ...kernels.scalar_ops import SCALAR_OPS, spelling
 from ...kernels.copies import CONCAT_FLAT, SAME_SHAPE_COPY
-from ...kernels.shape_funcs import NEED_DATA, NEED_SHAPE
+from ...kernels.shape_funcs import shape_function_args
 from ...kernels.scalars import NATIVE_DTYPES, hex_literal, is_native_scalar, scalar_operand_dtype
 from ...ir.signature import Signature
 from ..emitter import Emitter, cpp_string_literal, escape_comment
@@ -509,12 +509,10 @@ class CppEmitter:
                 e.line(f"{ctype(out)} {name};")
                 out_args.append(f"scalar_arg(&{name}).get()")
             else:
-                static = f"shapes()[{self.shapes[out.shape]}]" if out.is_static else None
                 if kernel.shape_func is None:
-                    shape = static
-                else:  # the shape computed, checked against the static one if there is one
-                    expected = f", &{static}" if static else ""
-                    shape = f"{name}_shape.shape({cpp_string_literal(kernel.symbol)}{expected})"
+                    shape = f"shapes()[{self.shapes[out.shape]}]"
+                else:
+                    shape = f"{name}_shape.shape({self.shape_check(kernel, out)})"
                 e.line(f"NDArray {name} = {self.counted(f'alloc_tensor({shape}, {dtype_literal(out.dtype)})')};", comment=str(out.shape) if out.is_static else ir.format_type(out, ()))
                 out_args.append(f"arg({name})")
         call = f"{self.kernel_call(kernel, inputs + out_args)};"
@@ -547,26 +545,26 @@ class CppEmitter:
         is the input's own, else the kernel's result."""
         out = kernel.outputs[0]
         name = var(v)
-        expected = f", &shapes()[{self.shapes[out.shape]}]" if out.is_static else ""
-        symbol = cpp_string_literal(kernel.symbol)
+        check = self.shape_check(kernel, out)
         e = self.out
         e.line(f"NDArray {name};")
-        e.line(f"if ({name}_shape.is_shape_of({var(source)}, {symbol}{expected})) {{")
+        e.line(f"if ({name}_shape.is_shape_of({var(source)}, {check})) {{")
         e.line(f"{name} = {var(source)};", comment="the same shape: nothing to broadcast")
         e.line("} else {")
-        e.line(f"{name} = {self.counted(f'alloc_tensor({name}_shape.shape({symbol}{expected}), {dtype_literal(out.dtype)})')};")
+        e.line(f"{name} = {self.counted(f'alloc_tensor({name}_shape.shape({check}), {dtype_literal(out.dtype)})')};")
         e.line(f"{self.kernel_call(kernel, inputs + [f'arg({name})'])};")
         e.line("}")
+
+    def shape_check(self, kernel: ir.Kernel, out: ir.TensorType) -> str:
+        """The arguments with which a computed shape is checked (``ShapeOutput::shape``): the
+        kernel's name for errors and, for an output of static type, that shape."""
+        expected = f", &shapes()[{self.shapes[out.shape]}]" if out.is_static else ""
+        return cpp_string_literal(kernel.symbol) + expected
 
     def shape_function_call(self, kernel: ir.Kernel, per_param: list[list[str]], outputs: list[str]) -> None:
         """Run the shape function of a kernel with ``?`` dimensions into one ``ShapeOutput``
         per output: each parameter's tensors as data, as shapes, or both (``shape_states``)."""
-        args: list[str] = []
-        for flat, state in zip(per_param, kernel.shape_states):
-            if state & NEED_DATA:
-                args.extend(flat)
-            if state & NEED_SHAPE:
-                args.extend(f"shape_of({a}).get()" for a in flat)
+        args = shape_function_args(kernel.shape_states, per_param, lambda a: f"shape_of({a}).get()")
         for name, out in zip(outputs, kernel.outputs):
             self.out.line(f"ShapeOutput<{len(out.shape)}> {name}_shape;")
             args.append(f"{name}_shape.arg()")

@@ -25,7 +25,7 @@ from ... import ir, names
 from ...dispatch import dispatch
 from ...kernels.scalar_ops import SCALAR_OPS, spelling
 from ...kernels.scalars import is_native_scalar, scalar_operand_dtype
-from ...kernels.shape_funcs import NEED_DATA, NEED_SHAPE
+from ...kernels.shape_funcs import shape_function_args
 from ...ir.profile import ProfileTable
 from ...version import __version__
 from ..emitter import Emitter
@@ -278,12 +278,7 @@ class PythonEmitter:
         tensors = [f"{name}_out" if is_native_scalar(out) else name for name, out in zip(outputs, kernel.outputs)]
         e.comment(note)
         if kernel.shape_func is not None:
-            args: list[str] = []
-            for flat, state in zip(per_param, kernel.shape_states):
-                if state & NEED_DATA:
-                    args.extend(flat)
-                if state & NEED_SHAPE:
-                    args.extend(f"shape_of({a})" for a in flat)
+            args = shape_function_args(kernel.shape_states, per_param, lambda a: f"shape_of({a})")
             ranks = _tuple_expr([_tuple_expr([str(d) for d in out.shape]) for out in kernel.outputs])
             shapes = "output_shapes("
             if self.profile is not None:
