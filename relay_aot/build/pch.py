@@ -58,8 +58,9 @@ class PchBuild:
 
     Only one process builds a given PCH (a non-blocking lock); others compile without it
     meanwhile rather than wait -- and so does the build that started it: its units start at
-    once, and the PCH is published in the background for the builds after it. A PCH that fails to build is simply not used: the units then
-    compile from the real header and report any error in it themselves.
+    once, and the PCH is published in the background for the builds after it. A PCH that
+    fails to build is simply not used: the units then compile from the real header and report
+    any error in it themselves.
     """
 
     def __init__(self, flags: BuildFlags, root: Path, reporter: Reporter, lock: Lock):

@@ -78,8 +78,9 @@ class Untuned:
         process (as TVM's own), information after that."""
         if self.workloads:
             count = len(self.workloads)
-            level = logging.WARNING if not _warned else logging.INFO
-            _warned.append(True)
+            global _warned
+            level = logging.INFO if _warned else logging.WARNING
+            _warned = True
             _logger.log(level,
                 "relay_aot: %d kernel schedule%s untuned (TVM's fallback configuration); tune them with "
                 "AutoTVM and compile inside autotvm.apply_history_best(log) (docs/performance.md, "
@@ -87,11 +88,11 @@ class Untuned:
 
 
 #: whether a build of this process has warned of untuned kernels already
-_warned: list[bool] = []
+_warned = False
 #: (tuning context, target, kernel's structural hash) -> workloads it had no records for
 _reported: dict[tuple[str, str, int], frozenset[str]] = {}
 #: the tuning context the TE compiler's cache was last filled under (None: not by relay_aot)
-_cached_under: list[Optional[str]] = [None]
+_cached_under: Optional[str] = None
 
 
 class _Collect(logging.Handler):
@@ -114,10 +115,11 @@ def watch(target: str = "", lowering: bool = False) -> Iterator[Untuned]:
     first if it was filled under other tuning records (or by someone else): a kernel lowered
     without the records in scope now would be served from it.
     """
+    global _cached_under
     context = fingerprint()
-    if lowering and (context or _cached_under[0] != context):
+    if lowering and (context or _cached_under != context):
         te_compiler.get().clear()
-        _cached_under[0] = context
+        _cached_under = context
     logger = logging.getLogger("autotvm")
     saved = (logger.level, logger.propagate, list(logger.handlers), set(autotvm.task.DispatchContext.warning_messages),
              te_compiler._first_warning)
