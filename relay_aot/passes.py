@@ -197,24 +197,62 @@ def bounded_take(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return mod
 
 
-def _runtime_layout_transforms(mod: tvm.IRModule) -> int:
-    """How many ``layout_transform`` calls of ``mod`` transform something other than a constant."""
-    count = 0
+def _runtime_transform_elements(mod: tvm.IRModule) -> int:
+    """Elements moved per call by ``mod``'s ``layout_transform`` calls of non-constant tensors.
+
+    A transform whose input is a constant folds away at compile time and costs nothing at run
+    time. A ``?`` extent counts as 1: the shape is not known, and the rule below should not
+    take a risk on it.
+    """
+    total = 0
 
     def visit(node):
-        nonlocal count
+        nonlocal total
         if (
             isinstance(node, relay.Call)
             and isinstance(node.op, tvm.ir.Op)
             and node.op.name == "layout_transform"
             and not isinstance(node.args[0], relay.Constant)
         ):
-            count += 1
+            extents = [int(d) if isinstance(d, tvm.tir.IntImm) else 1 for d in node.args[0].checked_type.shape]
+            total += int(np.prod(extents, dtype=np.int64))
 
     for func in mod.functions.values():
         if isinstance(func, relay.Function):
             relay.analysis.post_order_visit(func, visit)
-    return count
+    return total
+
+
+def _multiply_accumulates(mod: tvm.IRModule) -> int:
+    """The multiply-accumulates of ``mod``'s convolutions and matrix products, by TVM's count.
+
+    The operators' registered ``FMacCount`` functions, called here rather than through
+    ``get_total_mac_number``, which logs a line on every use. A call with a ``?`` extent counts
+    nothing (TVM's count crashes on one): there is no evidence that a layout change pays.
+    """
+    total = 0
+
+    def visit(node):
+        nonlocal total
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
+            count = node.op.get_attr("FMacCount")
+            if count is not None and all(_static_tensor(arg.checked_type) for arg in [*node.args, node]):
+                total += int(count(node))
+
+    for func in mod.functions.values():
+        if isinstance(func, relay.Function):
+            relay.analysis.post_order_visit(func, visit)
+    return total
+
+
+def _static_tensor(ty: relay.Type) -> bool:
+    return isinstance(ty, relay.TensorType) and all(isinstance(d, tvm.tir.IntImm) for d in ty.shape)
+
+
+#: A layout change is kept when the tensors it transforms at run time hold at most this share
+#: of the multiply-accumulates of the convolutions and matrix products (one element moved
+#: against one multiply-accumulate; see :func:`alter_layout`).
+LAYOUT_TRANSFORM_SHARE = 1 / 64
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantIfPossible")
@@ -235,23 +273,78 @@ def fold_constants(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return mod
 
 
-@tvm.transform.module_pass(opt_level=0, name="AlterOpLayoutForConstants")
-def alter_layout_for_constants(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """``AlterOpLayout`` + ``FoldConstant``, kept only if every layout change folds away.
+@tvm.transform.module_pass(opt_level=0, name="AlterOpLayoutIfItPays")
+def alter_layout(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """``AlterOpLayout`` as ``relay.build`` runs it, kept only when its run-time cost is small.
 
-    Packed layouts pay when weights are constants: they are transformed once, here. When a weight
-    is a parameter (an LSTM cell's weights passed to @main), the transform would run at every
-    call -- inside a loop body, every iteration -- so the module is left as it was.
+    Packed layouts (``NCHWc`` convolutions, packed ``dense``) are what the target's schedules
+    are tuned for; weights that are constants are transformed once, here. What remains at run
+    time are the ``layout_transform`` calls of non-constant tensors: a conv net's input and its
+    last feature map (a few per call, against millions of multiply-accumulates), but also the
+    weights of a layer passed as parameters -- an LSTM cell's weights given to ``@main`` are
+    repacked at every call of the cell, inside the loop, as many elements moved as the layer
+    multiplies. The rule compares the elements the change adds to run-time transforms with the
+    multiply-accumulates of the module's convolutions and matrix products (TVM's count, per
+    call of each function: the transform and the layer it feeds sit in the same body) and keeps
+    the change when they are at most :data:`LAYOUT_TRANSFORM_SHARE` of them.
     """
-    before = _runtime_layout_transforms(mod)
     try:
-        altered = relay.transform.FoldConstant()(relay.transform.AlterOpLayout()(mod))
+        altered = relay.transform.FoldConstant()(_simplify_post_alter_op()(relay.transform.AlterOpLayout()(mod)))
     except tvm.error.TVMError:
         # AlterOpLayout is written for dataflow graphs and fails internally on some programs
         # with closures and control flow ("NodeFunctor calls un-registered function on type
         # relay.alter_op_layout.LayoutAlternatedExprNode"); layouts are only an optimisation.
         return mod
-    return altered if _runtime_layout_transforms(altered) <= before else mod
+    added = _runtime_transform_elements(altered) - _runtime_transform_elements(mod)
+    if added <= 0 or added <= LAYOUT_TRANSFORM_SHARE * _multiply_accumulates(mod):
+        return altered
+    return mod
+
+
+def _simplify_post_alter_op() -> tvm.transform.Pass:
+    """TVM's ``SimplifyExprPostAlterOp`` (registered, but not exported to Python in 0.19)."""
+    return tvm.get_global_func("relay._transform.SimplifyExprPostAlterOp")()
+
+
+def _where_it_applies(inner: tvm.transform.Pass) -> tvm.transform.Pass:
+    """``inner``, or nothing where it fails.
+
+    TVM's dataflow passes fail internally on some programs with closures and control flow
+    (``SimplifyExpr``'s pattern matcher checks ``LCA(..) on graph`` on a Relay gradient); they
+    are only optimisations, and the module is kept as it was.
+    """
+
+    def apply(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        try:
+            return inner(mod)
+        except tvm.error.TVMError:
+            return mod
+
+    return tvm.transform.module_pass(apply, opt_level=0, name=f"{inner.info.name}WhereItApplies")
+
+
+def _graph_simplifications(opt_level: int) -> list:
+    """The dataflow simplifications of ``relay.build``'s (and the VM's) pass prefix.
+
+    Folding batch-norm scales into convolution weights, common subexpressions, canonical
+    ``bias_add`` ... : the kernels relay_aot fuses are then the ones ``relay.build`` fuses for
+    the same model (``GetPassPrefix`` in TVM's relay/backend/utils.cc; passes above
+    ``opt_level`` are left out, as a PassContext leaves them out there).
+    """
+    transform = relay.transform
+    simplifications = [
+        transform.EliminateCommonSubexpr(),
+        transform.CombineParallelConv2D(3),
+        transform.CombineParallelDense(3),
+        transform.CombineParallelBatchMatmul(3),
+        transform.FoldScaleAxis(),
+        transform.SimplifyExpr(),
+        transform.CanonicalizeCast(),
+        transform.CanonicalizeOps(),
+        transform.FlattenAtrousConv(),
+    ]
+    enabled = [_where_it_applies(p) for p in simplifications if p.info.opt_level <= opt_level]
+    return [*enabled, fold_constants, transform.InferType()]
 
 
 def prepare(
@@ -262,9 +355,10 @@ def prepare(
 ) -> tvm.IRModule:
     """Run the pass pipeline: type check, bind params, simplify, fuse, A-normal form.
 
-    At ``opt_level`` 3, ``AlterOpLayout`` picks the target's preferred data layouts (packed
-    weights for ``dense`` on x86, as ``relay.build`` does) when constant weights can be
-    transformed once, at compile time (see :func:`alter_layout_for_constants`).
+    At ``opt_level`` 2 and up, the dataflow simplifications of ``relay.build`` run too; at 3,
+    ``AlterOpLayout`` picks the target's preferred data layouts (packed weights for ``dense``,
+    ``NCHWc`` convolutions on x86, as ``relay.build`` does) when their run-time cost is small
+    (see :func:`alter_layout`).
     """
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"expected a tvm.IRModule, got {type(mod).__name__}")
@@ -277,9 +371,9 @@ def prepare(
     fuse_level = 0 if opt_level < 1 else 2
     sequence = [relay.transform.InferType(), relay.transform.SimplifyInference(), bounded_take, relay.transform.InferType()]
     if opt_level >= 2:
-        sequence.append(fold_constants)
+        sequence += [fold_constants, *_graph_simplifications(opt_level)]
     if opt_level >= 3 and target is not None:
-        sequence += [relay.transform.InferType(), alter_layout_for_constants]
+        sequence += [alter_layout, relay.transform.InferType()]
     sequence += [
         relay.transform.ToANormalForm(),
         inline_pure_lets,
