@@ -28,6 +28,14 @@ Call = Callable[[], Any]
 
 #: Why the VM (and the kernel floor, which replays the VM's kernel calls) cannot run a workload.
 NO_REFERENCES = "the Relay VM does not support references (RefCreate, RefRead, RefWrite)"
+#: Executors for control flow leave the vision models to the executors made for them: their
+#: time would go to per-operator dispatch the graph executor never pays, and to minutes of the
+#: suite's run.
+NOT_FOR_MODEL_ZOO = "a vision model: measured on the executors for static models (graph, AOT, VM)"
+
+
+def _not_for_model_zoo(workload: Workload) -> Optional[str]:
+    return NOT_FOR_MODEL_ZOO if workload.model_zoo else None
 
 
 def _device() -> tvm.runtime.Device:
@@ -65,6 +73,9 @@ class Interpreter(Executor):
 
     key = "interpreter"
     label = "Relay interpreter"
+
+    def unsupported(self, workload):
+        return _not_for_model_zoo(workload)
 
     def prepare(self, mod, args, target):
         with tvm.transform.PassContext(opt_level=3):
@@ -167,6 +178,9 @@ class PyConverter(Executor):
     max_runs = 3
     min_runs = 1
 
+    def unsupported(self, workload):
+        return _not_for_model_zoo(workload)
+
     def prepare(self, mod, args, target):
         from tvm.relay.testing import py_converter
 
@@ -188,6 +202,9 @@ class RelayAot(Executor):
         self.backend = backend
         self.key = key
         self.label = label
+
+    def unsupported(self, workload):
+        return _not_for_model_zoo(workload) if self.backend == "python" else None
 
     def prepare(self, mod, args, target):
         import relay_aot
@@ -222,6 +239,8 @@ class OnnxRuntime(Executor):
         options.inter_op_num_threads = 1
         session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         inputs = {i.name: np.asarray(a) for i, a in zip(model.graph.input, args)}
+        if len(model.graph.output) == 1:  # one output: a tensor, as Relay returns it
+            return lambda: session.run(None, inputs)[0]
         return lambda: tuple(session.run(None, inputs))
 
 

@@ -13,6 +13,7 @@ deepest chain of nested Relay calls a run makes, for executors that recurse on t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import string
 from typing import Any, Callable, Mapping, Optional
 
@@ -51,6 +52,9 @@ class Workload:
     #: The program creates, reads or writes references (Relay's gradients do): the Relay VM
     #: cannot run it, and the interpreter is the reference and the baseline.
     references: bool = False
+    #: A real network (TVM's testing zoo, an ONNX model-zoo graph): static and kernel-bound,
+    #: measured against the executors made for such models (graph, AOT, VM, onnxruntime).
+    model_zoo: bool = False
 
     def module(self) -> tvm.IRModule:
         """The parsed, type-checked module with the weights bound as constants."""
@@ -607,6 +611,83 @@ def grad_mlp(batch: int) -> Workload:
     )
 
 
+# -- vision models ------------------------------------------------------------------------------
+
+#: ``tvm.relay.testing`` networks at batch 1: name -> (getter name, keyword arguments).
+_ZOO = {
+    "resnet18": ("resnet", {"num_layers": 18}),
+    "mobilenet": ("mobilenet", {}),
+    "squeezenet": ("squeezenet", {}),
+    "dcgan": ("dcgan", {}),
+    "inception_v3": ("inception_v3", {}),
+}
+
+
+def _zoo_workload(name: str) -> tuple[tvm.IRModule, Mapping[str, np.ndarray]]:
+    """``tvm.relay.testing.<net>.get_workload(batch_size=1)``, weights drawn from :data:`SEED`.
+
+    TVM's initializers draw from numpy's global generator; it is seeded for the call and
+    restored after, so every process builds the same weights. Each call returns a module of
+    its own: binding weights replaces ``main`` in the module it is given.
+    """
+    mod, params = _zoo_weights(name)
+    return tvm.IRModule.from_expr(mod["main"]), params
+
+
+@functools.lru_cache(maxsize=None)
+def _zoo_weights(name: str) -> tuple[tvm.IRModule, Mapping[str, np.ndarray]]:
+    import importlib
+
+    getter, kwargs = _ZOO[name]
+    state = np.random.get_state()
+    np.random.seed(SEED)
+    try:
+        mod, params = importlib.import_module(f"tvm.relay.testing.{getter}").get_workload(batch_size=1, **kwargs)
+    finally:
+        np.random.set_state(state)
+    return mod, {key: value.numpy() for key, value in params.items()}
+
+
+def vision_model(name: str) -> Workload:
+    """A ``tvm.relay.testing`` network at batch 1 with its weights bound (as ``relay.build``'s
+    ``params=`` would), on a random image."""
+
+    def make_inputs(rng):
+        mod, params = _zoo_workload(name)
+        image = mod["main"].params[0].checked_type
+        return (_uniform(rng, *[int(d) for d in image.shape]),), params
+
+    return Workload(
+        name=name,
+        description=f"{name} (tvm.relay.testing), batch 1",
+        source="",
+        build=lambda: _zoo_workload(name)[0],
+        make_inputs=make_inputs,
+        static=True,
+        model_zoo=True,
+        rtol=1e-4,
+        atol=1e-6,
+    )
+
+
+def onnx_vision_model(name: str) -> Workload:
+    """An ONNX model-zoo graph (the onnx package's light copy, random weights) at batch 1,
+    imported by TVM's ONNX frontend; onnxruntime runs the ONNX model itself."""
+    from relay_aot.testing.onnx_models import model_zoo_graph
+
+    return Workload(
+        name=f"onnx_{name}",
+        description=f"ONNX model-zoo {name}, random weights, batch 1",
+        source="",
+        make_inputs=lambda rng: ((_uniform(rng, 1, 3, 224, 224),), {}),
+        onnx_model=lambda: model_zoo_graph(name, SEED),
+        static=True,
+        model_zoo=True,
+        rtol=1e-4,
+        atol=1e-6,
+    )
+
+
 def all_workloads() -> list[Workload]:
     """Every workload of the suite, in report order."""
     return [
@@ -627,6 +708,9 @@ def all_workloads() -> list[Workload]:
         mlp_dynamic_batch(64),
         grad_lstm(16),
         grad_mlp(1),
+        *[vision_model(name) for name in _ZOO],
+        onnx_vision_model("squeezenet"),
+        onnx_vision_model("shufflenet"),
     ]
 
 

@@ -18,7 +18,12 @@ from conftest import ROOT
 from relay_aot.testing.oracle import uses_references
 
 
-@pytest.mark.parametrize("workload", workloads.all_workloads(), ids=lambda w: w.name)
+def _heavy_marked_slow(workload):
+    # Building a vision model's weights and type-checking it takes seconds to a minute each.
+    return pytest.param(workload, marks=pytest.mark.slow if workload.model_zoo else (), id=workload.name)
+
+
+@pytest.mark.parametrize("workload", [_heavy_marked_slow(w) for w in workloads.all_workloads()])
 def test_workload_arguments_match_main(workload):
     """Every workload parses, type-checks, and its arguments fit ``@main``'s parameters."""
     main = workload.module()["main"]

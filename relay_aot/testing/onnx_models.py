@@ -120,3 +120,51 @@ def if_branches(width: int = 4) -> tuple[object, Callable]:
         return {"x": (np.linspace(-1, 2, width, dtype="float32") * sign).astype("float32")}
 
     return model, inputs
+
+
+def model_zoo_graph(name: str, seed: int = 0) -> object:
+    """The onnx package's "light" copy of a model-zoo network, with random weights.
+
+    ``onnx/backend/test/data/light/light_<name>.onnx`` (``squeezenet``, ``shufflenet``,
+    ``resnet50``, ...) keeps the real graph but replaces every weight by a ``ConstantOfShape``
+    of 0.02. Here each of those becomes an initializer of seeded random values instead (scaled
+    by fan-in; batch-norm scales small and variances positive), so activations neither vanish nor
+    overflow and a wrong kernel shows in the output. The only graph input left is the image.
+    """
+    import os
+
+    onnx, helper, _, numpy_helper = _onnx()
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"the onnx package has no light model {name!r} ({path})")
+    model = onnx.load(path)
+    graph = model.graph
+    rng = np.random.default_rng(seed)
+    shapes = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    bn_scales = {node.input[1] for node in graph.node if node.op_type == "BatchNormalization"}
+    bn_variances = {node.input[4] for node in graph.node if node.op_type == "BatchNormalization"}
+    weights, nodes = [], []
+    for node in graph.node:
+        if node.op_type != "ConstantOfShape":
+            nodes.append(node)
+            continue
+        out = node.output[0]
+        shape = tuple(int(d) for d in shapes[node.input[0]])
+        if out in bn_scales:
+            values = rng.uniform(0.2, 0.6, shape)
+        elif out in bn_variances:
+            values = rng.uniform(0.5, 1.5, shape)
+        elif len(shape) > 1:
+            values = rng.normal(0.0, np.sqrt(1.0 / np.prod(shape[1:])), shape)
+        else:
+            values = rng.uniform(-0.1, 0.1, shape)
+        weights.append(numpy_helper.from_array(values.astype(np.float32), out))
+    used = {name for node in nodes for name in node.input}
+    kept = [init for init in graph.initializer if init.name in used] + weights
+    initialized = {init.name for init in kept}
+    inputs = [i for i in graph.input if i.name not in initialized and i.name in used]
+    new_graph = helper.make_graph(nodes, graph.name, inputs, list(graph.output), kept)
+    result = helper.make_model(new_graph, opset_imports=list(model.opset_import))
+    result.ir_version = max(model.ir_version, 4)
+    onnx.checker.check_model(result)
+    return result
