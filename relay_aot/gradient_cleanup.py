@@ -1,0 +1,332 @@
+"""Removing the work Relay's higher-order gradient does for nothing.
+
+``relay.transform.gradient(..., mode="higher_order")`` pairs *every* value with a reference
+that accumulates its gradient, and extends the backpropagator for every operator call. Much
+of that is never observed: the gradient of a constant (the data bound by ``params=``), of an
+integer literal, of an index. Computing it is not free: in an MLP, the gradient of the input
+batch is a transpose of the first weight matrix and a product with it; in an LSTM over a list
+of inputs bound as a constant, a loop that scatters each step's gradient into a zeroed copy of
+the whole input. Neither TVM's ``DeadCodeElimination`` nor its ``FoldConstant`` removes it,
+because the dead computation ends in a write to a reference.
+
+:func:`cleanup` is a purely local analysis on the A-normal form of the function:
+
+* a **dead cell** is a reference created by a ``let`` whose every use is known -- through
+  variables, tuples and projections, also inside closures -- and whose reads flow, through
+  operator calls, tuples and projections only, into writes to the same cell: nothing outside
+  the cell ever sees its contents. Its writes become ``()``, and a cell created holding
+  ``zeros_like(%x)`` is created holding ``%x`` (never read, its contents do not matter), so
+  that the ``zeros_like`` kernel goes too;
+* then **dead bindings** go: a ``let`` whose variable is unused and whose value has no effect
+  (operator calls, tuples, projections, functions, reference creation and reads, calls of
+  let-bound functions that write no reference and call only such functions). A dropped call
+  of a pure function that would not terminate now terminates: the usual licence of dead-code
+  elimination;
+* ``collapse_sum_like(%x, %y)`` where both have the same static type is ``%x`` (the gradients
+  of ``nn.dense``, ``add`` and ``multiply`` emit it for every argument, broadcast or not).
+
+What a function returns, and every effect it can have on what it returns, is unchanged: a
+cell that escapes (passed to a call, returned, stored in a constructor or another cell) is
+left alone.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import tvm
+from tvm import relay
+
+def _same_static_type(a: relay.Type, b: relay.Type) -> bool:
+    if not isinstance(a, relay.TensorType) or not isinstance(b, relay.TensorType):
+        return False
+    if any(not isinstance(d, tvm.tir.IntImm) for d in list(a.shape) + list(b.shape)):
+        return False
+    return tvm.ir.structural_equal(a, b)
+
+
+class _IdentityCollapseSums(relay.ExprMutator):
+    """``collapse_sum_like(%x, %y)`` with equal static types becomes ``%x``."""
+
+    def visit_call(self, call):
+        new = super().visit_call(call)
+        if (
+            isinstance(call.op, tvm.ir.Op)
+            and call.op.name == "collapse_sum_like"
+            and _same_static_type(call.args[0].checked_type, call.args[1].checked_type)
+        ):
+            return new.args[0]
+        return new
+
+
+class _Uses:
+    """Every let binding of a function in A-normal form, and every use of every variable.
+
+    A use is ``(let_var, value)`` when the variable is a direct operand of the value bound to
+    ``let_var`` (a call's callee or argument, a tuple field, a projection's tuple, a reference
+    operation's operand, or the whole value); ``(None, expr)`` for any other occurrence (a
+    function's or branch's result, an ``if`` condition, a ``match`` scrutinee).
+    """
+
+    def __init__(self, func: relay.Function):
+        self.binding: dict[relay.Var, relay.Expr] = {}
+        self.uses: dict[relay.Var, list] = defaultdict(list)
+        self._expr(func.body)
+
+    def _expr(self, expr):
+        while isinstance(expr, relay.Let):  # iterative: A-normal form chains are long
+            self.binding[expr.var] = expr.value
+            self._value(expr.var, expr.value)
+            expr = expr.body
+        self._value(None, expr)
+
+    def _operand(self, owner, value, operand):
+        if isinstance(operand, relay.Var):
+            self.uses[operand].append((owner, value))
+        elif isinstance(operand, (relay.Constant, relay.GlobalVar, tvm.ir.Op, relay.Constructor)):
+            pass
+        else:  # not A-normal form here: a nested expression, whose operands escape
+            self._value(None, operand)
+
+    def _value(self, owner, value):
+        if isinstance(value, relay.Var):
+            self.uses[value].append((owner, value))
+        elif isinstance(value, relay.Call):
+            self._operand(owner, value, value.op)
+            for arg in value.args:
+                self._operand(owner, value, arg)
+        elif isinstance(value, relay.Tuple):
+            for field in value.fields:
+                self._operand(owner, value, field)
+        elif isinstance(value, relay.TupleGetItem):
+            self._operand(owner, value, value.tuple_value)
+        elif isinstance(value, relay.RefCreate):
+            self._operand(owner, value, value.value)
+        elif isinstance(value, relay.RefRead):
+            self._operand(owner, value, value.ref)
+        elif isinstance(value, relay.RefWrite):
+            self._operand(owner, value, value.ref)
+            self._operand(owner, value, value.value)
+        elif isinstance(value, relay.Function):
+            self._expr(value.body)
+        elif isinstance(value, relay.If):
+            self._operand(None, value, value.cond)
+            self._expr(value.true_branch)
+            self._expr(value.false_branch)
+        elif isinstance(value, relay.Match):
+            self._operand(None, value, value.data)
+            for clause in value.clauses:
+                self._expr(clause.rhs)
+        elif isinstance(value, relay.Let):
+            self._expr(value)
+
+
+def _cell_accesses(cell: relay.Var, uses: _Uses):
+    """``(aliases, reads, writes)`` of the cell bound to ``cell``, or None if it escapes.
+
+    Aliases are the variables that hold the cell itself; reads and writes are the let
+    variables bound to ``ref_read`` / ``ref_write`` of an alias.
+    """
+    aliases, reads, writes = {cell}, [], []
+    work, tuples = [cell], []
+    while work or tuples:
+        if tuples:
+            holder, indices = tuples.pop()
+            for owner, user in uses.uses.get(holder, []):
+                if owner is None:
+                    return None
+                if isinstance(user, relay.Var):
+                    tuples.append((owner, indices))
+                elif isinstance(user, relay.TupleGetItem):
+                    if user.index in indices and owner not in aliases:
+                        aliases.add(owner)
+                        work.append(owner)
+                else:
+                    return None
+            continue
+        alias = work.pop()
+        for owner, user in uses.uses.get(alias, []):
+            if owner is None:
+                return None
+            if isinstance(user, relay.Var):
+                if owner not in aliases:
+                    aliases.add(owner)
+                    work.append(owner)
+            elif isinstance(user, relay.RefRead):
+                reads.append(owner)
+            elif isinstance(user, relay.RefWrite) and user.ref.same_as(alias) and not user.value.same_as(alias):
+                writes.append(owner)
+            elif isinstance(user, relay.Tuple):
+                tuples.append((owner, {i for i, f in enumerate(user.fields) if f.same_as(alias)}))
+            else:
+                return None
+    return aliases, reads, writes
+
+
+def _only_feeds_itself(aliases: set, reads: list, uses: _Uses) -> bool:
+    """Whether the values read from the cell reach nothing but writes to the same cell."""
+    seen = set(reads)
+    work = list(reads)
+    while work:
+        value = work.pop()
+        for owner, user in uses.uses.get(value, []):
+            if owner is None:
+                return False
+            if isinstance(user, relay.RefWrite):
+                if not (user.value.same_as(value) and user.ref in aliases):
+                    return False
+            elif isinstance(user, (relay.Var, relay.Tuple, relay.TupleGetItem)) or (
+                isinstance(user, relay.Call) and isinstance(user.op, tvm.ir.Op)
+            ):
+                if owner not in seen:
+                    seen.add(owner)
+                    work.append(owner)
+            else:
+                return False
+    return True
+
+
+class _Rebind(relay.ExprMutator):
+    """Replace the values bound to some let variables."""
+
+    def __init__(self, values: dict):
+        super().__init__()
+        self.values = values
+
+    def visit_let(self, let):
+        bindings = []
+        while isinstance(let, relay.Let):
+            value = self.values.get(let.var, let.value)
+            bindings.append((let.var, self.visit(value)))
+            let = let.body
+        body = self.visit(let)
+        for var, value in reversed(bindings):
+            body = relay.Let(var, value, body)
+        return body
+
+
+def _drop_dead_cells(func: relay.Function) -> tuple[relay.Function, int]:
+    uses = _Uses(func)
+    values: dict = {}
+    dead = 0
+    for var, value in uses.binding.items():
+        if not isinstance(value, relay.RefCreate):
+            continue
+        found = _cell_accesses(var, uses)
+        if found is None or not found[2]:
+            continue
+        aliases, reads, writes = found
+        if not _only_feeds_itself(aliases, reads, uses):
+            continue
+        dead += 1
+        for write in writes:
+            values[write] = relay.Tuple([])  # a fresh node each: a shared one would be bound once, outside
+        init = value.value
+        made = uses.binding.get(init) if isinstance(init, relay.Var) else None
+        if (
+            isinstance(made, relay.Call)
+            and isinstance(made.op, tvm.ir.Op)
+            and made.op.name == "zeros_like"
+            and isinstance(made.args[0], (relay.Var, relay.Constant))
+        ):
+            values[var] = relay.RefCreate(made.args[0])
+    if not dead:
+        return func, 0
+    return relay.Function(func.params, _Rebind(values).visit(func.body), func.ret_type, func.type_params,
+                          func.attrs), dead
+
+
+def _effect_free(expr: relay.Expr, pure_functions: set) -> bool:
+    """No reference write and no call of anything but operators, constructors and pure functions."""
+    clean = True
+
+    def visit(node):
+        nonlocal clean
+        if isinstance(node, relay.RefWrite):
+            clean = False
+        elif isinstance(node, relay.Call):
+            callee = node.op
+            if not (isinstance(callee, (tvm.ir.Op, relay.Constructor)) or callee in pure_functions):
+                clean = False
+
+    relay.analysis.post_order_visit(expr, visit)
+    return clean
+
+
+def _pure_functions(uses: _Uses) -> set:
+    """Let-bound functions (and variables bound to them) whose calls have no effect."""
+
+    def resolve(var):
+        seen = set()
+        while var in uses.binding and isinstance(uses.binding[var], relay.Var) and var not in seen:
+            seen.add(var)
+            var = uses.binding[var]
+        return var
+
+    functions = {v for v, value in uses.binding.items() if isinstance(value, relay.Function)}
+    pure = set(functions)
+    changed = True
+    while changed:  # optimistic: a recursive function is pure unless something else is not
+        changed = False
+        names = pure | {v for v in uses.binding if resolve(v) in pure}
+        for var in list(pure):
+            if not _effect_free(uses.binding[var].body, names):
+                pure.discard(var)
+                changed = True
+    return pure | {v for v in uses.binding if resolve(v) in pure}
+
+
+class _DeadBindings(relay.ExprMutator):
+    """Drop ``let``s whose variable is unused and whose value has no effect."""
+
+    def __init__(self, pure_functions: set):
+        super().__init__()
+        self.pure_functions = pure_functions
+        self.dropped = 0
+
+    def _droppable(self, value) -> bool:
+        if isinstance(value, relay.Function):
+            return True
+        if isinstance(value, (relay.Var, relay.Constant, relay.Tuple, relay.TupleGetItem, relay.RefCreate,
+                              relay.RefRead, relay.Call, relay.If, relay.Match, relay.Let)):
+            return _effect_free(value, self.pure_functions)
+        return False
+
+    def visit_let(self, let):
+        bindings = []
+        while isinstance(let, relay.Let):
+            bindings.append((let.var, let.value))
+            let = let.body
+        body = self.visit(let)
+        used = set(relay.analysis.free_vars(body))
+        kept = []
+        for var, value in reversed(bindings):
+            if var not in used and self._droppable(value):
+                self.dropped += 1
+                continue
+            value = self.visit(value)
+            used.update(relay.analysis.free_vars(value))
+            kept.append((var, value))
+        for var, value in kept:
+            body = relay.Let(var, value, body)
+        return body
+
+
+def cleanup(mod: tvm.IRModule, name: str = "main") -> tvm.IRModule:
+    """``mod`` with the gradient's unobserved work removed from ``mod[name]`` (see the module
+    docstring); type-checked. The values the function returns are unchanged."""
+    mod = relay.transform.InferType()(mod)
+    func = mod[name]
+    func = relay.Function(func.params, _IdentityCollapseSums().visit(func.body), func.ret_type, func.type_params,
+                          func.attrs)
+    mod[name] = func
+    mod = relay.transform.ToANormalForm()(mod)
+    func = mod[name]
+    for _ in range(4):  # a cell's writes gone can leave another cell's reads unobserved
+        func, dead = _drop_dead_cells(func)
+        dce = _DeadBindings(_pure_functions(_Uses(func)))
+        func = relay.Function(func.params, dce.visit(func.body), func.ret_type, func.type_params, func.attrs)
+        if not dead and not dce.dropped:
+            break
+    mod[name] = func
+    return relay.transform.InferType()(mod)
