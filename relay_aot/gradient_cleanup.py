@@ -205,20 +205,40 @@ class _Rebind(relay.ExprMutator):
         return body
 
 
+def _tuple_literal(var, uses: _Uses):
+    """The tuple literal bound to ``var`` (through variables bound to variables), or None."""
+    seen = set()
+    value = uses.binding.get(var)
+    while isinstance(value, relay.Var) and value not in seen:
+        seen.add(value)
+        value = uses.binding.get(value)
+    return value if isinstance(value, relay.Tuple) else None
+
+
 def _drop_dead_cells(func: relay.Function) -> tuple[relay.Function, int]:
+    """Forward projections of tuple literals; empty the writes of dead cells. Returns the
+    function and how many bindings changed."""
     uses = _Uses(func)
     values: dict = {}
-    dead = 0
+    changed = 0
+    for var, value in uses.binding.items():
+        # ``%t.i`` of a tuple literal is its field: the field is in scope wherever the tuple is,
+        # and a tuple whose fields are all read this way (a value paired with a dead cell) goes.
+        if isinstance(value, relay.TupleGetItem) and isinstance(value.tuple_value, relay.Var):
+            literal = _tuple_literal(value.tuple_value, uses)
+            field = None if literal is None else literal.fields[value.index]
+            if isinstance(field, relay.Var):
+                values[var] = field
+                changed += 1
     for var, value in uses.binding.items():
         if not isinstance(value, relay.RefCreate):
             continue
         found = _cell_accesses(var, uses)
-        if found is None or not found[2]:
+        if found is None:
             continue
         aliases, reads, writes = found
         if not _only_feeds_itself(aliases, reads, uses):
             continue
-        dead += 1
         for write in writes:
             values[write] = relay.Tuple([])  # a fresh node each: a shared one would be bound once, outside
         init = value.value
@@ -230,10 +250,11 @@ def _drop_dead_cells(func: relay.Function) -> tuple[relay.Function, int]:
             and isinstance(made.args[0], (relay.Var, relay.Constant))
         ):
             values[var] = relay.RefCreate(made.args[0])
-    if not dead:
+        changed += bool(writes) or var in values
+    if not changed:
         return func, 0
     return relay.Function(func.params, _Rebind(values).visit(func.body), func.ret_type, func.type_params,
-                          func.attrs), dead
+                          func.attrs), changed
 
 
 def _effect_free(expr: relay.Expr, pure_functions: set) -> bool:
@@ -323,10 +344,10 @@ def cleanup(mod: tvm.IRModule, name: str = "main") -> tvm.IRModule:
     mod = relay.transform.ToANormalForm()(mod)
     func = mod[name]
     for _ in range(4):  # a cell's writes gone can leave another cell's reads unobserved
-        func, dead = _drop_dead_cells(func)
+        func, changed = _drop_dead_cells(func)
         dce = _DeadBindings(_pure_functions(_Uses(func)))
         func = relay.Function(func.params, dce.visit(func.body), func.ret_type, func.type_params, func.attrs)
-        if not dead and not dce.dropped:
+        if not changed and not dce.dropped:
             break
     mod[name] = func
     return relay.transform.InferType()(mod)
