@@ -37,12 +37,12 @@ from collections import defaultdict
 import tvm
 from tvm import relay
 
+def _static_tensor(ty: relay.Type) -> bool:
+    return isinstance(ty, relay.TensorType) and all(isinstance(d, tvm.tir.IntImm) for d in ty.shape)
+
+
 def _same_static_type(a: relay.Type, b: relay.Type) -> bool:
-    if not isinstance(a, relay.TensorType) or not isinstance(b, relay.TensorType):
-        return False
-    if any(not isinstance(d, tvm.tir.IntImm) for d in list(a.shape) + list(b.shape)):
-        return False
-    return tvm.ir.structural_equal(a, b)
+    return _static_tensor(a) and _static_tensor(b) and tvm.ir.structural_equal(a, b)
 
 
 class _IdentityCollapseSums(relay.ExprMutator):
@@ -215,9 +215,41 @@ def _tuple_literal(var, uses: _Uses):
     return value if isinstance(value, relay.Tuple) else None
 
 
+def _constant_ints(expr, uses: _Uses):
+    """The values of an int constant (or a variable bound to one) as a list, else None."""
+    if isinstance(expr, relay.Var):
+        expr = uses.binding.get(expr)
+    if not isinstance(expr, relay.Constant) or expr.data.dtype not in ("int32", "int64"):
+        return None
+    return [int(v) for v in expr.data.numpy().reshape(-1)]
+
+
+def _zero_pad(value: relay.Call, uses: _Uses):
+    """``strided_set(zeros_like(%x), %v, begin, end, strides)`` -- the gradient of
+    ``strided_slice`` -- as ``nn.pad(%v, ...)`` when the slice is a static box with unit strides:
+    the same tensor, made by one injective kernel that fuses with the accumulation after it,
+    where strided_set with tensor bounds computes every element's index at run time."""
+    data, update, begin, end, strides = value.args
+    made = uses.binding.get(data) if isinstance(data, relay.Var) else None
+    if not (isinstance(made, relay.Call) and isinstance(made.op, tvm.ir.Op) and made.op.name in ("zeros_like", "zeros")):
+        return None
+    out, piece = value.checked_type, update.checked_type
+    if not (_static_tensor(out) and _static_tensor(piece)) or out.dtype != piece.dtype:
+        return None
+    dims, extents = [int(d) for d in out.shape], [int(d) for d in piece.shape]
+    begin, end, strides = (_constant_ints(e, uses) for e in (begin, end, strides))
+    if begin is None or end is None or strides is None or len(dims) != len(extents):
+        return None
+    if not (len(begin) == len(end) == len(dims) and all(s == 1 for s in strides)):
+        return None
+    if not all(0 <= b <= e <= d and e - b == n for b, e, d, n in zip(begin, end, dims, extents)):
+        return None
+    return relay.nn.pad(update, [(b, d - e) for b, e, d in zip(begin, end, dims)])
+
+
 def _drop_dead_cells(func: relay.Function) -> tuple[relay.Function, int]:
-    """Forward projections of tuple literals; empty the writes of dead cells. Returns the
-    function and how many bindings changed."""
+    """Forward projections of tuple literals, pad for zero-based strided_sets, empty the writes
+    of dead cells. Returns the function and how many bindings changed."""
     uses = _Uses(func)
     values: dict = {}
     changed = 0
@@ -229,6 +261,11 @@ def _drop_dead_cells(func: relay.Function) -> tuple[relay.Function, int]:
             field = None if literal is None else literal.fields[value.index]
             if isinstance(field, relay.Var):
                 values[var] = field
+                changed += 1
+        if isinstance(value, relay.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "strided_set":
+            pad = _zero_pad(value, uses)
+            if pad is not None:
+                values[var] = pad
                 changed += 1
     for var, value in uses.binding.items():
         if not isinstance(value, relay.RefCreate):
@@ -344,6 +381,8 @@ def cleanup(mod: tvm.IRModule, name: str = "main") -> tvm.IRModule:
     mod = relay.transform.ToANormalForm()(mod)
     func = mod[name]
     for _ in range(4):  # a cell's writes gone can leave another cell's reads unobserved
+        mod[name] = func
+        func = relay.transform.InferType()(mod)[name]  # the rules read the types of new nodes
         func, changed = _drop_dead_cells(func)
         dce = _DeadBindings(_pure_functions(_Uses(func)))
         func = relay.Function(func.params, dce.visit(func.body), func.ret_type, func.type_params, func.attrs)

@@ -163,3 +163,22 @@ def @main(%x: Tensor[(2, 5), float32], %w: Tensor[(4, 5), float32]) -> Tensor[(2
     assert _census(grad)["nn.dense"] == 2
     assert _census(grad)["collapse_sum_like"] == 0
     testing.check_equivalence(grad, [w], backends=[("cpp", relay_aot.compile(grad))], references=("interpreter",))
+
+
+@pytest.mark.parametrize("strides, pads", [([1, 1], 1), ([1, 2], 0)], ids=["unit-strides", "strided"])
+def test_gradient_of_a_static_slice_is_a_pad(strides, pads):
+    """strided_set into zeros with constant bounds and unit strides is nn.pad; other strides stay."""
+    width = 4 // strides[1]
+    mod = _parse(f"""
+def @main(%x: Tensor[(2, 6), float32]) -> Tensor[(2, {width}), float32] {{
+  multiply(strided_slice(%x, begin=[0, 0], end=[2, 4], strides={strides}, axes=None), 3f)
+}}
+""")
+    grad = gradient(mod)
+    assert _census(grad)["nn.pad"] == pads and _census(grad)["strided_set"] == 1 - pads
+    x = np.arange(12, dtype="float32").reshape(2, 6)
+    dx = np.zeros_like(x)
+    dx[:, 0:4:strides[1]] = 3
+    expected = (3 * x[:, 0:4:strides[1]], (dx,))
+    testing.check_equivalence(grad, [x], backends=[("cpp", relay_aot.compile(grad))], references=("interpreter",),
+                              expected=expected)
