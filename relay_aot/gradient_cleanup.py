@@ -12,9 +12,10 @@ because the dead computation ends in a write to a reference.
 :func:`cleanup` is a purely local analysis on the A-normal form of the function:
 
 * a **dead cell** is a reference created by a ``let`` whose every use is known -- through
-  variables, tuples and projections, also inside closures -- and whose reads flow, through
-  operator calls, tuples and projections only, into writes to the same cell: nothing outside
-  the cell ever sees its contents. Its writes become ``()``, and a cell created holding
+  variables, tuples and projections, also inside closures, and through the parameters of
+  let-bound functions that are only ever called (with every cell passed for that parameter
+  anywhere, as one group) -- and whose reads flow, through operator calls, tuples and
+  projections only, into writes to the same cells: nothing outside ever sees their contents. Its writes become ``()``, and a cell created holding
   ``zeros_like(%x)`` is created holding ``%x`` (never read, its contents do not matter), so
   that the ``zeros_like`` kernel goes too;
 * then **dead bindings** go: a ``let`` whose variable is unused and whose value has no effect
@@ -23,7 +24,9 @@ because the dead computation ends in a write to a reference.
   of a pure function that would not terminate now terminates: the usual licence of dead-code
   elimination;
 * ``collapse_sum_like(%x, %y)`` where both have the same static type is ``%x`` (the gradients
-  of ``nn.dense``, ``add`` and ``multiply`` emit it for every argument, broadcast or not).
+  of ``nn.dense``, ``add`` and ``multiply`` emit it for every argument, broadcast or not), and
+  ``strided_set`` into zeros with constant bounds and unit strides is ``nn.pad``;
+* a projection of a tuple literal is its field.
 
 What a function returns, and every effect it can have on what it returns, is unchanged: a
 cell that escapes (passed to a call, returned, stored in a constructor or another cell) is
@@ -71,11 +74,15 @@ class _Uses:
     def __init__(self, func: relay.Function):
         self.binding: dict[relay.Var, relay.Expr] = {}
         self.uses: dict[relay.Var, list] = defaultdict(list)
+        self.param_of: dict[relay.Var, tuple] = {}  # parameter of a let-bound function -> (its var, index)
         self._expr(func.body)
 
     def _expr(self, expr):
         while isinstance(expr, relay.Let):  # iterative: A-normal form chains are long
             self.binding[expr.var] = expr.value
+            if isinstance(expr.value, relay.Function):
+                for k, param in enumerate(expr.value.params):
+                    self.param_of[param] = (expr.var, k)
             self._value(expr.var, expr.value)
             expr = expr.body
         self._value(None, expr)
@@ -121,46 +128,113 @@ class _Uses:
             self._expr(value)
 
 
-def _cell_accesses(cell: relay.Var, uses: _Uses):
-    """``(aliases, reads, writes)`` of the cell bound to ``cell``, or None if it escapes.
+def _known_function(fn: relay.Var, uses: _Uses) -> bool:
+    """Whether ``fn`` is bound to a function and only ever called (never passed or returned):
+    every argument its parameters can hold is then one of its call sites' arguments."""
+    if not isinstance(uses.binding.get(fn), relay.Function):
+        return False
+    return all(
+        owner is not None and isinstance(user, relay.Call) and user.op.same_as(fn)
+        and not any(a.same_as(fn) for a in user.args)
+        for owner, user in uses.uses.get(fn, [])
+    )
 
-    Aliases are the variables that hold the cell itself; reads and writes are the let
-    variables bound to ``ref_read`` / ``ref_write`` of an alias.
+
+def _cell_accesses(cell: relay.Var, uses: _Uses):
+    """``(aliases, reads, writes, cells)`` of the cell bound to ``cell`` and of every cell that
+    shares a function parameter with it, or None if one of them escapes.
+
+    Aliases are the variables that hold one of the cells; reads and writes are the let
+    variables bound to ``ref_read`` / ``ref_write`` of an alias. A cell (or a tuple holding it)
+    passed to a function that is only ever called makes that parameter an alias (a holder):
+    then every argument passed there, at every call site, must be a cell of the group too --
+    a tuple literal holding a cell made by a ``let``, or another such parameter.
     """
-    aliases, reads, writes = {cell}, [], []
-    work, tuples = [cell], []
-    while work or tuples:
-        if tuples:
-            holder, indices = tuples.pop()
-            for owner, user in uses.uses.get(holder, []):
-                if owner is None:
-                    return None
-                if isinstance(user, relay.Var):
-                    tuples.append((owner, indices))
-                elif isinstance(user, relay.TupleGetItem):
-                    if user.index in indices and owner not in aliases:
-                        aliases.add(owner)
-                        work.append(owner)
-                else:
-                    return None
+    aliases, holders, reads, writes, cells = set(), {}, [], [], set()
+    work: list = []  # (var, indices): the var holds a cell (indices None) or a tuple of them
+
+    def add(var, indices, known: bool = False) -> bool:
+        """Make ``var`` part of the group; False if it may hold something else. ``known``: it
+        was reached from the group (a copy, a projection, a parameter at a call site of it)."""
+        if indices is None:
+            if var in aliases:
+                return True
+            value = uses.binding.get(var)
+            if isinstance(value, relay.RefCreate):
+                cells.add(var)
+            elif isinstance(value, relay.Var) and not known:
+                if not add(value, None):
+                    return False
+            elif not known and var not in uses.param_of:
+                return False
+            aliases.add(var)
+        else:
+            if indices <= holders.get(var, set()):
+                return True
+            value = uses.binding.get(var)
+            if isinstance(value, relay.Tuple) and not known:
+                if not all(isinstance(value.fields[i], relay.Var) and add(value.fields[i], None) for i in indices):
+                    return False
+            elif isinstance(value, relay.Var) and not known:
+                if not add(value, indices):
+                    return False
+            elif not known and var not in uses.param_of:
+                return False
+            holders[var] = holders.get(var, set()) | indices
+        if var in uses.param_of:  # every argument passed for it joins the group
+            fn, k = uses.param_of[var]
+            if not _known_function(fn, uses):
+                return False
+            for owner, call in uses.uses.get(fn, []):
+                arg = call.args[k]
+                if not (isinstance(arg, relay.Var) and add(arg, indices)):
+                    return False
+        work.append((var, indices))
+        return True
+
+    def passed(var, indices, owner, user) -> bool:
+        """``var`` is an argument of ``user``: fine if the callee is a known function."""
+        if not (isinstance(user.op, relay.Var) and _known_function(user.op, uses)):
+            return False
+        params = uses.binding[user.op].params
+        return all(add(params[k], indices, known=True) for k, a in enumerate(user.args) if a.same_as(var))
+
+    if not add(cell, None, known=True):
+        return None
+    done = set()
+    while work:
+        var, indices = work.pop()
+        if (var, None if indices is None else frozenset(indices)) in done:
             continue
-        alias = work.pop()
-        for owner, user in uses.uses.get(alias, []):
+        done.add((var, None if indices is None else frozenset(indices)))
+        for owner, user in uses.uses.get(var, []):
             if owner is None:
                 return None
-            if isinstance(user, relay.Var):
-                if owner not in aliases:
-                    aliases.add(owner)
-                    work.append(owner)
+            if isinstance(user, relay.Call) and not user.op.same_as(var):
+                if not passed(var, indices, owner, user):
+                    return None
+            elif indices is not None:  # a tuple holding cells
+                if isinstance(user, relay.Var):
+                    if not add(owner, indices, known=True):
+                        return None
+                elif isinstance(user, relay.TupleGetItem):
+                    if user.index in indices and not add(owner, None, known=True):
+                        return None
+                else:
+                    return None
+            elif isinstance(user, relay.Var):
+                if not add(owner, None, known=True):
+                    return None
             elif isinstance(user, relay.RefRead):
                 reads.append(owner)
-            elif isinstance(user, relay.RefWrite) and user.ref.same_as(alias) and not user.value.same_as(alias):
+            elif isinstance(user, relay.RefWrite) and user.ref.same_as(var) and not user.value.same_as(var):
                 writes.append(owner)
             elif isinstance(user, relay.Tuple):
-                tuples.append((owner, {i for i, f in enumerate(user.fields) if f.same_as(alias)}))
+                if not add(owner, {i for i, f in enumerate(user.fields) if f.same_as(var)}, known=True):
+                    return None
             else:
                 return None
-    return aliases, reads, writes
+    return aliases, reads, writes, cells
 
 
 def _only_feeds_itself(aliases: set, reads: list, uses: _Uses) -> bool:
@@ -270,24 +344,29 @@ def _drop_dead_cells(func: relay.Function) -> tuple[relay.Function, int]:
     for var, value in uses.binding.items():
         if not isinstance(value, relay.RefCreate):
             continue
+        if var in values:
+            continue  # dead already, with the group of an earlier cell
         found = _cell_accesses(var, uses)
         if found is None:
             continue
-        aliases, reads, writes = found
+        aliases, reads, writes, cells = found
         if not _only_feeds_itself(aliases, reads, uses):
             continue
         for write in writes:
             values[write] = relay.Tuple([])  # a fresh node each: a shared one would be bound once, outside
-        init = value.value
-        made = uses.binding.get(init) if isinstance(init, relay.Var) else None
-        if (
-            isinstance(made, relay.Call)
-            and isinstance(made.op, tvm.ir.Op)
-            and made.op.name == "zeros_like"
-            and isinstance(made.args[0], (relay.Var, relay.Constant))
-        ):
-            values[var] = relay.RefCreate(made.args[0])
-        changed += bool(writes) or var in values
+        for member in cells:
+            init = uses.binding[member].value
+            made = uses.binding.get(init) if isinstance(init, relay.Var) else None
+            if (
+                isinstance(made, relay.Call)
+                and isinstance(made.op, tvm.ir.Op)
+                and made.op.name == "zeros_like"
+                and isinstance(made.args[0], (relay.Var, relay.Constant))
+            ):
+                values[member] = relay.RefCreate(made.args[0])
+            else:
+                values[member] = uses.binding[member]
+        changed += bool(writes) or any(not values[m].same_as(uses.binding[m]) for m in cells)
     if not changed:
         return func, 0
     return relay.Function(func.params, _Rebind(values).visit(func.body), func.ret_type, func.type_params,

@@ -100,6 +100,32 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   ref_read(%w)
 }
 """, True),
+    # cells passed to a function that is only ever called: dead together.
+    "through-a-parameter": ("""
+def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+  let %f = fn (%p) -> Tensor[(2), float32] {
+    let %u = ref_write(%p.1, add(ref_read(%p.1), %p.0));
+    %p.0
+  };
+  let %t1 = (%x, ref(zeros_like(%x)));
+  let %t2 = (negative(%x), ref(zeros_like(%x)));
+  add(%f(%t1), %f(%t2))
+}
+""", False),
+    # the same, but one of the cells passed is also read and returned: all kept.
+    "through-a-parameter-observed": ("""
+def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+  let %f = fn (%p) -> Tensor[(2), float32] {
+    let %u = ref_write(%p.1, add(ref_read(%p.1), %p.0));
+    %p.0
+  };
+  let %r = ref(zeros_like(%x));
+  let %t1 = (%x, ref(zeros_like(%x)));
+  let %t2 = (negative(%x), %r);
+  let %y = add(%f(%t1), %f(%t2));
+  add(%y, ref_read(%r))
+}
+""", True),
     # stored in another cell, read through it: escapes.
     "stored-in-a-cell": ("""
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
