@@ -26,7 +26,11 @@ because the dead computation ends in a write to a reference.
 * ``collapse_sum_like(%x, %y)`` where both have the same static type is ``%x`` (the gradients
   of ``nn.dense``, ``add`` and ``multiply`` emit it for every argument, broadcast or not), and
   ``strided_set`` into zeros with constant bounds and unit strides is ``nn.pad``;
-* a projection of a tuple literal is its field.
+* a projection of a tuple literal is its field;
+* a closure ``fn () { %p() }`` is ``%p`` (the backpropagator step of a value whose gradient is
+  dead only calls the previous step), and ``ref_write(%r, %a)`` right after ``%a =
+  ref_read(%r)``, with nothing in between that can write a cell, is ``()``: the step is not
+  added to the backpropagator at all.
 
 What a function returns, and every effect it can have on what it returns, is unchanged: a
 cell that escapes (passed to a call, returned, stored in a constructor or another cell) is
@@ -321,6 +325,63 @@ def _zero_pad(value: relay.Call, uses: _Uses):
     return relay.nn.pad(update, [(b, d - e) for b, e, d in zip(begin, end, dims)])
 
 
+def _resolve(var, uses: _Uses):
+    """The variable ``var`` is a copy of (through ``let %a = %b`` bindings), or ``var``."""
+    seen = set()
+    while isinstance(uses.binding.get(var), relay.Var) and var not in seen:
+        seen.add(var)
+        var = uses.binding[var]
+    return var
+
+
+def _forwarder(var, fn: relay.Function):
+    """``%p`` if ``fn`` is ``fn () { %p() }`` (up to copies of the result), else None: the
+    backpropagator step of a value whose gradient is dead, which only calls the previous one."""
+    if fn.params or fn.type_params or (fn.attrs is not None and len(fn.attrs.keys()) > 0):
+        return None
+    body = fn.body
+    if not isinstance(body, relay.Let):
+        return None
+    call, result = body.value, body.var
+    if not (isinstance(call, relay.Call) and isinstance(call.op, relay.Var) and not call.args):
+        return None
+    body = body.body
+    while isinstance(body, relay.Let) and isinstance(body.value, relay.Var) and body.value.same_as(result):
+        result, body = body.var, body.body
+    if not (isinstance(body, relay.Var) and body.same_as(result)) or call.op.same_as(var):
+        return None
+    return call.op
+
+
+class _WriteBacks(relay.ExprVisitor):
+    """``ref_write(%r, %a)`` where ``%a = ref_read(%r)`` earlier in the same ``let`` chain, with
+    nothing in between that can write a cell: the write changes nothing."""
+
+    def __init__(self, uses: _Uses, pure_functions: set):
+        super().__init__()
+        self.uses = uses
+        self.pure_functions = pure_functions
+        self.noops: list = []
+
+    def visit_let(self, let):
+        last_read: dict = {}
+        while isinstance(let, relay.Let):
+            value = let.value
+            self.visit(value)
+            if isinstance(value, relay.RefRead) and isinstance(value.ref, relay.Var):
+                last_read[_resolve(value.ref, self.uses)] = let.var
+            elif isinstance(value, relay.RefWrite) and isinstance(value.ref, relay.Var) and isinstance(
+                value.value, relay.Var
+            ) and last_read.get(_resolve(value.ref, self.uses)) is not None and _resolve(
+                value.value, self.uses
+            ).same_as(last_read[_resolve(value.ref, self.uses)]):
+                self.noops.append(let.var)
+            elif not isinstance(value, relay.Function) and not _effect_free(value, self.pure_functions):
+                last_read.clear()
+            let = let.body
+        self.visit(let)
+
+
 def _drop_dead_cells(func: relay.Function) -> tuple[relay.Function, int]:
     """Forward projections of tuple literals, pad for zero-based strided_sets, empty the writes
     of dead cells. Returns the function and how many bindings changed."""
@@ -335,6 +396,11 @@ def _drop_dead_cells(func: relay.Function) -> tuple[relay.Function, int]:
             field = None if literal is None else literal.fields[value.index]
             if isinstance(field, relay.Var):
                 values[var] = field
+                changed += 1
+        if isinstance(value, relay.Function):
+            target = _forwarder(var, value)
+            if target is not None:
+                values[var] = target
                 changed += 1
         if isinstance(value, relay.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "strided_set":
             pad = _zero_pad(value, uses)
@@ -367,6 +433,12 @@ def _drop_dead_cells(func: relay.Function) -> tuple[relay.Function, int]:
             else:
                 values[member] = uses.binding[member]
         changed += bool(writes) or any(not values[m].same_as(uses.binding[m]) for m in cells)
+    write_backs = _WriteBacks(uses, _pure_functions(uses))
+    write_backs.visit(func.body)
+    for var in write_backs.noops:
+        if var not in values:
+            values[var] = relay.Tuple([])
+            changed += 1
     if not changed:
         return func, 0
     return relay.Function(func.params, _Rebind(values).visit(func.body), func.ret_type, func.type_params,
@@ -459,7 +531,7 @@ def cleanup(mod: tvm.IRModule, name: str = "main") -> tvm.IRModule:
     mod[name] = func
     mod = relay.transform.ToANormalForm()(mod)
     func = mod[name]
-    for _ in range(4):  # a cell's writes gone can leave another cell's reads unobserved
+    for _ in range(6):  # a cell's writes gone can leave another cell's reads unobserved
         mod[name] = func
         func = relay.transform.InferType()(mod)[name]  # the rules read the types of new nodes
         func, changed = _drop_dead_cells(func)

@@ -208,3 +208,31 @@ def @main(%x: Tensor[(2, 6), float32]) -> Tensor[(2, {width}), float32] {{
     expected = (3 * x[:, 0:4:strides[1]], (dx,))
     testing.check_equivalence(grad, [x], backends=[("cpp", relay_aot.compile(grad))], references=("interpreter",),
                               expected=expected)
+
+
+_BACKPROP = """
+def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+  let %out = ref(%x);
+  let %bp = ref(fn () -> () { ref_write(%out, negative(ref_read(%out))) });
+  let %prev = ref_read(%bp);
+  BETWEEN
+  let %k = fn () -> () { %prev() };
+  let %u = ref_write(%bp, %k);
+  let %f = ref_read(%bp);
+  let %v = %f();
+  ref_read(%out)
+}
+"""
+
+
+@pytest.mark.parametrize("between, writes_left", [
+    ("", 1),  # %k is %prev, and writing back what was just read changes nothing
+    ("let %w = ref_write(%bp, fn () -> () { ref_write(%out, add(ref_read(%out), %x)) });", 4),
+], ids=["write-back", "overwritten-between"])
+def test_forwarding_closures_and_write_backs(between, writes_left):
+    """A backpropagator step that only calls the previous one is the previous one; writing it
+    back is a no-op unless the cell was written in between."""
+    mod = relay.transform.InferType()(_parse(_BACKPROP.replace("BETWEEN", between)))
+    cleaned = cleanup(mod)
+    np.testing.assert_array_equal(_interpret(mod, X).numpy(), _interpret(cleaned, X).numpy())
+    assert _census(cleaned)["RefWrite"] == writes_left
