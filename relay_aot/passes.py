@@ -26,6 +26,7 @@ import tvm
 from tvm import relay
 
 from .errors import RelayAotError, UnsupportedError
+from .gradient_cleanup import cleanup
 
 
 def reachable_globals(mod: tvm.IRModule, root: str = "main") -> list[relay.GlobalVar]:
@@ -616,7 +617,7 @@ def gradient(
         grad = relay.Function(grad.params, _RepairGradient().visit(grad.body), grad.ret_type,
                               grad.type_params, grad.attrs)
         result = tvm.IRModule({"main": grad}, type_definitions=mod.type_definitions)
-        return relay.transform.InferType()(result)
+        return cleanup(relay.transform.InferType()(result))
     except tvm.error.TVMError as err:
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         raise UnsupportedError(f"Relay's gradient failed on @{name}: {lines[-1] if lines else err}") from None

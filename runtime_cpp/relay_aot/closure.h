@@ -131,10 +131,34 @@ class Closure : public ObjectRef {
   TVM_DEFINE_OBJECT_REF_METHODS(Closure, ObjectRef, PackedFuncObj);
 };
 
-/*! \brief A new closure of generated class \p T over the captured values \p args. */
+namespace detail {
+
+/*! \brief Destroy a closure of generated class \p T and give its block to the thread's cache. */
+template <typename T>
+void free_closure(Object* obj) {
+  static_cast<T*>(obj)->~T();
+  block_cache().Give(obj, rounded(sizeof(T)));
+}
+
+template <typename T>
+void free_closure_iteratively(Object* obj) {
+  release(obj, &free_closure<T>);
+}
+
+}  // namespace detail
+
+/*!
+ * \brief A new closure of generated class \p T over the captured values \p args, in a block
+ *        from the thread's cache: a gradient program makes and drops a backpropagator closure
+ *        per operator call, and malloc/free was a tenth of its time.
+ */
 template <typename T, typename... Args>
 inline Closure make_closure(Args&&... args) {
-  return Closure(detail::Adopted<Closure>(make_iterative<T>(std::forward<Args>(args)...)));
+  static_assert(alignof(T) <= detail::kAlignment, "closure classes are aligned like any block");
+  T* closure = new (detail::block_cache().Take(detail::rounded(sizeof(T)))) T(std::forward<Args>(args)...);
+  ObjectAccess::SetType(closure, T::RuntimeTypeIndex());
+  ObjectAccess::Set(closure, &detail::free_closure_iteratively<T>);
+  return adopt<Closure>(closure);
 }
 
 /*!

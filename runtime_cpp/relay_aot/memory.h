@@ -262,14 +262,6 @@ inline ADT make_adt_of(int32_t tag, std::vector<ObjectRef> fields) {
   return adopt<ADT>(adt);
 }
 
-/*! \brief A new object of class \p T (a generated closure class). */
-template <typename T, typename... Args>
-inline tvm::runtime::ObjectPtr<T> make_iterative(Args&&... args) {
-  auto ptr = tvm::runtime::make_object<T>(std::forward<Args>(args)...);
-  ObjectAccess::Set(ptr.get(), &iterative_deleter<SimpleObjAllocator::Handler<T>>);
-  return ptr;
-}
-
 }  // namespace relay_aot
 
 #endif  // RELAY_AOT_MEMORY_H_

@@ -311,7 +311,7 @@ inline Ref counted(Ref ref) {
 /*! \brief A new closure of generated class \p T, counted. */
 template <typename T>
 inline Closure counted_closure(Closure closure) {
-  profiler().allocation(AllocKind::kClosure, static_cast<int64_t>(sizeof(T)));
+  profiler().allocation(AllocKind::kClosure, static_cast<int64_t>(detail::rounded(sizeof(T))));
   return closure;
 }
 

@@ -66,8 +66,14 @@ inline const ObjectRef& field(const ObjectRef& adt, int i) {
 /*! \brief Constructor tag of an ADT value. */
 inline int32_t tag(const ObjectRef& adt) { return static_cast<const ADTObj*>(adt.get())->tag; }
 
-/*! \brief The unit value `()`. */
-inline ADT unit() { return ADT(0, std::vector<ObjectRef>()); }  // (values.h precedes memory.h)
+/*!
+ * \brief The unit value `()`: one shared, immutable object (every reference write and every
+ *        backpropagator call of a gradient program returns it; a new one was a malloc each).
+ */
+inline ADT unit() {
+  static const ADT* shared = new ADT(0, std::vector<ObjectRef>());  // never freed, like scalar_shape
+  return *shared;
+}
 
 /*! \brief Read a 0-d tensor of bool (stored as one byte per element) as a C++ bool. */
 inline bool truthy(const NDArray& cond) {
