@@ -154,3 +154,19 @@ def test_interpreter_is_the_baseline_where_the_vm_cannot_run():
     assert cells["workload"][:2] == ["C++ vs VM (default)", "C++ vs interp, no VM (default)"]
     assert cells["grad"][:2] == ["", "40×"] and cells["fib"][:2] == ["10×", ""]
     assert "40× vs interp" in report.setting_tables(result["settings"][0])
+
+
+def test_chart_of_workloads_the_vm_cannot_run(tmp_path):
+    """A run of gradient workloads alone has no speedup over the VM to draw: the chart is still
+    written (it used to fail drawing an empty legend) and the tables are unaffected."""
+    pytest.importorskip("matplotlib")
+    timing = lambda median: {"median": median, "min": median, "max": median, "runs": 3}  # noqa: E731
+    records = [
+        {"workload": "grad", "executor": "vm", "status": "n/a", "reason": executors.NO_REFERENCES},
+        {"workload": "grad", "executor": "interpreter", "status": "ok", "timing": timing(0.08)},
+        {"workload": "grad", "executor": "relay_aot_cpp", "status": "ok", "timing": timing(0.002)},
+    ]
+    report.add_ratios(records)
+    result = {"machine": _machine(), "settings": [{"setting": suite.thread_setting(), "records": records}]}
+    assert report.chart(result, tmp_path / "chart.png") is None
+    assert (tmp_path / "chart.png").stat().st_size > 0
