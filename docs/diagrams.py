@@ -79,9 +79,9 @@ def pipeline() -> str:
     """From a Relay module to a shared library: the stages of ``compiler.py``."""
     d = Drawing(860, 640, "relay_aot's compilation pipeline", centered=True)
     d.box(280, 10, 300, 46, "tvm.IRModule (Relay)", ["parsed text · tvm.relay Python API · ONNX"])
-    d.arrow(430, 56, 430, 112, ["passes.py: prune to what @main reaches · bind params · InferType ·",
-                                "SimplifyInference · FoldConstant · AlterOpLayout (constant weights) ·",
-                                "ANF · InlinePureLets · FuseOps · ANF"], 442, 74)
+    d.arrow(430, 56, 430, 112, ["passes/: prune to what @main reaches · bind params · InferType ·",
+                                "SimplifyInference · FoldConstant · relay.build's simplifications ·",
+                                "AlterOpLayout (if it pays) · ANF · InlinePureLets · FuseOps · ANF"], 442, 74)
     d.box(280, 114, 300, 46, "Relay: fused, A-normal form", ["each operator inside a Primitive=1 function"])
     d.arrow(360, 160, 180, 214, ["Primitive functions"], 190, 190)
     d.arrow(500, 160, 640, 214, ["everything else"], 578, 190)

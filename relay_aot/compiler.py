@@ -1,7 +1,7 @@
 """The public entry points: ``compile`` and ``generate_source``.
 
 A :class:`~relay_aot.request.Request` (module, parameters, options, settings) goes to a backend's
-driver, which runs the shared stages -- passes (``passes.py``), kernels and control IR
+driver, which runs the shared stages -- passes (``passes/``), kernels and control IR
 (``kernels/``, ``lower/``) -- when it needs them, prints the IR (``backends/<name>/emit.py``),
 and makes a callable: the C++ driver builds and caches a library (``build/``) and loads it
 (``runtime/``); the Python driver loads generated Python in-process.

@@ -1,4 +1,4 @@
-"""``relay_aot.gradient_cleanup``: the gradient's unobserved work goes, nothing observed does.
+"""``relay_aot.passes.gradient_cleanup``: the gradient's unobserved work goes, nothing observed does.
 
 Each program runs on TVM's Relay interpreter before and after :func:`cleanup`, and the results
 must agree; the structural assertions check that what should go went.
@@ -15,7 +15,7 @@ from tvm import relay
 
 import relay_aot
 from relay_aot import testing
-from relay_aot.gradient_cleanup import cleanup
+from relay_aot.passes.gradient_cleanup import cleanup
 from relay_aot.passes import gradient
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import tvm
 from tvm import relay
 
-from .errors import RelayAotError, UnsupportedError
+from ..errors import RelayAotError, UnsupportedError
 from .gradient_cleanup import cleanup
 
 
