@@ -20,6 +20,7 @@ from tvm import relay
 from tvm.relay.backend import te_compiler
 
 from .. import ir, names
+from ..passes.te_compiler_speed import cached_libinfo
 from ..config import Config
 from ..errors import CompileError, UnsupportedError
 from .scalars import is_native_scalar, scalar_kernel
@@ -183,7 +184,7 @@ class KernelTable:
 
         ``progress(done, total)`` is called after each kernel (builds show it on a terminal).
         """
-        with tuning.watch(str(self.target), lowering=True) as untuned:
+        with tuning.watch(str(self.target), lowering=True) as untuned, cached_libinfo():
             merged = self._lower_all(progress, untuned)
         untuned.report()
         return merged

@@ -26,6 +26,7 @@ import tvm
 from tvm import relay
 
 from ..errors import RelayAotError, UnsupportedError
+from .te_compiler_speed import cached_libinfo
 from .gradient_cleanup import cleanup
 
 
@@ -290,7 +291,8 @@ def alter_layout(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     the change when they are at most :data:`LAYOUT_TRANSFORM_SHARE` of them.
     """
     try:
-        altered = relay.transform.FoldConstant()(_simplify_post_alter_op()(relay.transform.AlterOpLayout()(mod)))
+        with cached_libinfo():  # AlterOpLayout asks the TE compiler for each operator's strategy
+            altered = relay.transform.FoldConstant()(_simplify_post_alter_op()(relay.transform.AlterOpLayout()(mod)))
     except tvm.error.TVMError:
         # AlterOpLayout is written for dataflow graphs and fails internally on some programs
         # with closures and control flow ("NodeFunctor calls un-registered function on type
