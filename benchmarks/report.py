@@ -25,6 +25,7 @@ SHORT = {
     "py_converter": "py_conv",
     "relay_aot_python": "ours:py",
     "relay_aot_cpp": "ours:C++",
+    "hand_cpp": "hand C++",
     "onnxruntime": "ORT",
     KERNELS: "kernels",
 }
