@@ -78,11 +78,29 @@ inline char* thread_stack_limit() {
   return static_cast<char*>(base) + kStackMargin;
 }
 
-/*! \brief Whether the current function should continue on a new stack segment. */
-inline bool stack_low() {
+namespace detail {
+
+/*! \brief stack_low's rare case, out of line: the thread's first check, or a stack really low. */
+[[gnu::noinline]] inline bool stack_low_slow(uintptr_t frame) {
   StackState& state = stack_state();
   if (state.limit == nullptr) state.limit = thread_stack_limit();
-  return static_cast<char*>(__builtin_frame_address(0)) < state.limit;
+  return frame < reinterpret_cast<uintptr_t>(state.limit);
+}
+
+}  // namespace detail
+
+/*!
+ * \brief Whether the current function should continue on a new stack segment.
+ *
+ * Every call of generated code runs this, so it is one thread-local load and one comparison:
+ * subtracting one makes a limit not known yet (null) the largest address, so "not known yet"
+ * and "below the limit" both take the out-of-line path (fib(20): two thread-local accesses per
+ * call cost as much as the rest of the call).
+ */
+inline bool stack_low() {
+  uintptr_t frame = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uintptr_t limit = reinterpret_cast<uintptr_t>(stack_state().limit);
+  return frame - 1 < limit - 1 && detail::stack_low_slow(frame);
 }
 
 namespace detail {
