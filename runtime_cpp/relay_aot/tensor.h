@@ -32,8 +32,25 @@ namespace detail {
 
 constexpr size_t kHeaderBytes = rounded(sizeof(NDArray::Container));
 
+/*!
+ * \brief Whether a tensor's data fits in its header block's padding: 0-d tensors (the boxed
+ *        scalars of lists and tuples) take one 128-byte block instead of 192. Their element is
+ *        16-byte aligned there, which is enough: no kernel loads a 0-d tensor as a vector, and
+ *        kernels already read unboxed scalars from C++ locals (scalar.h).
+ */
+inline bool data_in_header(const DLTensor& t, size_t data_bytes) {
+  static_assert(sizeof(NDArray::Container) % 16 == 0, "data after the header is 16-byte aligned");
+  return t.ndim == 0 && data_bytes <= kHeaderBytes - sizeof(NDArray::Container);
+}
+
 inline size_t block_bytes(const DLTensor& t) {
-  return kHeaderBytes + bucketed(tvm::runtime::GetDataSize(t));
+  size_t data_bytes = tvm::runtime::GetDataSize(t);
+  return data_in_header(t, data_bytes) ? kHeaderBytes : kHeaderBytes + bucketed(data_bytes);
+}
+
+/*! \brief Where the data of a tensor starts in its block (see data_in_header). */
+inline size_t data_offset(const DLTensor& t) {
+  return data_in_header(t, tvm::runtime::GetDataSize(t)) ? sizeof(NDArray::Container) : kHeaderBytes;
 }
 
 inline void free_tensor_block(tvm::runtime::Object* obj) {
@@ -79,9 +96,8 @@ inline ShapeTuple make_shape(const int64_t* dims, int rank) {
 inline NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype) {
   DLTensor probe{nullptr, kDevice, static_cast<int>(shape.size()), dtype,
                  const_cast<int64_t*>(shape.data()), nullptr, 0};
-  size_t bytes = detail::block_bytes(probe);
-  void* block = detail::block_cache().Take(bytes);
-  char* data = static_cast<char*>(block) + detail::kHeaderBytes;
+  void* block = detail::block_cache().Take(detail::block_bytes(probe));
+  char* data = static_cast<char*>(block) + detail::data_offset(probe);
   auto* container = new (block) NDArray::Container(data, shape, dtype, kDevice);
   container->SetDeleter(&detail::free_tensor_block);
   return adopt<NDArray>(container);
