@@ -127,19 +127,35 @@ void free_tensor(Object* obj) {
   list.give(tensor);
 }
 
+const ShapeTuple& scalar_shape() {
+  static const ShapeTuple* shape = new ShapeTuple(std::vector<int64_t>());  // never freed: outlives TVM at exit
+  return *shape;
+}
+
+// NDArray::Container's constructors default-construct its ShapeTuple, which is a new heap object
+// (a malloc and a free per tensor); its implicit copy constructor shares the source's shape and
+// gives the copy a fresh object header. So tensors are copies of a 0-d prototype.
+struct Tensor : NDArray::Container {
+  static NDArray::Container* make(void* block, void* data, const ShapeTuple& shape, DLDataType dtype) {
+    static const NDArray::Container* prototype = new NDArray::Container(nullptr, scalar_shape(), kInt32, kCPU);
+    auto* made = static_cast<Tensor*>(new (block) NDArray::Container(*prototype));
+    made->type_index_ = RuntimeTypeIndex();
+    made->deleter_ = &free_tensor;
+    if (!made->shape_.same_as(shape)) made->shape_ = shape;
+    made->dl_tensor.data = data;
+    made->dl_tensor.ndim = static_cast<int>(shape.size());
+    made->dl_tensor.shape = const_cast<int64_t*>(shape.data());
+    made->dl_tensor.dtype = dtype;
+    return made;
+  }
+};
+
 // A new uninitialised CPU tensor of `shape` (shared by all tensors of a run) in one block.
 NDArray new_tensor(const ShapeTuple& shape, DLDataType dtype) {
   DLTensor probe{nullptr, kCPU, static_cast<int>(shape.size()), dtype, const_cast<int64_t*>(shape.data()), nullptr, 0};
   void* block = tensors(probe).take();
   char* data = static_cast<char*>(block) + (data_in_header(probe) ? sizeof(NDArray::Container) : kTensorHeader);
-  auto* tensor = new (block) NDArray::Container(data, shape, dtype, kCPU);
-  tensor->SetDeleter(&free_tensor);
-  return own<NDArray>(tensor);
-}
-
-const ShapeTuple& scalar_shape() {
-  static const ShapeTuple* shape = new ShapeTuple(std::vector<int64_t>());  // never freed: outlives TVM at exit
-  return *shape;
+  return own<NDArray>(Tensor::make(block, data, shape, dtype));
 }
 
 NDArray box(int32_t value) {

@@ -86,6 +86,41 @@ inline void free_inline_shape(tvm::runtime::Object* obj) {
 
 }  // namespace detail
 
+/*! \brief The shape of 0-d tensors, shared. */
+inline const ShapeTuple& scalar_shape() {
+  static const ShapeTuple* shape = new ShapeTuple(std::vector<int64_t>());
+  return *shape;
+}
+
+namespace detail {
+
+/*!
+ * \brief Makes tensor headers by copying a prototype.
+ *
+ * NDArray::Container's constructors first default-construct its ShapeTuple member, and TVM's
+ * default ShapeTuple is a new heap object: a malloc and a free around every tensor made, the
+ * largest cost of boxing a scalar. Its (implicit) copy constructor shares the source's shape
+ * instead, and Object's copy constructor gives the copy a fresh header (count 0, no deleter).
+ * So a new tensor is a copy of one 0-d prototype, then given its data, dtype, type index and,
+ * unless it is 0-d, its shape.
+ */
+struct ContainerAccess : NDArray::Container {
+  static NDArray::Container* make(void* block, void* data, const ShapeTuple& shape, DLDataType dtype) {
+    static const NDArray::Container* prototype =  // never freed: outlives every tensor
+        new NDArray::Container(nullptr, scalar_shape(), DLDataType{kDLInt, 32, 1}, kDevice);
+    auto* made = static_cast<ContainerAccess*>(new (block) NDArray::Container(*prototype));
+    made->type_index_ = RuntimeTypeIndex();
+    if (!made->shape_.same_as(shape)) made->shape_ = shape;
+    made->dl_tensor.data = data;
+    made->dl_tensor.ndim = static_cast<int>(shape.size());
+    made->dl_tensor.shape = const_cast<int64_t*>(shape.data());
+    made->dl_tensor.dtype = dtype;
+    return made;
+  }
+};
+
+}  // namespace detail
+
 /*! \brief A new shape (\p rank extents from \p dims). */
 inline ShapeTuple make_shape(const int64_t* dims, int rank) {
   void* block = detail::block_cache().Take(detail::InlineShape::block_bytes(rank));
@@ -98,7 +133,7 @@ inline NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype) {
                  const_cast<int64_t*>(shape.data()), nullptr, 0};
   void* block = detail::block_cache().Take(detail::block_bytes(probe));
   char* data = static_cast<char*>(block) + detail::data_offset(probe);
-  auto* container = new (block) NDArray::Container(data, shape, dtype, kDevice);
+  NDArray::Container* container = detail::ContainerAccess::make(block, data, shape, dtype);
   container->SetDeleter(&detail::free_tensor_block);
   return adopt<NDArray>(container);
 }
@@ -113,12 +148,6 @@ inline NDArray copy_tensor(const NDArray& tensor) {
   std::memcpy(const_cast<DLTensor*>(out.operator->())->data, static_cast<const char*>(from->data) + from->byte_offset,
               tvm::runtime::GetDataSize(*from));
   return out;
-}
-
-/*! \brief The shape of 0-d tensors, shared. */
-inline const ShapeTuple& scalar_shape() {
-  static const ShapeTuple* shape = new ShapeTuple(std::vector<int64_t>());
-  return *shape;
 }
 
 }  // namespace relay_aot
