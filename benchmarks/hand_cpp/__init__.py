@@ -7,8 +7,10 @@ found by symbol in it (relay_aot exports its kernels as ``<model>_k<i>_<fused na
 only difference from relay_aot is how the program around the kernels is written: the floor of the
 representation (see the comment at the top of ``hand.cc``).
 
-The library is built with relay_aot's compiler and flags (``relay_aot.build.toolchain``) into
-relay_aot's cache directory, keyed by the source and the flags, and loaded with
+Tensor headers are made with relay_aot's runtime header (``relay_aot/tensor.h``), which is how
+this representation's objects are made; everything else is written here. The library is built
+with relay_aot's compiler and flags (``relay_aot.build.toolchain``) into relay_aot's cache
+directory, keyed by the source, the flags and the runtime headers, and loaded with
 ``tvm.runtime.load_module``; TVM's symbols stay undefined in it (it is loaded into a process that
 already has libtvm.so, never linked against libtvm_runtime.so).
 """
@@ -42,14 +44,15 @@ def program(workload_name: str) -> Optional[str]:
 @functools.lru_cache(maxsize=None)
 def library() -> tvm.runtime.Module:
     """Build (once per source and flags) and load the hand-written library."""
-    from relay_aot.build.toolchain import BuildFlags
+    from relay_aot.build.toolchain import BuildFlags, runtime_sources_digest
     from relay_aot.config import Config
     from relay_aot.runtime.module import load_library
 
     config = Config.from_environment()
     flags = BuildFlags.default(config)
     source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + flags.identity().encode()).hexdigest()[:20]
+    # hand.cc makes tensor headers with relay_aot's runtime header: those are part of the key too.
+    key = hashlib.sha256(source + flags.identity().encode() + runtime_sources_digest().encode()).hexdigest()[:20]
     directory = Path(config.cache_dir) / "hand_cpp"
     path = directory / f"hand-{key}.so"
     if not path.exists():

@@ -13,6 +13,9 @@
 // object with TVM's atomic reference count: the floor for this representation, not for the
 // best one.
 //
+// A tensor's header is made as relay_aot makes it (relay_aot/tensor.h's ContainerAccess: a copy of
+// a prototype, as TVM's constructors malloc an empty shape first); that is the representation.
+//
 // Built with relay_aot's compiler flags into a library that leaves TVM's symbols undefined (it
 // is loaded into a process that already has libtvm.so); each program is exported in TVM's
 // packed C convention, like a relay_aot library's @main.
@@ -21,6 +24,8 @@
 #include <tvm/runtime/container/shape_tuple.h>
 #include <tvm/runtime/ndarray.h>
 #include <tvm/runtime/packed_func.h>
+
+#include <relay_aot/tensor.h>  // only how to make a tensor header: the representation's, shared
 
 #include <cstdint>
 #include <cstdlib>
@@ -127,39 +132,18 @@ void free_tensor(Object* obj) {
   list.give(tensor);
 }
 
-const ShapeTuple& scalar_shape() {
-  static const ShapeTuple* shape = new ShapeTuple(std::vector<int64_t>());  // never freed: outlives TVM at exit
-  return *shape;
-}
-
-// NDArray::Container's constructors default-construct its ShapeTuple, which is a new heap object
-// (a malloc and a free per tensor); its implicit copy constructor shares the source's shape and
-// gives the copy a fresh object header. So tensors are copies of a 0-d prototype.
-struct Tensor : NDArray::Container {
-  static NDArray::Container* make(void* block, void* data, const ShapeTuple& shape, DLDataType dtype) {
-    static const NDArray::Container* prototype = new NDArray::Container(nullptr, scalar_shape(), kInt32, kCPU);
-    auto* made = static_cast<Tensor*>(new (block) NDArray::Container(*prototype));
-    made->type_index_ = RuntimeTypeIndex();
-    made->deleter_ = &free_tensor;
-    if (!made->shape_.same_as(shape)) made->shape_ = shape;
-    made->dl_tensor.data = data;
-    made->dl_tensor.ndim = static_cast<int>(shape.size());
-    made->dl_tensor.shape = const_cast<int64_t*>(shape.data());
-    made->dl_tensor.dtype = dtype;
-    return made;
-  }
-};
-
 // A new uninitialised CPU tensor of `shape` (shared by all tensors of a run) in one block.
 NDArray new_tensor(const ShapeTuple& shape, DLDataType dtype) {
   DLTensor probe{nullptr, kCPU, static_cast<int>(shape.size()), dtype, const_cast<int64_t*>(shape.data()), nullptr, 0};
   void* block = tensors(probe).take();
   char* data = static_cast<char*>(block) + (data_in_header(probe) ? sizeof(NDArray::Container) : kTensorHeader);
-  return own<NDArray>(Tensor::make(block, data, shape, dtype));
+  NDArray::Container* tensor = relay_aot::detail::ContainerAccess::make(block, data, shape, dtype);
+  tensor->SetDeleter(&free_tensor);
+  return own<NDArray>(tensor);
 }
 
 NDArray box(int32_t value) {
-  NDArray out = new_tensor(scalar_shape(), kInt32);
+  NDArray out = new_tensor(relay_aot::scalar_shape(), kInt32);
   *static_cast<int32_t*>(out->data) = value;
   return out;
 }
