@@ -117,10 +117,11 @@ struct Header : Object {
   }
 };
 
-// A reference taking over a new object (reference count 0 -> 1).
+// A reference taking over a new object: one increment (0 -> 1), where TVM's constructors from an
+// ObjectPtr take two and a decrement (relay_aot/memory.h's adopt).
 template <typename Ref>
 Ref own(Object* obj) {
-  return Ref(tvm::runtime::GetObjectPtr<Object>(obj));
+  return relay_aot::adopt<Ref>(obj);
 }
 
 // ---- tensors ---------------------------------------------------------------------------------
