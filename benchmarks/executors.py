@@ -221,6 +221,28 @@ class RelayAot(Executor):
         return lambda: compiled(*inputs)
 
 
+class HandCpp(Executor):
+    """The workload written by hand in C++ over the same values and kernels (``hand_cpp/``):
+    the floor of relay_aot's value representation, for fib, list_scalars and list_tensors."""
+
+    key = "hand_cpp"
+    label = "hand-written C++"
+
+    def unsupported(self, workload):
+        from . import hand_cpp
+
+        if hand_cpp.program(workload.name) is None:
+            return "written by hand only for fib, list_scalars and list_tensors"
+        return None
+
+    def prepare_workload(self, workload, mod, args, target):
+        from . import hand_cpp
+
+        func = hand_cpp.prepare(workload.name, mod, target)
+        inputs = _nd_args(args)
+        return lambda: func(*inputs)
+
+
 class OnnxRuntime(Executor):
     """onnxruntime on the ONNX model of an ONNX workload, one thread (an optional peer:
     ``pip install onnxruntime``)."""
@@ -261,6 +283,7 @@ def all_executors() -> list[Executor]:
         PyConverter(),
         RelayAot("python", "relay_aot_python", "relay_aot Python backend"),
         RelayAot("cpp", "relay_aot_cpp", "relay_aot C++ backend"),
+        HandCpp(),
         OnnxRuntime(),
     ]
 

@@ -5,7 +5,9 @@ A result is the dict the command line writes as JSON: ``machine`` (see ``machine
 ``suite.py``). :func:`add_ratios` adds to every timed record its speedup over the VM
 (``vs_vm``), over the interpreter where the VM cannot run the program (``vs_interp``:
 references, as in Relay's gradients), over the graph executor for static workloads
-(``vs_graph``) and its multiple of the kernel-only floor (``x_kernels``); ratios are of medians.
+(``vs_graph``), its multiple of the kernel-only floor (``x_kernels``) and, for the workloads
+written by hand (``hand_cpp/``), its multiple of the hand-written C++ (``x_hand``); ratios are of
+medians.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ SHORT = {
     "py_converter": "py_conv",
     "relay_aot_python": "ours:py",
     "relay_aot_cpp": "ours:C++",
+    "hand_cpp": "hand C++",
     "onnxruntime": "ORT",
     KERNELS: "kernels",
 }
@@ -48,7 +51,7 @@ def workloads_of(records: Iterable[dict]) -> list[str]:
 
 
 def add_ratios(records: list[dict]) -> None:
-    """Add ``vs_vm``, ``vs_graph`` and ``x_kernels`` to every timed record."""
+    """Add ``vs_vm``, ``vs_graph``, ``x_kernels`` and ``x_hand`` to every timed record."""
     pairs = by_pair(records)
     for record in records:
         median = _timed(record)
@@ -63,9 +66,10 @@ def add_ratios(records: list[dict]) -> None:
         interp = _timed(pairs.get((workload, "interpreter")))
         if _timed(pairs.get((workload, "vm"))) is None and interp is not None and record["executor"] != "interpreter":
             record["vs_interp"] = interp / median
-        floor = _timed(pairs.get((workload, KERNELS)))
-        if floor is not None and record["executor"] != KERNELS:
-            record["x_kernels"] = median / floor
+        for field, base_key in (("x_kernels", KERNELS), ("x_hand", "hand_cpp")):
+            base = _timed(pairs.get((workload, base_key)))
+            if base is not None and record["executor"] != base_key:
+                record[field] = median / base
 
 
 def seconds(value: float) -> str:
@@ -167,7 +171,7 @@ def summary(result: dict, markdown: bool = False) -> str:
     for s in settings:
         label = s["setting"]["TVM_NUM_THREADS"] or "default"
         header += [f"C++ vs VM ({label})", f"C++ vs interp, no VM ({label})", f"C++ vs graph ({label})",
-                   f"C++ vs ORT ({label})", f"py vs py_conv ({label})"]
+                   f"C++ vs ORT ({label})", f"py vs py_conv ({label})", f"C++ / hand C++ ({label})"]
     rows = []
     for workload in workloads_of(r for s in settings for r in s["records"]):
         row = [workload]
@@ -185,6 +189,7 @@ def summary(result: dict, markdown: bool = False) -> str:
             py = pairs.get((workload, "relay_aot_python"))
             conv = _timed(conv_record) if conv_record and conv_record["status"] == "ok" else None  # not if WRONG
             row.append(_status_cell(py, ratio(conv / _timed(py))) if conv and _timed(py) else _status_cell(py, ""))
+            row.append(_ratio_cell(cpp, "x_hand") if "x_hand" in (cpp or {}) else "")
         rows.append(row)
     # a peer that ran on no workload (onnxruntime not installed) gets no column
     keep = [0] + [i for i in range(1, len(header)) if any(row[i] for row in rows)]

@@ -102,6 +102,20 @@ def test_wrong_results_and_failures_are_reported():
                       "reason": "NotImplementedError: no such backend yet"}
 
 
+def test_hand_written_cpp_agrees_with_the_vm():
+    """The hand-written C++ programs (benchmarks/hand_cpp) return the VM's results, on small sizes;
+    other workloads are n/a with the reason, and relay_aot's record gets its multiple of them."""
+    hand = executors.HandCpp()
+    for workload in (workloads.fib(10), workloads.list_of_scalars(30), workloads.list_of_tensors(30, size=4)):
+        run = suite.WorkloadRun(workload, Options.quick())
+        records = [run.run(executors.VirtualMachine()), run.run(hand), run.run(executors.by_key()["relay_aot_cpp"])]
+        assert [r["status"] for r in records] == ["ok", "ok", "ok"], records
+        assert records[1]["checked_against"] == "vm"
+        report.add_ratios(records)
+        assert records[2]["x_hand"] > 0
+    assert "by hand only" in hand.unsupported(workloads.closures_loop())
+
+
 def test_command_line_writes_results(tmp_path):
     """``python -m benchmarks`` in quick mode: a worker process, JSON, Markdown and the table."""
     out = subprocess.run(

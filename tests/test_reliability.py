@@ -163,6 +163,27 @@ def test_deep_non_tail_recursion_and_deep_data():
     assert result == {"main": 200_000 * 199_999 // 2, "thread": 200_000 * 199_999 // 2}
 
 
+def test_deep_recursion_after_the_first_calling_thread_exits():
+    """The first thread to call a library gives its stack checks the fast path (stack.h's
+    safe_range); when it exits, threads whose stacks take its place still recurse safely."""
+    result = run_isolated(
+        f'''
+        import json, threading, numpy as np, tvm, relay_aot
+        compiled = relay_aot.compile(tvm.relay.parse({DEEP_PROGRAM!r}))
+        out = []
+        def work(n):
+            out.append(int(compiled(np.int64(n))[0].numpy()) == n * (n - 1) // 2)
+        for size, n in ((8 << 20, 10), (256 * 1024, 200_000), (8 << 20, 200_000), (64 << 20, 200_000)):
+            threading.stack_size(size)
+            t = threading.Thread(target=work, args=(n,))
+            t.start(); t.join()
+        work(200_000)
+        print(json.dumps(out))
+        '''
+    )
+    assert result == [True] * 5
+
+
 def test_recursion_beyond_the_limit_raises():
     result = run_isolated(
         f'''

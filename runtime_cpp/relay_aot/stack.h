@@ -8,7 +8,7 @@
  * on_new_stack(...)`: when the
  * current stack has less than a safety margin left, the call continues on a fresh segment
  * (an mmap'ed region, committed page by page as it is touched) via ucontext, and the segment is
- * released when the call returns. The check is one thread-local load and one comparison.
+ * released when the call returns. The check is one load and one comparison (see safe_range).
  *
  * The total size of all segments of a thread is bounded (RELAY_AOT_MAX_STACK_MB, default
  * 4096): deeper recursion raises RecursionDepthError instead of crashing. Exceptions thrown on a
@@ -22,6 +22,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -61,8 +62,49 @@ inline size_t max_segment_bytes() {
   return limit;
 }
 
-/*! \brief Find the lowest usable address of the calling thread's own stack. */
-inline char* thread_stack_limit() {
+namespace detail {
+
+constexpr int kPageBits = 12;
+constexpr int kLengthBits = 28;  // up to 1 TiB of stack
+
+/*!
+ * \brief The range [limit, top) of one thread's own stack, packed in one word (the limit's page
+ *        number, then the length in pages; 0: none), read without synchronisation.
+ *
+ * A frame inside it is on that thread's stack above its limit, whichever thread asks (thread
+ * stacks do not overlap), so most checks are a load and a comparison: no thread-local access,
+ * which in a shared library is a call through a TLS descriptor and costs as much as a small
+ * function's body. The first thread to check owns it until it exits (then another may take
+ * it); other threads, and calls on segments, take the thread-local path.
+ */
+inline std::atomic<uint64_t> safe_range{0};
+
+inline uint64_t pack_range(uintptr_t limit, uintptr_t top) {
+  uint64_t pages = (top - limit) >> kPageBits;
+  if (pages >= (uint64_t(1) << kLengthBits)) return 0;
+  return (static_cast<uint64_t>(limit >> kPageBits) << kLengthBits) | pages;
+}
+
+/*! \brief Whether \p frame is inside the packed range \p range. */
+inline bool in_range(uintptr_t frame, uint64_t range) {
+  uintptr_t low = static_cast<uintptr_t>(range >> kLengthBits) << kPageBits;
+  uintptr_t length = static_cast<uintptr_t>(range & ((uint64_t(1) << kLengthBits) - 1)) << kPageBits;
+  return frame - low < length;
+}
+
+/*! \brief Gives up the thread's claim on safe_range when it exits (before its stack is freed). */
+struct RangeOwner {
+  uint64_t range = 0;
+  ~RangeOwner() {
+    uint64_t expected = range;
+    if (expected != 0) safe_range.compare_exchange_strong(expected, 0);
+  }
+};
+
+}  // namespace detail
+
+/*! \brief Find the lowest usable address of the calling thread's own stack (and its range). */
+inline char* thread_stack_limit(uint64_t* range) {
   pthread_attr_t attr;
   void* base = nullptr;
   size_t size = 0;
@@ -73,16 +115,42 @@ inline char* thread_stack_limit() {
   if (base == nullptr || size < 4 * kStackMargin) {
     // Unknown bounds, or a small stack (threads may have 256 KiB): run every call of generated
     // code on a segment of its own, where the bounds are known.
+    *range = 0;
     return reinterpret_cast<char*>(UINTPTR_MAX);
   }
-  return static_cast<char*>(base) + kStackMargin;
+  char* limit = static_cast<char*>(base) + kStackMargin;
+  *range = detail::pack_range(reinterpret_cast<uintptr_t>(limit), reinterpret_cast<uintptr_t>(base) + size);
+  return limit;
 }
 
-/*! \brief Whether the current function should continue on a new stack segment. */
-inline bool stack_low() {
+namespace detail {
+
+/*! \brief stack_low's thread-local path, out of line: not on the stack safe_range describes. */
+[[gnu::noinline]] inline bool stack_low_slow(uintptr_t frame) {
   StackState& state = stack_state();
-  if (state.limit == nullptr) state.limit = thread_stack_limit();
-  return static_cast<char*>(__builtin_frame_address(0)) < state.limit;
+  if (state.limit == nullptr) {
+    uint64_t range = 0;
+    state.limit = thread_stack_limit(&range);
+    uint64_t none = 0;
+    if (range != 0 && safe_range.load(std::memory_order_relaxed) == 0 && safe_range.compare_exchange_strong(none, range)) {
+      static thread_local RangeOwner owner;
+      owner.range = range;
+    }
+  }
+  return frame < reinterpret_cast<uintptr_t>(state.limit);
+}
+
+}  // namespace detail
+
+/*!
+ * \brief Whether the current function should continue on a new stack segment.
+ *
+ * Every call of generated code runs this: on the stack of the thread that owns safe_range it is
+ * one load and one comparison; elsewhere, one thread-local load and one comparison more.
+ */
+inline bool stack_low() {
+  uintptr_t frame = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  return !detail::in_range(frame, detail::safe_range.load(std::memory_order_relaxed)) && detail::stack_low_slow(frame);
 }
 
 namespace detail {

@@ -32,8 +32,25 @@ namespace detail {
 
 constexpr size_t kHeaderBytes = rounded(sizeof(NDArray::Container));
 
+/*!
+ * \brief Whether a tensor's data fits in its header block's padding: 0-d tensors (the boxed
+ *        scalars of lists and tuples) take one 128-byte block instead of 192. Their element is
+ *        16-byte aligned there, which is enough: no kernel loads a 0-d tensor as a vector, and
+ *        kernels already read unboxed scalars from C++ locals (scalar.h).
+ */
+inline bool data_in_header(const DLTensor& t, size_t data_bytes) {
+  static_assert(sizeof(NDArray::Container) % 16 == 0, "data after the header is 16-byte aligned");
+  return t.ndim == 0 && data_bytes <= kHeaderBytes - sizeof(NDArray::Container);
+}
+
 inline size_t block_bytes(const DLTensor& t) {
-  return kHeaderBytes + bucketed(tvm::runtime::GetDataSize(t));
+  size_t data_bytes = tvm::runtime::GetDataSize(t);
+  return data_in_header(t, data_bytes) ? kHeaderBytes : kHeaderBytes + bucketed(data_bytes);
+}
+
+/*! \brief Where the data of a tensor starts in its block (see data_in_header). */
+inline size_t data_offset(const DLTensor& t) {
+  return data_in_header(t, tvm::runtime::GetDataSize(t)) ? sizeof(NDArray::Container) : kHeaderBytes;
 }
 
 inline void free_tensor_block(tvm::runtime::Object* obj) {
@@ -69,6 +86,41 @@ inline void free_inline_shape(tvm::runtime::Object* obj) {
 
 }  // namespace detail
 
+/*! \brief The shape of 0-d tensors, shared. */
+inline const ShapeTuple& scalar_shape() {
+  static const ShapeTuple* shape = new ShapeTuple(std::vector<int64_t>());
+  return *shape;
+}
+
+namespace detail {
+
+/*!
+ * \brief Makes tensor headers by copying a prototype.
+ *
+ * NDArray::Container's constructors first default-construct its ShapeTuple member, and TVM's
+ * default ShapeTuple is a new heap object: a malloc and a free around every tensor made, the
+ * largest cost of boxing a scalar. Its (implicit) copy constructor shares the source's shape
+ * instead, and Object's copy constructor gives the copy a fresh header (count 0, no deleter).
+ * So a new tensor is a copy of one 0-d prototype, then given its data, dtype, type index and,
+ * unless it is 0-d, its shape.
+ */
+struct ContainerAccess : NDArray::Container {
+  static NDArray::Container* make(void* block, void* data, const ShapeTuple& shape, DLDataType dtype) {
+    static const NDArray::Container* prototype =  // never freed: outlives every tensor
+        new NDArray::Container(nullptr, scalar_shape(), DLDataType{kDLInt, 32, 1}, kDevice);
+    auto* made = static_cast<ContainerAccess*>(new (block) NDArray::Container(*prototype));
+    made->type_index_ = RuntimeTypeIndex();
+    if (!made->shape_.same_as(shape)) made->shape_ = shape;
+    made->dl_tensor.data = data;
+    made->dl_tensor.ndim = static_cast<int>(shape.size());
+    made->dl_tensor.shape = const_cast<int64_t*>(shape.data());
+    made->dl_tensor.dtype = dtype;
+    return made;
+  }
+};
+
+}  // namespace detail
+
 /*! \brief A new shape (\p rank extents from \p dims). */
 inline ShapeTuple make_shape(const int64_t* dims, int rank) {
   void* block = detail::block_cache().Take(detail::InlineShape::block_bytes(rank));
@@ -79,10 +131,9 @@ inline ShapeTuple make_shape(const int64_t* dims, int rank) {
 inline NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype) {
   DLTensor probe{nullptr, kDevice, static_cast<int>(shape.size()), dtype,
                  const_cast<int64_t*>(shape.data()), nullptr, 0};
-  size_t bytes = detail::block_bytes(probe);
-  void* block = detail::block_cache().Take(bytes);
-  char* data = static_cast<char*>(block) + detail::kHeaderBytes;
-  auto* container = new (block) NDArray::Container(data, shape, dtype, kDevice);
+  void* block = detail::block_cache().Take(detail::block_bytes(probe));
+  char* data = static_cast<char*>(block) + detail::data_offset(probe);
+  NDArray::Container* container = detail::ContainerAccess::make(block, data, shape, dtype);
   container->SetDeleter(&detail::free_tensor_block);
   return adopt<NDArray>(container);
 }
@@ -97,12 +148,6 @@ inline NDArray copy_tensor(const NDArray& tensor) {
   std::memcpy(const_cast<DLTensor*>(out.operator->())->data, static_cast<const char*>(from->data) + from->byte_offset,
               tvm::runtime::GetDataSize(*from));
   return out;
-}
-
-/*! \brief The shape of 0-d tensors, shared. */
-inline const ShapeTuple& scalar_shape() {
-  static const ShapeTuple* shape = new ShapeTuple(std::vector<int64_t>());
-  return *shape;
 }
 
 }  // namespace relay_aot
