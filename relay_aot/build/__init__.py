@@ -1,16 +1,18 @@
 """Stage 5: compile generated C++ and TVM kernels into one shared library, with a cache.
 
 :func:`build_library` writes the sources into a fresh private directory, writes a
-``build.ninja`` (``ninja.py``) and runs the ``ninja`` of the PyPI package: the C++ units compile
-while TVM builds the kernels in this process; the link waits for both. The finished directory
-is published into the cache (``cache.py``) with an atomic ``rename``, under an ``fcntl.flock``
-lock per key, so concurrent processes build once and a build killed halfway leaves nothing that
-looks finished. The library's file name carries the key, because ``dlopen`` returns the
+``build.ninja`` (``ninja.py``) and runs the ``ninja`` of the PyPI package: the C++ units
+compile while TVM builds the kernels in this process (or their object file comes from the
+kernel cache, when a library with the same kernels was built before); the link waits for both.
+The finished directory is published into the cache (``cache.py``) with an atomic ``rename``,
+under an ``fcntl.flock`` lock per key, so concurrent processes build once and a build killed
+halfway leaves nothing that looks finished. The library's file name carries the key, because ``dlopen`` returns the
 already-loaded library for a path it has seen.
 
 The pieces, one concern each: ``toolchain.py`` (compiler, flags, commands), ``ninja.py`` (the
 ninja file and running it), ``pch.py`` (the precompiled header), ``cache.py`` (directories,
-atomic writes, locks, digests, the module index), ``progress.py`` (what a build prints).
+atomic writes, locks, digests, the module index, kernel objects), ``progress.py`` (what a
+build prints).
 
 Settings (``relay_aot.config``): ``CXX``, ``RELAY_AOT_CXXFLAGS``, ``RELAY_AOT_JOBS``,
 ``RELAY_AOT_PCH=0``, ``RELAY_AOT_CACHE_DIR``, ``RELAY_AOT_LOCK_TIMEOUT`` and
