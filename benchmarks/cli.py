@@ -7,6 +7,10 @@ a new worker carries on with the rest. relay_aot builds go to a fresh cache shar
 settings (unless ``--keep-cache``), so the first setting's preparation time includes the C++
 build and the second's shows a cache hit.
 
+The full suite also measures compile times (``compile_time.py``: relay_aot's first compile, a
+new module with a warm cache and a cache hit, against the VM's compile and ``relay.build``) for
+``compile_time.COMPILE_WORKLOADS``; ``--compile-workloads`` chooses them for any run.
+
 The full suite writes ``results.json``, ``results.md`` and ``speedup.png`` to
 ``docs/benchmarks/``; a partial or quick run writes them to ``.cache/benchmarks/`` unless
 ``--output-dir`` says otherwise.
@@ -26,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from . import compile_time
 from . import executors as executors_mod
 from . import machine, report
 from . import workloads as workloads_mod
@@ -71,8 +76,15 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                         help="print the tables and redraw the chart of an earlier run's JSON (runs nothing)")
     parser.add_argument("--keep-cache", action="store_true",
                         help="use $RELAY_AOT_CACHE_DIR (or the user cache) instead of a fresh build cache")
+    parser.add_argument("--compile-workloads", metavar="PROGRAMS",
+                        help="programs of the compile-time table, comma-separated (lstm, gen50 or workload names; "
+                             f"default: {','.join(compile_time.COMPILE_WORKLOADS)} on a full run, none otherwise)")
+    parser.add_argument("--compile-repeat", type=int, default=1,
+                        help="processes per compile-time measurement, the median is reported (default 1)")
     args = parser.parse_args(argv)
     args.workload_list = _csv(args.workloads, workload_names, "workloads")
+    args.compile_list = (None if args.compile_workloads is None
+                         else _csv(args.compile_workloads, compile_time.program_names(), "compile workloads"))
     args.executor_list = _csv(args.executors, executor_keys, "executors")
     if "vm" not in args.executor_list:
         args.executor_list.insert(0, "vm")
@@ -206,6 +218,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             and not args.no_kernels and args.runs is None and args.budget is None)
     output_dir = args.output_dir or (ROOT / "docs" / "benchmarks" if full else ROOT / ".cache" / "benchmarks")
     settings = list(THREAD_SETTINGS) if args.threads == "both" else [args.threads]
+    compile_list = args.compile_list if args.compile_list is not None else (
+        compile_time.COMPILE_WORKLOADS if full else [])
 
     env = dict(os.environ)
     env.setdefault("TOPHUB_LOCATION", "NONE")
@@ -231,6 +245,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         for name in settings:
             print(f"== thread setting: {name} ==", flush=True)
             result["settings"].append(run_setting(name, args, options, env, work_dir))
+        if compile_list:
+            print("== compile time ==", flush=True)
+            started = time.perf_counter()
+            result["compile_time"] = compile_time.compile_table(compile_list, args.compile_repeat)
+            result["compile_time"]["wall_s"] = time.perf_counter() - started
     result["wall_s"] = time.perf_counter() - start
     print()
     print(report.text_report(result))

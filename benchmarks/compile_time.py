@@ -1,21 +1,30 @@
-"""Compile time of relay_aot: cold, warm (cache hit in a new process) and the Relay VM's.
+"""Compile time of relay_aot against the Relay VM's compile and ``relay.build``.
 
-    python benchmarks/compile_time.py [--repeat N] [--profile] [--cxxflags=-O1]
+    python -m benchmarks.compile_time [--repeat N] [--programs lstm,gen50,mlp_b1] [--cold]
+                                      [--profile] [--cxxflags=-O1]
 
-For the shipped LSTM example (examples/lstm.relay) and a generated program of 50 global
-functions, each measurement runs in a fresh process with a private cache directory:
+(``python benchmarks/compile_time.py`` works too.) ``python -m benchmarks`` runs the same
+measurement for :data:`COMPILE_WORKLOADS` and puts the table into its results. A program is
+the LSTM example (``lstm``: examples/lstm.relay), a generated program of 50 global functions
+(``gen50``), or any workload of ``benchmarks/workloads.py`` by name (``mlp_b1``; weights bound
+as constants). Each measurement runs in a fresh process with a private cache directory:
 
-* ``first``: empty cache -- the precompiled runtime header is built too (once per toolchain);
-* ``cold``:  the program is not cached, the precompiled header is;
-* ``warm``:  a new process compiles the same program again: a cache hit;
-* ``vm``:    ``relay.vm.compile`` of the same module (what the VM user waits for).
+* ``first``: an empty cache -- the kernels and the C++ are built, and the precompiled runtime
+  header is started beside them (once per toolchain);
+* ``cold`` (``--cold`` only): the library and the kernels are not cached, the header is;
+* ``new``: a new module with a warm cache -- the program with its ``@main`` moved into a new
+  global function that the new ``@main`` calls: the same kernels, other control code, so a new
+  library whose kernels come from the kernel cache;
+* ``hit``: a new process compiles the first module again: a cache hit;
+* ``vm``: ``relay.vm.compile`` of the module (what the VM user waits for);
+* ``build``: ``relay.build`` of the module, for static programs (what a graph or AOT executor
+  user waits for).
 
-Times cover ``relay_aot.compile`` (or ``relay.vm.compile``) only, not importing TVM, which
-is the same for both (printed separately). Each is the median over ``--repeat`` processes, and
-the ratios to the VM's compile time follow; a second line gives CPU seconds (this process and
-the compilers it ran), which a loaded machine inflates less than wall time, and ``load`` the
-1-minute load average. ``--profile`` prints where a warm compile spends
-its time (cProfile, in-process).
+Times cover ``relay_aot.compile`` (or the peer's compile) only, not importing TVM, which is the
+same for all. Each is the median over ``--repeat`` processes; ratios to the VM's compile (and
+``relay.build``'s) follow. CPU seconds (this process and the compilers it waited for) are
+recorded beside wall times: a loaded machine inflates them less. ``--profile`` prints where a
+cold compile spends its time (cProfile, in-process).
 """
 
 from __future__ import annotations
@@ -29,8 +38,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: The programs of the compile-time table of ``python -m benchmarks`` (names as for --programs).
+COMPILE_WORKLOADS = ["lstm", "gen50", "mlp_b1"]
+
+#: What each measurement runs, in the order of a round (``cold`` only when asked for).
+MEASURES = ("first", "cold", "new", "hit", "vm", "build")
 
 
 def generated_program(n: int = 50) -> str:
@@ -65,6 +81,40 @@ PROGRAMS = {
 }
 
 
+def program_names() -> list[str]:
+    """Every program the table can measure: the two above and the suite's workloads."""
+    from . import workloads
+
+    return [*PROGRAMS, *workloads.by_name()]
+
+
+def program_module(name: str):
+    """``(module, static)`` of program ``name``; ``static``: ``relay.build`` can compile it."""
+    import tvm
+
+    if name in PROGRAMS:
+        return tvm.relay.parse(PROGRAMS[name]()), False
+    from . import workloads
+
+    workload = workloads.by_name()[name]
+    return workload.module(), workload.static
+
+
+def with_new_control_code(mod):
+    """``mod`` with its ``@main`` moved into a new global function that a new ``@main`` calls:
+    the same kernels in the same order, other control code (so another library)."""
+    import tvm
+    from tvm import relay
+
+    mod = tvm.IRModule(mod.functions, mod.type_definitions)
+    main = mod["main"]
+    body = relay.GlobalVar("compile_time_body")
+    mod[body] = main
+    params = [relay.Var(p.name_hint, p.type_annotation) for p in main.params]
+    mod["main"] = relay.Function(params, relay.Call(body, params), main.ret_type, main.type_params)
+    return relay.transform.InferType()(mod)
+
+
 def cpu_seconds() -> float:
     """CPU time of this process and its finished children (the compilers)."""
     import resource
@@ -85,13 +135,11 @@ def child(program: str, what: str) -> None:
     from relay_aot import build
 
     t1 = time.perf_counter()
-    mod = tvm.relay.parse(PROGRAMS[program]())
+    mod, _ = program_module(program)
+    if what == "new":
+        mod = with_new_control_code(mod)
     result = {"import": t1 - t0}
-    if what == "vm":
-        start, cpu = time.perf_counter(), cpu_seconds()
-        relay.vm.compile(mod, target="llvm")
-        result["time"], result["cpu"] = time.perf_counter() - start, cpu_seconds() - cpu
-    elif what == "profile":
+    if what == "profile":
         import cProfile
         import pstats
 
@@ -100,92 +148,145 @@ def child(program: str, what: str) -> None:
         relay_aot.compile(mod)
         profiler.disable()
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
-        result["time"] = result["cpu"] = 0.0
+        print(json.dumps(result))
+        return
+    start, cpu = time.perf_counter(), cpu_seconds()
+    if what == "vm":
+        relay.vm.compile(mod, target="llvm")
+    elif what == "build":
+        with tvm.transform.PassContext(opt_level=3):
+            relay.build(mod, target="llvm")
     else:
-        start, cpu = time.perf_counter(), cpu_seconds()
         compiled = relay_aot.compile(mod)
-        result["time"], result["cpu"] = time.perf_counter() - start, cpu_seconds() - cpu
         result["cached"] = compiled.build_result.cached
-        result["builds"] = build.stats.builds
+    result["time"], result["cpu"] = time.perf_counter() - start, cpu_seconds() - cpu
+    result["stats"] = {k: v for k, v in vars(build.stats).items() if isinstance(v, int)}
     print(json.dumps(result))
 
 
-def run_child(program: str, what: str, cache: Path, cxxflags: str) -> dict:
+def run_child(program: str, what: str, cache: Path, cxxflags: str = "") -> dict:
+    """Run :func:`child` in a fresh process with the cache ``cache``; its JSON result."""
     env = dict(os.environ, RELAY_AOT_CACHE_DIR=str(cache), TOPHUB_LOCATION="NONE", RELAY_AOT_PROGRESS="0")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     if cxxflags:
         env["RELAY_AOT_CXXFLAGS"] = cxxflags
     out = subprocess.run(
-        [sys.executable, __file__, "--child", program, what],
+        [sys.executable, "-m", "benchmarks.compile_time", "--child", program, what],
         env=env,
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
     if out.returncode != 0:
-        sys.exit(f"{program} {what} failed:\n{out.stderr}")
+        raise RuntimeError(f"{program} {what} failed:\n{out.stderr[-4000:]}")
     if what == "profile":
         print(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure(program: str, repeat: int, cxxflags: str) -> dict:
-    """Median times of first/cold/warm/vm for ``program``."""
-    times: dict[str, list[float]] = {"first": [], "cold": [], "warm": [], "vm": [], "import": [], "load": []}
-    times.update({f"{name} cpu": [] for name in ("first", "cold", "warm", "vm")})
+def _forget_builds(cache: Path) -> None:
+    """Remove the built libraries and kernels, keeping the precompiled header: a cold build."""
+    for name in ("lib", "index", "kernels"):
+        shutil.rmtree(cache / name, ignore_errors=True)
+
+
+def measure(program: str, repeat: int = 1, cxxflags: str = "", cold: bool = False) -> dict:
+    """Median wall and CPU seconds of each of :data:`MEASURES` for ``program``, with ratios to
+    the VM's compile and ``relay.build``'s (``build`` only for static programs)."""
+    _, static = program_module(program)
+    whats = [w for w in MEASURES if (w != "cold" or cold) and (w != "build" or static)]
+    samples: dict[str, list[float]] = {}
+    notes: dict[str, dict] = {}
     for _ in range(repeat):
-        cache = Path(tempfile.mkdtemp(prefix="relay_aot-bench-"))
+        cache = Path(tempfile.mkdtemp(prefix="relay_aot-compile-time-"))
         try:
-            first = run_child(program, "compile", cache, cxxflags)
-            shutil.rmtree(cache / "lib")  # keep the precompiled header: a cold program build
-            cold = run_child(program, "compile", cache, cxxflags)
-            warm = run_child(program, "compile", cache, cxxflags)
-            vm = run_child(program, "vm", cache, cxxflags)
+            for what in whats:
+                if what == "cold":
+                    _forget_builds(cache)
+                run = run_child(program, "compile" if what in ("first", "cold", "hit") else what, cache, cxxflags)
+                expect_hit = what == "hit"
+                if what not in ("vm", "build") and run["cached"] != expect_hit:
+                    raise RuntimeError(f"{program} {what}: expected {'a' if expect_hit else 'no'} cache hit, got {run}")
+                samples.setdefault(what, []).append(run["time"])
+                samples.setdefault(f"{what}_cpu", []).append(run["cpu"])
+                notes[what] = run["stats"]
+            samples.setdefault("import", []).append(run["import"])
+            samples.setdefault("load", []).append(os.getloadavg()[0])
         finally:
             shutil.rmtree(cache, ignore_errors=True)
-        assert not first["cached"] and not cold["cached"] and warm["cached"] and warm["builds"] == 0, (first, cold, warm)
-        for name, result in (("first", first), ("cold", cold), ("warm", warm), ("vm", vm)):
-            times[name].append(result["time"])
-            times[f"{name} cpu"].append(result["cpu"])
-        times["import"].append(warm["import"])
-        times["load"].append(os.getloadavg()[0])
-    return {name: statistics.median(values) for name, values in times.items()}
+    result: dict = {name: statistics.median(values) for name, values in samples.items()}
+    result["static"] = static
+    result["repeat"] = repeat
+    result["stats"] = notes
+    for peer in ("vm", "build"):
+        if peer in result:
+            for what in ("first", "cold", "new", "hit"):
+                if what in result:
+                    result[f"{what}/{peer}"] = result[what] / result[peer]
+                    result[f"{what}_cpu/{peer}_cpu"] = result[f"{what}_cpu"] / max(result[f"{peer}_cpu"], 1e-9)
+    return result
 
 
-def main() -> int:
+def compile_table(programs: list[str], repeat: int = 1, progress=print) -> dict:
+    """The compile-time table of ``programs`` (``python -m benchmarks`` stores it in its results)."""
+    table = {"repeat": repeat, "programs": {}}
+    for program in programs:
+        progress(f"  compile time: {program}")
+        try:
+            table["programs"][program] = measure(program, repeat)
+        except RuntimeError as err:
+            table["programs"][program] = {"error": str(err).splitlines()[0]}
+    return table
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Entry point of ``python -m benchmarks.compile_time``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--profile", action="store_true", help="profile a warm compile of each program")
+    parser.add_argument("--profile", action="store_true", help="profile a cold compile of each program")
+    parser.add_argument("--cold", action="store_true", help="also measure a cold build (header cached, nothing else)")
     parser.add_argument("--cxxflags", default="", help="RELAY_AOT_CXXFLAGS for the builds (e.g. -O1)")
-    parser.add_argument("--programs", default=",".join(PROGRAMS))
+    parser.add_argument("--programs", default=",".join(COMPILE_WORKLOADS),
+                        help="comma-separated: lstm, gen50 or workload names of benchmarks/workloads.py")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         child(*args.child)
         return 0
+    from . import report
+
+    programs = [p.strip() for p in args.programs.split(",") if p.strip()]
+    unknown = [p for p in programs if p not in program_names()]
+    if unknown:
+        parser.error(f"unknown programs: {', '.join(unknown)} (choose from {', '.join(program_names())})")
     print(f"cpus: {os.cpu_count()}, jobs: {os.environ.get('RELAY_AOT_JOBS', os.cpu_count())}, "
-          f"cxxflags: {args.cxxflags or '(default)'}, median of {args.repeat}")
-    header = f"{'program':8} {'first':>7} {'cold':>7} {'warm':>7} {'vm':>7} {'import':>7}  cold/vm  warm/vm  load"
-    print(header + "\n" + " " * 9 + "(second line: CPU seconds, compilers included)")
-    for program in args.programs.split(","):
+          f"cxxflags: {args.cxxflags or '(default)'}, median of {args.repeat}", flush=True)
+    table: dict = {"repeat": args.repeat, "programs": {}}
+    for program in programs:
         if args.profile:
-            cache = Path(tempfile.mkdtemp(prefix="relay_aot-bench-"))
+            cache = Path(tempfile.mkdtemp(prefix="relay_aot-compile-time-"))
             try:
                 run_child(program, "compile", cache, args.cxxflags)
+                _forget_builds(cache)
                 run_child(program, "profile", cache, args.cxxflags)
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
             continue
-        t = measure(program, args.repeat, args.cxxflags)
-        print(
-            f"{program:8} {t['first']:6.2f}s {t['cold']:6.2f}s {t['warm']:6.2f}s {t['vm']:6.2f}s {t['import']:6.2f}s"
-            f"  {t['cold'] / t['vm']:7.2f}  {t['warm'] / t['vm']:7.2f}  {t['load']:4.1f}"
-        )
-        print(
-            f"{'  cpu':8} {t['first cpu']:6.2f}s {t['cold cpu']:6.2f}s {t['warm cpu']:6.2f}s {t['vm cpu']:6.2f}s"
-            f"          {t['cold cpu'] / t['vm cpu']:7.2f}  {t['warm cpu'] / t['vm cpu']:7.2f}"
-        )
+        table["programs"][program] = measure(program, args.repeat, args.cxxflags, args.cold)
+        print(report.compile_time_table(table, markdown=False, only=[program]), flush=True)
+    if not args.profile:
+        print()
+        print(report.compile_time_table(table, markdown=False))
+    if args.json:
+        args.json.write_text(json.dumps(table, indent=1) + "\n")
     return 0
 
 
 if __name__ == "__main__":
+    if __package__ in (None, ""):  # run as a script: benchmarks/compile_time.py
+        sys.path.insert(0, str(ROOT))
+        from benchmarks.compile_time import main as package_main
+
+        sys.exit(package_main())
     sys.exit(main())

@@ -197,6 +197,52 @@ def summary(result: dict, markdown: bool = False) -> str:
     return ("### " if markdown else "") + "relay_aot speedups (ratios of medians)\n\n" + table(header, rows, markdown)
 
 
+#: The compile-time table's measures and the ratios it shows (see benchmarks/compile_time.py).
+COMPILE_COLUMNS = [("first", "first"), ("cold", "cold"), ("new", "new module"), ("hit", "cache hit"), ("vm", "VM"),
+                   ("build", "relay.build")]
+COMPILE_RATIOS = [("first/vm", "first / VM"), ("cold/vm", "cold / VM"), ("new/vm", "new / VM"), ("hit/vm", "hit / VM"),
+                  ("first/build", "first / build"), ("new/build", "new / build")]
+
+
+def compile_time_table(table_result: dict, markdown: bool = False, only: Optional[list[str]] = None) -> str:
+    """The compile-time table: wall seconds (CPU seconds in brackets) of each measure and the
+    ratios of medians to the VM's compile and ``relay.build``'s, one row per program."""
+    programs = {name: t for name, t in table_result["programs"].items() if only is None or name in only}
+    measured = lambda key: any(key in t for t in programs.values())  # noqa: E731
+    columns = [c for c in COMPILE_COLUMNS if measured(c[0])]
+    ratios = [c for c in COMPILE_RATIOS if measured(c[0])]
+    header = ["program"] + [label for _, label in columns + ratios] + ["load"]
+    rows = []
+    for name, t in programs.items():
+        if "error" in t:
+            rows.append([name, f"n/a: {t['error']}"] + [""] * (len(header) - 2))
+            continue
+        row = [name]
+        for key, _ in columns:
+            row.append(f"{t[key]:.2f} s ({t[key + '_cpu']:.2f})" if key in t else "-")
+        for key, _ in ratios:
+            row.append(f"{t[key]:.2f} ({t[key.replace('/', '_cpu/') + '_cpu']:.2f})" if key in t else "-")
+        row.append(f"{t['load']:.1f}")
+        rows.append(row)
+    return table(header, rows, markdown)
+
+
+def compile_time_section(result: dict) -> Optional[str]:
+    """The Markdown section of the compile-time table (None if the run has none)."""
+    table_result = result.get("compile_time")
+    if not table_result or not table_result.get("programs"):
+        return None
+    return (
+        "### Compile time\n\n"
+        "Seconds of `relay_aot.compile` (CPU seconds, compilers included, in brackets), each in a "
+        f"fresh process with a private cache, median of {table_result['repeat']}: *first* into an "
+        "empty cache, *new module* with a warm cache (same kernels, other control code), *cache hit* "
+        "in a new process; against `relay.vm.compile` and, for static programs, `relay.build` "
+        "(`benchmarks/compile_time.py`). Ratios are of medians (CPU ratios in brackets); *load* is "
+        "the 1-minute load average.\n\n" + compile_time_table(table_result, markdown=True)
+    )
+
+
 def problems(result: dict) -> list[str]:
     """One line per executor that was n/a, wrong or crashed, with its reason (deduplicated)."""
     seen: dict[tuple[str, str, str], list[str]] = {}
@@ -223,6 +269,8 @@ def text_report(result: dict) -> str:
     parts = [caption(result)]
     parts += [setting_tables(s) for s in result["settings"]]
     parts.append(summary(result))
+    if result.get("compile_time", {}).get("programs"):
+        parts.append("Compile time (s; CPU s in brackets):\n" + compile_time_table(result["compile_time"]))
     issues = problems(result)
     if issues:
         parts.append("Not measured or wrong:\n" + "\n".join(f"  - {line}" for line in issues))
@@ -250,6 +298,9 @@ def markdown_report(result: dict, chart_name: Optional[str]) -> str:
         if "wall_s" in info:
             note += f"; this setting took {info['wall_s']:.0f} s"
         parts.append(f"### {info['label']}\n\n{note}.\n\n" + setting_tables(s, markdown=True))
+    compile_section = compile_time_section(result)
+    if compile_section:
+        parts.append(compile_section)
     issues = problems(result)
     if issues:
         parts.append("### Not measured or wrong\n\n" + "\n".join(f"- {line}" for line in issues))

@@ -1,16 +1,18 @@
 """Stage 5: compile generated C++ and TVM kernels into one shared library, with a cache.
 
 :func:`build_library` writes the sources into a fresh private directory, writes a
-``build.ninja`` (``ninja.py``) and runs the ``ninja`` of the PyPI package: the C++ units compile
-while TVM builds the kernels in this process; the link waits for both. The finished directory
-is published into the cache (``cache.py``) with an atomic ``rename``, under an ``fcntl.flock``
-lock per key, so concurrent processes build once and a build killed halfway leaves nothing that
-looks finished. The library's file name carries the key, because ``dlopen`` returns the
+``build.ninja`` (``ninja.py``) and runs the ``ninja`` of the PyPI package: the C++ units
+compile while TVM builds the kernels in this process (or their object file comes from the
+kernel cache, when a library with the same kernels was built before); the link waits for both.
+The finished directory is published into the cache (``cache.py``) with an atomic ``rename``,
+under an ``fcntl.flock`` lock per key, so concurrent processes build once and a build killed
+halfway leaves nothing that looks finished. The library's file name carries the key, because ``dlopen`` returns the
 already-loaded library for a path it has seen.
 
 The pieces, one concern each: ``toolchain.py`` (compiler, flags, commands), ``ninja.py`` (the
 ninja file and running it), ``pch.py`` (the precompiled header), ``cache.py`` (directories,
-atomic writes, locks, digests, the module index), ``progress.py`` (what a build prints).
+atomic writes, locks, digests, the module index, kernel objects), ``progress.py`` (what a
+build prints).
 
 Settings (``relay_aot.config``): ``CXX``, ``RELAY_AOT_CXXFLAGS``, ``RELAY_AOT_JOBS``,
 ``RELAY_AOT_PCH=0``, ``RELAY_AOT_CACHE_DIR``, ``RELAY_AOT_LOCK_TIMEOUT`` and
@@ -39,14 +41,17 @@ from .cache import (
     evict,
     index_key,
     keep_until_exit,
+    kernel_key,
     key_lock,
     library_intact,
     lookup_index,
+    lookup_kernels,
     move_locked,
     new_build_dir,
     package_digest,
     record_digest,
     record_index,
+    record_kernels,
     subdir,
     cache_root,
     sweep_tmp,
@@ -97,7 +102,9 @@ class BuildInputs:
     ``files`` are generated sources by name, ``units`` the ones to compile, ``blobs`` binary
     inputs by name (the constants), ``kernel_digest`` identifies the kernels, ``has_kernels``
     says whether there are any, and ``build_kernels`` writes their object file (called only on
-    a cache miss, while the C++ units compile).
+    a cache miss, while the C++ units compile). The cache keeps that object by
+    ``kernel_digest`` too, with ``kernel_identity()`` (the kernels' functions, exactly);
+    ``kernels_match(identity)`` checks a kept one before a new library links it.
     """
 
     model: str
@@ -107,6 +114,8 @@ class BuildInputs:
     kernel_digest: str
     has_kernels: bool
     build_kernels: KernelBuilder
+    kernel_identity: Callable[[], str]
+    kernels_match: Callable[[str], bool]
     flags: BuildFlags
     config: Config
 
@@ -159,6 +168,8 @@ class BuildStats:
 
     builds: int = 0  #: libraries compiled
     hits: int = 0  #: libraries found in the cache
+    kernel_builds: int = 0  #: kernel object files built with TVM
+    kernel_hits: int = 0  #: kernel object files taken from the cache for a new library
 
 
 stats = BuildStats()
@@ -187,8 +198,27 @@ def library_name(model: str, key: str) -> str:
     return f"{model}-{key[:24]}.so"
 
 
-def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, reporter: Reporter) -> None:
-    """Compile ``inputs`` in ``build_dir``: units (and a missing PCH) while TVM builds the kernels."""
+def _kernels(build_dir: Path, inputs: BuildInputs, root: Path, share: bool, reporter: Reporter) -> None:
+    """Write ``kernels.o`` into ``build_dir``: from the cache if the same kernels were built
+    before (``share``: the cache may be read and filled), else with TVM."""
+    obj = build_dir / "kernels.o"
+    key = kernel_key(inputs.kernel_digest) if share else None
+    if key is not None and lookup_kernels(root, key, obj, inputs.kernels_match):
+        stats.kernel_hits += 1
+        reporter.phase("kernels", "from the cache")
+        return
+    reporter.message("building the kernels with TVM")
+    inputs.build_kernels(obj, reporter.kernels)
+    stats.kernel_builds += 1
+    if key is not None:
+        record_kernels(root, key, obj, inputs.kernel_identity())
+    reporter.phase("kernels", "done")
+
+
+def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, reporter: Reporter,
+               share: bool) -> None:
+    """Compile ``inputs`` in ``build_dir``: units (and a missing PCH) while TVM builds the kernels
+    (or the cache provides them; ``share``: the cache may be read and filled)."""
     for name, text in inputs.files.items():
         (build_dir / name).write_text(text)
     for name, data in inputs.blobs.items():
@@ -203,9 +233,7 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
     units = NinjaRun(build_dir, jobs, ["objects"], reporter)
     try:
         if inputs.has_kernels:
-            reporter.message("building the kernels with TVM")
-            inputs.build_kernels(build_dir / "kernels.o", reporter.kernels)
-            reporter.phase("kernels", "done")
+            _kernels(build_dir, inputs, root, share, reporter)
         if units is not None:
             units.wait(build_dir)
             units = None
@@ -244,12 +272,13 @@ def _keep_failed(build_dir: Path, lock: Lock, root: Path, inputs: BuildInputs, k
     )
 
 
-def _build_in(root: Path, inputs: BuildInputs, key: str, library: str, reporter: Reporter) -> tuple[Path, Lock]:
+def _build_in(root: Path, inputs: BuildInputs, key: str, library: str, reporter: Reporter,
+              share: bool) -> tuple[Path, Lock]:
     """Build in a fresh directory under ``tmp/``; returns it and its lock. Failures are kept."""
     sweep_tmp(root)
     build_dir, lock = new_build_dir(root, key[:16])
     try:
-        _run_build(build_dir, inputs, library, root, reporter)
+        _run_build(build_dir, inputs, library, root, reporter, share)
     except CompileError as err:
         raise _keep_failed(build_dir, lock, root, inputs, key, err) from None
     except BaseException:
@@ -280,7 +309,7 @@ def build_library(inputs: BuildInputs, cache: bool = True, verbose: bool = False
     reporter = Reporter(verbose, progress_enabled(inputs.config, verbose))
     try:
         if not cache:
-            build_dir, lock = _build_in(root, inputs, key, library, reporter)
+            build_dir, lock = _build_in(root, inputs, key, library, reporter, share=False)
             keep_until_exit(build_dir, lock)
             return BuildResult(build_dir / library, key, False, build_dir)
 
@@ -293,7 +322,7 @@ def build_library(inputs: BuildInputs, cache: bool = True, verbose: bool = False
                 stats.hits += 1
                 reporter.message(f"cache hit: {final / library}")
                 return BuildResult(final / library, key, True, final)
-            build_dir, lock = _build_in(root, inputs, key, library, reporter)
+            build_dir, lock = _build_in(root, inputs, key, library, reporter, share=True)
             subdir(root, "lib", key[:2])
             try:
                 move_locked(build_dir, lock, final)

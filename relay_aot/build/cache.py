@@ -16,13 +16,17 @@ rules that keep it trustworthy:
   truncated or corrupted library (a full disk, a crash before the data reached the disk) is
   evicted and rebuilt instead of crashing ``dlopen``;
 * an index record may only name a library inside ``lib/``, by a relative path of the expected
-  form; anything else is ignored.
+  form; anything else is ignored;
+* a cached kernel object is used only if its digest and the functions recorded beside it match
+  (:func:`lookup_kernels`): a damaged or colliding entry is rebuilt, never linked.
 
 Layout::
 
     lib/<key[:2]>/<key>/     finished entries: <model>-<key[:24]>.so, its .sha256, its sources
     index/<k[:2]>/<k>.json   module key (Relay module, params, options) -> finished entry
     pch/<pch key>/           precompiled runtime headers (relay_aot/runtime.h{,.gch})
+    kernels/<k[:2]>/<k>.o    kernels' object files by kernel key (their content), with <k>.json:
+                             the object's digest and the primitive functions it was built from
     tmp/                     builds in progress (and cache=False builds of running processes)
     failed/<model>-<key[:16]>/   the sources and build.ninja of the last failed build of a key
     locks/                   one lock file per key (never deleted while the cache is in use)
@@ -57,7 +61,7 @@ from .toolchain import BuildFlags, runtime_sources_digest
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 #: The subdirectories of the cache root (see the module docstring).
-SUBDIRS = ("lib", "index", "pch", "tmp", "failed", "locks")
+SUBDIRS = ("lib", "index", "pch", "kernels", "tmp", "failed", "locks")
 
 #: Suffix of the side file holding a library's SHA-256 digest.
 DIGEST_SUFFIX = ".sha256"
@@ -148,7 +152,7 @@ def subdir(root: Path, *parts: str) -> Path:
 
 
 def clear_cache(config: Optional[Config] = None) -> None:
-    """Delete every cached library, precompiled header and failed build.
+    """Delete every cached library, kernel object, precompiled header and failed build.
 
     Libraries already loaded keep working. Builds running in other processes are left alone
     (as are the lock files, which those builds may hold).
@@ -156,7 +160,7 @@ def clear_cache(config: Optional[Config] = None) -> None:
     root = (config or Config.from_environment()).cache_dir
     if not root.exists():
         return
-    for name in ("index", "lib", "pch", "failed"):
+    for name in ("index", "lib", "kernels", "pch", "failed"):
         shutil.rmtree(root / name, ignore_errors=True)
     sweep_tmp(root)
 
@@ -423,3 +427,50 @@ def evict(root: Path, entry: Entry, timeout: float) -> None:
     """Remove a cache entry that turned out to be unusable (e.g. a truncated library)."""
     with key_lock(root, entry.key, timeout):
         shutil.rmtree(entry.directory, ignore_errors=True)
+
+
+# -- kernel objects: a new library with kernels built before builds no kernel -----------------------
+
+
+def kernel_key(kernel_digest: str) -> str:
+    """Key of a kernels' object file: their digest (functions, symbols, target, settings,
+    tuning) under this relay_aot's code and TVM. No C++ flag changes TVM's output."""
+    digest = hashlib.sha256()
+    for part in (f"relay_aot {__version__}", package_digest(), f"tvm {tvm.__version__}", kernel_digest):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _kernel_paths(root: Path, key: str) -> tuple[Path, Path]:
+    directory = subdir(root, "kernels", key[:2])
+    return directory / f"{key}.o", directory / f"{key}.json"
+
+
+def lookup_kernels(root: Path, key: str, dest: Path, same: Callable[[str], bool]) -> bool:
+    """Copy the kernel object of ``key`` to ``dest`` if it is cached, intact (its digest), and
+    ``same(identity)`` confirms it was built from the same functions; False otherwise.
+
+    The copy is what is checked, so an entry replaced meanwhile is never linked unchecked.
+    """
+    obj, record_path = _kernel_paths(root, key)
+    try:
+        record = json.loads(record_path.read_text())
+        digest, identity = record["digest"], record["identity"]
+        shutil.copyfile(obj, dest)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if not isinstance(identity, str) or file_digest(dest) != digest or not same(identity):
+        dest.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def record_kernels(root: Path, key: str, obj: Path, identity: str) -> None:
+    """Keep the kernel object ``obj`` under ``key`` with its digest and ``identity``.
+
+    Both files are written atomically, the record last; processes that build the same kernels
+    at once write the same entry, and a reader checks the object against the record's digest.
+    """
+    path, record_path = _kernel_paths(root, key)
+    write_atomic(path, obj)
+    write_atomic(record_path, json.dumps({"digest": file_digest(obj), "identity": identity}))

@@ -76,9 +76,12 @@ class PchBuild:
         self.command = flags.with_pch(None).pch_command(str(header), str(header) + ".gch")
         reporter.message("precompiling the runtime headers: " + command_line(self.command))
         reporter.phase("PCH", "building")
-        # A session of its own, so that discard() stops the compiler driver and cc1plus alike.
+        # A session of its own, so that discard() stops the compiler driver and cc1plus alike;
+        # at the lowest priority, so that the build that started it (its units and kernels,
+        # which do not use it) is not slowed down by it on a machine with few cores.
+        nice = shutil.which("nice")
         self.proc = subprocess.Popen(
-            self.command,
+            [nice, "-n", "19", *self.command] if nice else self.command,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

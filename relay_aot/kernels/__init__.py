@@ -7,7 +7,9 @@ TVM's process-wide TE compiler has named before, and so every symbol carries the
 
 Lowering through TVM's TE compiler (operator strategies, schedules, TIR) and the single
 ``tvm.build`` of all kernels into one object file happen only when a library is actually built:
-on a cache hit they are skipped.
+on a cache hit they are skipped, and so they are when only the library is new but its kernels
+were built before (the build cache keeps kernel object files by :meth:`KernelTable.digest`,
+checked against :meth:`KernelTable.identity` on a hit).
 """
 
 from __future__ import annotations
@@ -173,11 +175,41 @@ class KernelTable:
         return kernel
 
     def digest(self) -> str:
-        """Identifies the kernels (structure of each primitive function, symbols, target)."""
+        """Identifies the built kernels (structure of each primitive function, symbols, target):
+        their object file. Scalar kernels are left out: they are generated C++, in the sources.
+
+        Structural hashes cover constants' bytes, but are 64 bits: a kernel object found by
+        this digest is used only once :meth:`matches` has compared the functions themselves.
+        """
         parts = [str(self.target), self.config.output_key(), self.tuning]
         for kernel, func in zip(self.kernels, self._funcs):
-            parts.append(f"{kernel.symbol}:{tvm.ir.structural_hash(func)}")
+            if kernel.scalar is None:
+                parts.append(f"{kernel.symbol}:{tvm.ir.structural_hash(func)}")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def _built(self) -> list[relay.Function]:
+        """The primitive functions of the kernels that are built (not computed natively)."""
+        return [func for kernel, func in zip(self.kernels, self._funcs) if kernel.scalar is None]
+
+    def identity(self) -> str:
+        """The primitive functions of the built kernels, exactly (constants' bytes included), as
+        TVM's JSON: stored beside a cached kernel object and checked by :meth:`matches` on a hit."""
+        return tvm.ir.save_json(tvm.runtime.convert(self._built()))
+
+    def matches(self, identity: str) -> bool:
+        """Whether ``identity`` (an earlier :meth:`identity`) has structurally equal functions.
+
+        Never compares printed text: it rounds constants, and spans (source lines) differ
+        between modules with the same kernels.
+        """
+        try:
+            saved = tvm.ir.load_json(identity)
+        except (tvm.error.TVMError, ValueError):
+            return False
+        funcs = self._built()
+        if not isinstance(saved, tvm.ir.container.Array) or len(saved) != len(funcs):
+            return False
+        return all(tvm.ir.structural_equal(a, b) for a, b in zip(saved, funcs))
 
     def lower_all(self, progress: Optional[Callable[[int, int], None]] = None) -> tvm.IRModule:
         """TE-lower every kernel into one module of PrimFuncs named by kernel symbols.

@@ -120,6 +120,8 @@ def _build_and_load(
         kernel_digest=kernels.digest(),
         has_kernels=kernels.needs_build,
         build_kernels=kernels.write_object,
+        kernel_identity=kernels.identity,
+        kernels_match=kernels.matches,
         flags=flags,
         config=config,
     )
