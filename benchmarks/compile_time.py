@@ -43,7 +43,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The programs of the compile-time table of ``python -m benchmarks`` (names as for --programs).
-COMPILE_WORKLOADS = ["lstm", "gen50", "mlp_b1"]
+COMPILE_WORKLOADS = ["lstm", "gen50", "mlp_b1", "squeezenet"]
 
 #: What each measurement runs, in the order of a round (``cold`` only when asked for).
 MEASURES = ("first", "cold", "new", "hit", "vm", "build")
