@@ -41,6 +41,9 @@ ROOT = machine.ROOT
 #: Thread settings: the name on the command line and the value of TVM_NUM_THREADS (None: unset).
 THREAD_SETTINGS = {"default": None, "1": "1"}
 MAX_RESTARTS = 5
+#: A worker that writes nothing for this long (one executor preparing or timing one workload)
+#: is stopped, and the harness goes on without that pair: one stuck peer must not stall a run.
+STALL_LIMIT_S = 900
 
 
 def _csv(text: str, known: list[str], what: str) -> list[str]:
@@ -102,6 +105,24 @@ def make_options(args: argparse.Namespace) -> Options:
     return Options(target=args.target, budget=budget, kernel_budget=options.kernel_budget)
 
 
+def _run_watched(worker: subprocess.Popen, out: Path) -> tuple[int, bool]:
+    """Wait for ``worker``; kill it when ``out`` has not grown for :data:`STALL_LIMIT_S`.
+
+    Returns its exit status and whether it was stopped for stalling.
+    """
+    last = time.monotonic()
+    size = -1
+    while worker.poll() is None:
+        now_size = out.stat().st_size if out.exists() else 0
+        if now_size != size:
+            size, last = now_size, time.monotonic()
+        elif time.monotonic() - last > STALL_LIMIT_S:
+            worker.kill()
+            return worker.wait(), True
+        time.sleep(1.0)
+    return worker.returncode, False
+
+
 def _died(code: int) -> str:
     if code < 0:
         try:
@@ -150,7 +171,7 @@ def run_setting(
             command.append("--no-kernels")
         log_start = log.stat().st_size if log.exists() else 0
         with open(log, "a", encoding="utf-8") as stderr:
-            code = subprocess.call(command, cwd=ROOT, env=env, stderr=stderr)
+            code, stalled = _run_watched(subprocess.Popen(command, cwd=ROOT, env=env, stderr=stderr), out)
         current = None
         worker_error = None
         for line in out.read_text(encoding="utf-8").splitlines() if out.exists() else []:
@@ -169,9 +190,11 @@ def run_setting(
         if current is None or worker_error:
             raise SystemExit(f"benchmark worker ({name}) failed: {worker_error or _died(code)}; see {log}")
         workload, executor = current
-        print(f"  [{name}] {workload} / {executor}: {_died(code)}; restarting without it", flush=True)
+        print(f"  [{name}] {workload} / {executor}: {'stalled' if stalled else _died(code)}; restarting without it",
+              flush=True)
+        died = f"no result after {STALL_LIMIT_S} s, stopped" if stalled else _died(code)
         records.append({"workload": workload, "executor": executor, "status": "crashed",
-                        "reason": f"{_died(code)} (the harness went on without it)",
+                        "reason": f"{died} (the harness went on without it)",
                         "log_tail": _log_tail(log, log_start)})
         crashed.append(current)
     setting["wall_s"] = time.perf_counter() - start

@@ -204,3 +204,16 @@ def test_compile_time_table_measures_each_compile_and_renders_ratios():
     assert "| fib15 |" in text and "new / VM" in text and "n/a: RuntimeError: no" in text
     section = report.compile_time_section({"compile_time": table})
     assert section.startswith("### Compile time") and "relay.build" in section
+
+
+def test_a_stalled_worker_is_stopped(tmp_path, monkeypatch):
+    """A worker that writes nothing for the stall limit is killed and reported as stalled; one
+    that finishes is waited for."""
+    from benchmarks import cli
+
+    monkeypatch.setattr(cli, "STALL_LIMIT_S", 2)
+    out = tmp_path / "records.jsonl"
+    code, stalled = cli._run_watched(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]), out)
+    assert stalled and code != 0
+    code, stalled = cli._run_watched(subprocess.Popen([sys.executable, "-c", "pass"]), out)
+    assert (code, stalled) == (0, False)
