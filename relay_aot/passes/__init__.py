@@ -254,7 +254,7 @@ def _static_tensor(ty: relay.Type) -> bool:
 #: A layout change is kept when the tensors it transforms at run time hold at most this share
 #: of the multiply-accumulates of the convolutions and matrix products (one element moved
 #: against one multiply-accumulate; see :func:`alter_layout`).
-LAYOUT_TRANSFORM_SHARE = 1 / 64
+LAYOUT_TRANSFORM_SHARE = 1 / 32
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantIfPossible")
