@@ -27,7 +27,7 @@ from tvm import relay
 
 from ..errors import RelayAotError, UnsupportedError
 from .te_compiler_speed import cached_libinfo
-from .gradient_cleanup import cleanup
+from .gradient_cleanup import static_tensor, cleanup
 
 
 def reachable_globals(mod: tvm.IRModule, root: str = "main") -> list[relay.GlobalVar]:
@@ -238,17 +238,13 @@ def _multiply_accumulates(mod: tvm.IRModule) -> int:
         nonlocal total
         if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
             count = node.op.get_attr("FMacCount")
-            if count is not None and all(_static_tensor(arg.checked_type) for arg in [*node.args, node]):
+            if count is not None and all(static_tensor(arg.checked_type) for arg in [*node.args, node]):
                 total += int(count(node))
 
     for func in mod.functions.values():
         if isinstance(func, relay.Function):
             relay.analysis.post_order_visit(func, visit)
     return total
-
-
-def _static_tensor(ty: relay.Type) -> bool:
-    return isinstance(ty, relay.TensorType) and all(isinstance(d, tvm.tir.IntImm) for d in ty.shape)
 
 
 #: A layout change is kept when the tensors it transforms at run time hold at most this share

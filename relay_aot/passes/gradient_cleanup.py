@@ -44,12 +44,13 @@ from collections import defaultdict
 import tvm
 from tvm import relay
 
-def _static_tensor(ty: relay.Type) -> bool:
+def static_tensor(ty: relay.Type) -> bool:
+    """Whether ``ty`` is a tensor type with every extent known (no ``?``); the passes' one test."""
     return isinstance(ty, relay.TensorType) and all(isinstance(d, tvm.tir.IntImm) for d in ty.shape)
 
 
 def _same_static_type(a: relay.Type, b: relay.Type) -> bool:
-    return _static_tensor(a) and _static_tensor(b) and tvm.ir.structural_equal(a, b)
+    return static_tensor(a) and static_tensor(b) and tvm.ir.structural_equal(a, b)
 
 
 class _IdentityCollapseSums(relay.ExprMutator):
@@ -312,7 +313,7 @@ def _zero_pad(value: relay.Call, uses: _Uses):
     if not (isinstance(made, relay.Call) and isinstance(made.op, tvm.ir.Op) and made.op.name in ("zeros_like", "zeros")):
         return None
     out, piece = value.checked_type, update.checked_type
-    if not (_static_tensor(out) and _static_tensor(piece)) or out.dtype != piece.dtype:
+    if not (static_tensor(out) and static_tensor(piece)) or out.dtype != piece.dtype:
         return None
     dims, extents = [int(d) for d in out.shape], [int(d) for d in piece.shape]
     begin, end, strides = (_constant_ints(e, uses) for e in (begin, end, strides))
