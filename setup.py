@@ -4,7 +4,8 @@ Everything else is in pyproject.toml. The extension is required: it calls compil
 without TVM's ctypes FFI, runs the checks of compiled code (``runtime_cpp/relay_aot/check.h``)
 on values converted in Python, and makes the runtime ADTs relay_aot builds in Python, whose
 fields it frees without recursion. It compiles against relay_aot's C++ runtime headers and
-TVM's, which the TVM wheel ships (it is a build requirement, found without importing it).
+TVM's, which the TVM wheel ships (it is a build requirement, found without importing it), and
+with the runtime's out-of-line functions (``runtime_cpp/relay_aot/runtime.cc``).
 """
 
 import importlib.util
@@ -21,7 +22,7 @@ setup(
     ext_modules=[
         Pybind11Extension(
             "relay_aot.runtime._fastcall",
-            ["relay_aot/runtime/_fastcall.cc"],
+            ["relay_aot/runtime/_fastcall.cc", "runtime_cpp/relay_aot/runtime.cc"],
             cxx_std=17,
             include_dirs=_INCLUDES,
             define_macros=[("DMLC_USE_LOGGING_LIBRARY", "<tvm/runtime/logging.h>")],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -189,7 +190,9 @@ def test_four_processes_compiling_at_once_build_once(env):
     assert len({r["library"] for r in reports}) == 1
     assert sorted(r["cached"] for r in reports) == [False, True, True, True]
     assert len(env.calls("link")) == 1
-    assert len(env.calls("compile")) == len(list(Path(reports[0]["library"]).parent.glob("unit*.cc")))
+    build.wait_for_background()
+    units = [c for c in env.calls("compile") if RUNTIME_OBJECT_COMPILE not in c]
+    assert len(units) == len(list(Path(reports[0]["library"]).parent.glob("unit*.cc")))
 
 
 def test_build_killed_midway_leaves_nothing_finished(env):
@@ -250,6 +253,7 @@ def test_waiting_for_a_lock_times_out_naming_the_lock_file(env, monkeypatch):
         with pytest.raises(relay_aot.CompileError, match="timed out") as info:
             compile_salted(8.0)
     assert str(lock_path) in str(info.value)
+    build.wait_for_background()  # the runtime object the first build left to compile
     assert list((env.cache / "tmp").iterdir()) == []
 
 
@@ -305,6 +309,40 @@ def test_precompiled_header(env, monkeypatch, capsys):
     gch.write_bytes(b"not a precompiled header")  # unusable: GCC reads the real header
     compile_salted(14.0)
     assert len(env.calls("pch")) == 1
+
+
+#: The compiler call that compiles the runtime object (in the background, once per toolchain).
+RUNTIME_OBJECT_COMPILE = "relay_aot/runtime.cc -o "
+
+
+def test_the_runtime_object_is_compiled_once_and_linked_only_when_intact(env, monkeypatch, capsys):
+    monkeypatch.setenv("RELAY_AOT_PCH", "1")
+    compile_salted(15.0)
+    first = env.calls("compile")
+    # No runtime object yet: the units include the runtime source, inline.
+    units = [c for c in first if " -c unit" in c]
+    assert units and all("-DRELAY_AOT_RUNTIME_LINKAGE=inline -include" in c for c in units)
+    build.wait_for_background()
+    assert len([c for c in env.calls("compile") if RUNTIME_OBJECT_COMPILE in c]) == 1
+    (obj,) = (env.cache / "runtime").rglob("*.o")
+
+    before = len(env.calls("compile"))
+    compile_salted(15.5)
+    later = env.calls("compile")[before:]
+    assert later and not any("runtime.cc" in c for c in later)
+    assert " runtime.o " in env.calls("link")[-1]
+
+    obj.write_bytes(b"not an object file")  # damaged: never linked, compiled again
+    compile_salted(16.0)
+    assert "-include" in env.calls("compile")[-1] and " runtime.o " not in env.calls("link")[-1]
+    build.wait_for_background()
+    assert len([c for c in env.calls("compile") if RUNTIME_OBJECT_COMPILE in c]) == 2
+
+    # The PCH stays valid for units that include the runtime source.
+    shutil.rmtree(env.cache / "runtime")
+    compile_salted(16.5, verbose=True)
+    assert "[-Winvalid-pch]" not in capsys.readouterr().err
+    build.wait_for_background()
 
 
 def test_an_interrupted_build_publishes_nothing(env, monkeypatch):

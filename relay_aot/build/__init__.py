@@ -11,8 +11,9 @@ already-loaded library for a path it has seen.
 
 The pieces, one concern each: ``toolchain.py`` (compiler, flags, commands), ``ninja.py`` (the
 ninja file and running it), ``pch.py`` (the precompiled header), ``cache.py`` (directories,
-atomic writes, locks, digests, the module index, kernel objects), ``progress.py`` (what a
-build prints).
+atomic writes, locks, digests, the module index, kernel and runtime objects), ``progress.py``
+(what a build prints). The runtime's out-of-line functions (``runtime_cpp/relay_aot/runtime.cc``)
+are compiled once per toolchain into a cached object that every library links.
 
 Settings (``relay_aot.config``): ``CXX``, ``RELAY_AOT_CXXFLAGS``, ``RELAY_AOT_JOBS``,
 ``RELAY_AOT_PCH=0``, ``RELAY_AOT_CACHE_DIR``, ``RELAY_AOT_LOCK_TIMEOUT`` and
@@ -45,22 +46,32 @@ from .cache import (
     key_lock,
     library_intact,
     lookup_index,
-    lookup_kernels,
+    lookup_object,
     move_locked,
     new_build_dir,
     package_digest,
     record_digest,
     record_index,
-    record_kernels,
+    record_object,
     subdir,
     cache_root,
     sweep_tmp,
     write_atomic,
 )
 from .ninja import NinjaRun, ninja_binary, ninja_file
-from .pch import PchBuild, pch_directory, wait_for_background
+from .pch import PchBuild, RuntimeObjectBuild, pch_directory, wait_for_background
 from .progress import Reporter, progress_enabled
-from .toolchain import BuildFlags, command_line, compiler_version, object_name, runtime_sources_digest
+from .toolchain import (
+    RUNTIME_OBJECT,
+    RUNTIME_SOURCE,
+    BuildFlags,
+    command_line,
+    compiler_version,
+    object_name,
+    runtime_include_dir,
+    runtime_object_identity,
+    runtime_sources_digest,
+)
 
 __all__ = [
     "BuildFlags",
@@ -170,6 +181,7 @@ class BuildStats:
     hits: int = 0  #: libraries found in the cache
     kernel_builds: int = 0  #: kernel object files built with TVM
     kernel_hits: int = 0  #: kernel object files taken from the cache for a new library
+    runtime_builds: int = 0  #: runtime objects compiled (once per toolchain and cache)
 
 
 stats = BuildStats()
@@ -203,7 +215,7 @@ def _kernels(build_dir: Path, inputs: BuildInputs, root: Path, share: bool, repo
     before (``share``: the cache may be read and filled), else with TVM."""
     obj = build_dir / "kernels.o"
     key = kernel_key(inputs.kernel_digest) if share else None
-    if key is not None and lookup_kernels(root, key, obj, inputs.kernels_match):
+    if key is not None and lookup_object(root, "kernels", key, obj, inputs.kernels_match):
         stats.kernel_hits += 1
         reporter.phase("kernels", "from the cache")
         return
@@ -211,25 +223,46 @@ def _kernels(build_dir: Path, inputs: BuildInputs, root: Path, share: bool, repo
     inputs.build_kernels(obj, reporter.kernels)
     stats.kernel_builds += 1
     if key is not None:
-        record_kernels(root, key, obj, inputs.kernel_identity())
+        record_object(root, "kernels", key, obj, inputs.kernel_identity())
     reporter.phase("kernels", "done")
+
+
+def _runtime_object(build_dir: Path, flags: BuildFlags, root: Path, reporter: Reporter,
+                    ) -> tuple[Optional[str], Optional[RuntimeObjectBuild]]:
+    """Put the runtime object into ``build_dir`` from the cache and return (None, None); if the
+    cache has none for this toolchain, return the runtime source for the first unit to include,
+    and the background compile of the object for later builds (None if another process runs it).
+
+    Like the PCH, it belongs to the toolchain, not to one library: every build (cache=False
+    ones too) reads and fills it. A damaged or mismatching entry is compiled again.
+    """
+    identity = runtime_object_identity(flags)
+    key = hashlib.sha256(identity.encode()).hexdigest()
+    if lookup_object(root, "runtime", key, build_dir / RUNTIME_OBJECT, identity.__eq__):
+        return None, None
+    stats.runtime_builds += 1
+    return str(runtime_include_dir() / RUNTIME_SOURCE), RuntimeObjectBuild.start(flags, root, reporter, key, identity)
 
 
 def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, reporter: Reporter,
                share: bool) -> None:
-    """Compile ``inputs`` in ``build_dir``: units (and a missing PCH) while TVM builds the kernels
-    (or the cache provides them; ``share``: the cache may be read and filled)."""
+    """Compile ``inputs`` in ``build_dir``: units (and a missing PCH and runtime object) while
+    TVM builds the kernels (or the cache provides them; ``share``: the cache may be read and
+    filled)."""
     for name, text in inputs.files.items():
         (build_dir / name).write_text(text)
     for name, data in inputs.blobs.items():
         (build_dir / name).write_bytes(data)
     headers = [n for n in list(inputs.files) + list(inputs.blobs) if n not in inputs.units]
-    (build_dir / "build.ninja").write_text(ninja_file(inputs.flags, inputs.units, headers, inputs.has_kernels, library))
+    # What the toolchain's builds share and this one lacks is compiled beside it, for the next
+    # ones: waiting for a missing PCH or runtime object would cost the first compile more.
+    runtime_source, runtime = _runtime_object(build_dir, inputs.flags, root, reporter)
+    background = [b for b in (PchBuild.start(inputs.flags, root, reporter), runtime) if b is not None]
+    (build_dir / "build.ninja").write_text(
+        ninja_file(inputs.flags, inputs.units, headers, inputs.has_kernels, library, runtime_source)
+    )
     stats.builds += 1
     jobs = inputs.config.jobs
-    # A missing PCH is built beside this build, for the next ones: waiting for it would cost
-    # the first compile more than its units lose by reading the real headers.
-    pch = PchBuild.start(inputs.flags, root, reporter)
     units = NinjaRun(build_dir, jobs, ["objects"], reporter)
     try:
         if inputs.has_kernels:
@@ -245,12 +278,11 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
         for leftover in build_dir.glob("*.o"):
             leftover.unlink()
         record_digest(build_dir / library)
-        if pch is not None:
-            pch.finish_in_background()
-            pch = None
+        while background:
+            background.pop().finish_in_background()
     finally:
-        if pch is not None:
-            pch.discard()
+        for unfinished in background:
+            unfinished.discard()
         if units is not None:
             units.kill()
 

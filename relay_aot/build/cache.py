@@ -18,7 +18,8 @@ rules that keep it trustworthy:
 * an index record may only name a library inside ``lib/``, by a relative path of the expected
   form; anything else is ignored;
 * a cached kernel object is used only if its digest and the functions recorded beside it match
-  (:func:`lookup_kernels`): a damaged or colliding entry is rebuilt, never linked.
+  (:func:`lookup_object`): a damaged or colliding entry is rebuilt, never linked; the runtime
+  object is kept and checked the same way.
 
 Layout::
 
@@ -27,6 +28,8 @@ Layout::
     pch/<pch key>/           precompiled runtime headers (relay_aot/runtime.h{,.gch})
     kernels/<k[:2]>/<k>.o    kernels' object files by kernel key (their content), with <k>.json:
                              the object's digest and the primitive functions it was built from
+    runtime/<k[:2]>/<k>.o    the runtime object (runtime_cpp/relay_aot/runtime.cc) by toolchain
+                             and runtime sources, with <k>.json: its digest and toolchain
     tmp/                     builds in progress (and cache=False builds of running processes)
     failed/<model>-<key[:16]>/   the sources and build.ninja of the last failed build of a key
     locks/                   one lock file per key (never deleted while the cache is in use)
@@ -61,7 +64,7 @@ from .toolchain import BuildFlags, runtime_sources_digest
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 #: The subdirectories of the cache root (see the module docstring).
-SUBDIRS = ("lib", "index", "pch", "kernels", "tmp", "failed", "locks")
+SUBDIRS = ("lib", "index", "pch", "kernels", "runtime", "tmp", "failed", "locks")
 
 #: Suffix of the side file holding a library's SHA-256 digest.
 DIGEST_SUFFIX = ".sha256"
@@ -152,7 +155,7 @@ def subdir(root: Path, *parts: str) -> Path:
 
 
 def clear_cache(config: Optional[Config] = None) -> None:
-    """Delete every cached library, kernel object, precompiled header and failed build.
+    """Delete every cached library, kernel and runtime object, precompiled header and failed build.
 
     Libraries already loaded keep working. Builds running in other processes are left alone
     (as are the lock files, which those builds may hold).
@@ -160,7 +163,7 @@ def clear_cache(config: Optional[Config] = None) -> None:
     root = (config or Config.from_environment()).cache_dir
     if not root.exists():
         return
-    for name in ("index", "lib", "kernels", "pch", "failed"):
+    for name in ("index", "lib", "kernels", "runtime", "pch", "failed"):
         shutil.rmtree(root / name, ignore_errors=True)
     sweep_tmp(root)
 
@@ -429,7 +432,7 @@ def evict(root: Path, entry: Entry, timeout: float) -> None:
         shutil.rmtree(entry.directory, ignore_errors=True)
 
 
-# -- kernel objects: a new library with kernels built before builds no kernel -----------------------
+# -- object files: kernels built before, and the runtime object -------------------------------------
 
 
 def kernel_key(kernel_digest: str) -> str:
@@ -441,18 +444,19 @@ def kernel_key(kernel_digest: str) -> str:
     return digest.hexdigest()
 
 
-def _kernel_paths(root: Path, key: str) -> tuple[Path, Path]:
-    directory = subdir(root, "kernels", key[:2])
+def _object_paths(root: Path, kind: str, key: str) -> tuple[Path, Path]:
+    directory = subdir(root, kind, key[:2])
     return directory / f"{key}.o", directory / f"{key}.json"
 
 
-def lookup_kernels(root: Path, key: str, dest: Path, same: Callable[[str], bool]) -> bool:
-    """Copy the kernel object of ``key`` to ``dest`` if it is cached, intact (its digest), and
-    ``same(identity)`` confirms it was built from the same functions; False otherwise.
+def lookup_object(root: Path, kind: str, key: str, dest: Path, same: Callable[[str], bool]) -> bool:
+    """Copy the object file of ``key`` (``kind``: "kernels" or "runtime") to ``dest`` if it is
+    cached, intact (its digest), and ``same(identity)`` confirms it was built from the same
+    inputs; False otherwise.
 
     The copy is what is checked, so an entry replaced meanwhile is never linked unchecked.
     """
-    obj, record_path = _kernel_paths(root, key)
+    obj, record_path = _object_paths(root, kind, key)
     try:
         record = json.loads(record_path.read_text())
         digest, identity = record["digest"], record["identity"]
@@ -465,12 +469,12 @@ def lookup_kernels(root: Path, key: str, dest: Path, same: Callable[[str], bool]
     return True
 
 
-def record_kernels(root: Path, key: str, obj: Path, identity: str) -> None:
-    """Keep the kernel object ``obj`` under ``key`` with its digest and ``identity``.
+def record_object(root: Path, kind: str, key: str, obj: Path, identity: str) -> None:
+    """Keep the object file ``obj`` under ``key`` with its digest and ``identity``.
 
-    Both files are written atomically, the record last; processes that build the same kernels
+    Both files are written atomically, the record last; processes that build the same object
     at once write the same entry, and a reader checks the object against the record's digest.
     """
-    path, record_path = _kernel_paths(root, key)
+    path, record_path = _object_paths(root, kind, key)
     write_atomic(path, obj)
     write_atomic(record_path, json.dumps({"digest": file_digest(obj), "identity": identity}))

@@ -1,8 +1,11 @@
-"""The precompiled runtime header, shared by every build with the same compiler and flags.
+"""What a toolchain's builds share, compiled in the background: the precompiled header and the
+runtime object.
 
 A precompiled header of ``relay_aot/runtime.h`` (TVM's runtime headers and ours) is used through
 ``-include`` from a directory that comes first on the include path; when it is missing or
-unusable GCC silently reads the real header, so it can only make a build faster.
+unusable GCC silently reads the real header, so it can only make a build faster. The runtime
+object (``relay_aot/runtime.cc``: the runtime's out-of-line functions) is linked into every
+library; a build that finds none compiles those functions into its first unit.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from typing import Optional
 import tvm
 
 from ..config import Config
-from .cache import Lock, key_lock, move_locked, new_build_dir, private_dir
+from .cache import Lock, key_lock, move_locked, new_build_dir, private_dir, record_object
 from .progress import Reporter
 from .toolchain import (
     PCH_HEADER,
+    RUNTIME_OBJECT,
+    RUNTIME_SOURCE,
     BuildFlags,
     command_line,
     compiler_is_gcc,
@@ -53,7 +58,78 @@ def pch_directory(flags: BuildFlags, config: Config) -> Optional[Path]:
     return config.cache_dir / "pch" / digest.hexdigest()[:32]
 
 
-class PchBuild:
+class BackgroundCompile:
+    """One compiler run for later builds: at the lowest priority, published when it succeeds.
+
+    The build that creates it does not wait for it (its units do not use what it makes): it
+    starts at once (:meth:`launch`) or when that build is done, and is published in the
+    background (:meth:`finish_in_background`); the process waits for it on exit
+    (:func:`wait_for_background`), so a short-lived process still leaves it behind. A failure
+    only costs speed: nothing is published, and later builds try again.
+    """
+
+    def __init__(self, command: list[str], work: Path, work_lock: Lock, lock: Lock, reporter: Reporter, what: str):
+        self.command = command
+        self.work, self.work_lock, self.lock = work, work_lock, lock
+        self.reporter = reporter
+        self.what = what
+        self.proc: Optional[subprocess.Popen] = None
+
+    def launch(self) -> None:
+        """Start the compiler."""
+        self.reporter.message(f"{self.what}: " + command_line(self.command))
+        self.reporter.phase(self.what, "building")
+        # A session of its own, so that discard() stops the compiler driver and cc1plus alike;
+        # at the lowest priority, so that a build running meanwhile is slowed down as little
+        # as a machine with few cores allows.
+        nice = shutil.which("nice")
+        self.proc = subprocess.Popen(
+            [nice, "-n", "19", *self.command] if nice else self.command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+
+    def publish(self) -> None:
+        """Make the finished output available to later builds (the compiler succeeded)."""
+        raise NotImplementedError
+
+    def finish_in_background(self) -> None:
+        """Publish the output when the compiler is done (starting it first if it was not
+        started yet), without waiting for it here."""
+        self.reporter.phase(self.what, "continues in the background")
+        if self.proc is None:
+            self.launch()
+        thread = threading.Thread(target=self._publish, name="relay_aot-background", daemon=True)
+        with _pending_lock:
+            if not _pending:
+                atexit.register(wait_for_background)
+            _pending.append(thread)
+        thread.start()
+
+    def _publish(self) -> None:
+        try:
+            assert self.proc is not None
+            self.proc.communicate()
+            if self.proc.returncode == 0:
+                self.publish()
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Stop the compiler if it runs, and remove the work directory and locks."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.communicate()
+        if self.work.exists():
+            shutil.rmtree(self.work, ignore_errors=True)
+        self.work_lock.release()
+        self.lock.release()
+
+
+class PchBuild(BackgroundCompile):
     """Builds a missing precompiled header in the background and publishes it atomically.
 
     Only one process builds a given PCH (a non-blocking lock); others compile without it
@@ -65,29 +141,15 @@ class PchBuild:
 
     def __init__(self, flags: BuildFlags, root: Path, reporter: Reporter, lock: Lock):
         self.final = Path(flags.pch_dir)  # type: ignore[arg-type]
-        self.reporter = reporter
-        self.lock = lock
-        self.work, self.work_lock = new_build_dir(root, "pch")
-        header = self.work / PCH_HEADER
+        work, work_lock = new_build_dir(root, "pch")
+        header = work / PCH_HEADER
         header.parent.mkdir(mode=0o700)
         # The stub names the real header by absolute path: if GCC rejects the .gch it reads
         # the stub, which must then still find the runtime.
         header.write_text(f'#include "{runtime_include_dir() / PCH_HEADER}"\n')
-        self.command = flags.with_pch(None).pch_command(str(header), str(header) + ".gch")
-        reporter.message("precompiling the runtime headers: " + command_line(self.command))
-        reporter.phase("PCH", "building")
-        # A session of its own, so that discard() stops the compiler driver and cc1plus alike;
-        # at the lowest priority, so that the build that started it (its units and kernels,
-        # which do not use it) is not slowed down by it on a machine with few cores.
-        nice = shutil.which("nice")
-        self.proc = subprocess.Popen(
-            [nice, "-n", "19", *self.command] if nice else self.command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
+        command = flags.with_pch(None).pch_command(str(header), str(header) + ".gch")
+        super().__init__(command, work, work_lock, lock, reporter, "precompiling the runtime headers")
+        self.launch()
 
     @classmethod
     def start(cls, flags: BuildFlags, root: Path, reporter: Reporter) -> Optional["PchBuild"]:
@@ -106,49 +168,53 @@ class PchBuild:
             lock.release()
             raise
 
-    def finish_in_background(self) -> None:
-        """Publish the PCH when the compiler is done, without waiting for it here: the build
-        that started it did not use it, the next one will. The process waits for it on exit
-        (:func:`wait_for_background`), so a short-lived process still leaves it behind."""
-        self.reporter.phase("PCH", "continues in the background")
-        thread = threading.Thread(target=self._publish, name="relay_aot-pch", daemon=True)
-        with _pending_lock:
-            if not _pending:
-                atexit.register(wait_for_background)
-            _pending.append(thread)
-        thread.start()
+    def publish(self) -> None:
+        private_dir(self.final.parent)
+        shutil.rmtree(self.final, ignore_errors=True)  # an unusable earlier one
+        move_locked(self.work, self.work_lock, self.final)
 
-    def _publish(self) -> None:
-        """Wait for the compiler and publish the PCH (a failure only costs speed: the units
-        then read the real headers and report any error in them themselves)."""
+
+class RuntimeObjectBuild(BackgroundCompile):
+    """Compiles the runtime object (``runtime_cpp/relay_aot/runtime.cc``) for later builds.
+
+    A build that finds none in the cache includes the runtime source into its units instead,
+    with inline linkage (each unit generates only the runtime functions it uses, as fast as
+    before there was a runtime object; compiling the whole object first would put a second
+    compile on the first build's critical path), and this for the builds after it, once its
+    library is built: on two cores even a compiler at the lowest priority slowed the first
+    build down by a third.
+    """
+
+    def __init__(self, flags: BuildFlags, root: Path, reporter: Reporter, lock: Lock, key: str, identity: str):
+        self.root, self.key, self.identity = root, key, identity
+        work, work_lock = new_build_dir(root, "runtime")
+        self.output = work / RUNTIME_OBJECT
+        command = flags.compile_command(str(runtime_include_dir() / RUNTIME_SOURCE), str(self.output))
+        super().__init__(command, work, work_lock, lock, reporter, "compiling the runtime object")
+
+    @classmethod
+    def start(cls, flags: BuildFlags, root: Path, reporter: Reporter, key: str, identity: str) -> Optional["RuntimeObjectBuild"]:
+        """Start compiling the runtime object of ``key`` unless another process does."""
+        lock = key_lock(root, f"runtime-{key[:32]}", 0)
+        if not lock.try_acquire():
+            return None
         try:
-            self.proc.communicate()
-            if self.proc.returncode != 0:
-                return
-            private_dir(self.final.parent)
-            shutil.rmtree(self.final, ignore_errors=True)  # an unusable earlier one
-            move_locked(self.work, self.work_lock, self.final)
-        finally:
-            self.discard()
+            return cls(flags, root, reporter, lock, key, identity)
+        except BaseException:
+            lock.release()
+            raise
 
-    def discard(self) -> None:
-        """Stop the compiler if it runs, and remove the work directory and locks."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.communicate()
-        if self.work.exists():
-            shutil.rmtree(self.work, ignore_errors=True)
-        self.work_lock.release()
-        self.lock.release()
+    def publish(self) -> None:
+        record_object(self.root, "runtime", self.key, self.output, self.identity)
 
 
-#: PCH builds publishing in the background (finish_in_background)
+#: Background compiles publishing their output (finish_in_background)
 _pending: list[threading.Thread] = []
 _pending_lock = threading.Lock()
 
 
 def wait_for_background() -> None:
-    """Wait until every precompiled header this process started is published (or failed)."""
+    """Wait until every background compile this process started is published (or failed)."""
     while True:
         with _pending_lock:
             if not _pending:

@@ -25,6 +25,13 @@ from ..errors import CompileError
 #: The header every unit includes first; precompiled when the compiler supports it.
 PCH_HEADER = "relay_aot/runtime.h"
 
+#: The runtime's out-of-line functions (under runtime_include_dir()), compiled once per toolchain
+#: into the runtime object every library links (cached like the precompiled header).
+RUNTIME_SOURCE = "relay_aot/runtime.cc"
+
+#: The runtime object's name in a build directory.
+RUNTIME_OBJECT = "runtime.o"
+
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -66,6 +73,12 @@ def _compiler_info(cxx: str) -> tuple[str, str]:
     except (OSError, subprocess.SubprocessError) as err:
         raise CompileError(f"cannot run the C++ compiler {path}: {err}") from None
     return os.path.realpath(path), out
+
+
+def runtime_object_identity(flags: "BuildFlags") -> str:
+    """What the runtime object is built from: the toolchain (without the PCH, which only makes
+    compiling it faster), the runtime sources and TVM. Its cache key is this text's hash."""
+    return "\n".join([flags.with_pch(None).identity(), runtime_sources_digest(), f"tvm {tvm.__version__}"])
 
 
 def compiler_version(cxx: str) -> str:
@@ -157,12 +170,15 @@ class BuildFlags:
         """These flags, compiling with the precompiled header in ``pch_dir`` (None: without)."""
         return dataclasses.replace(self, pch_dir=str(pch_dir) if pch_dir is not None else None)
 
-    def compile_command(self, source: str, output: str) -> list[str]:
-        """The command compiling ``source`` to the object ``output`` (in the build directory)."""
+    def compile_command(self, source: str, output: str, prelude: Optional[str] = None) -> list[str]:
+        """The command compiling ``source`` to the object ``output`` (in the build directory);
+        ``prelude``, the runtime source, is included with inline linkage when the build has no
+        runtime object to link (each unit then generates the runtime functions it uses)."""
         # The PCH directory must come before runtime_cpp on the include path: GCC looks for
         # name.gch next to each candidate header, and uses the first header it finds.
         pch = ["-I" + self.pch_dir, "-Winvalid-pch", "-include", PCH_HEADER] if self.pch_dir else []
-        return [self.cxx, *pch, *self.cxxflags, "-c", source, "-o", output]
+        extra = ["-DRELAY_AOT_RUNTIME_LINKAGE=inline", "-include", prelude] if prelude else []
+        return [self.cxx, *pch, *extra, *self.cxxflags, "-c", source, "-o", output]
 
     def pch_command(self, header: str, output: str) -> list[str]:
         """The command precompiling ``header`` into ``output`` (same flags as every unit)."""

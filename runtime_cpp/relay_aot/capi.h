@@ -36,10 +36,7 @@
 namespace relay_aot {
 
 /*! \brief The calling thread's message of the last failed C API call ("" before any failure). */
-inline std::string& c_error_text() {
-  thread_local std::string text;
-  return text;
-}
+std::string& c_error_text();
 
 /*! \brief The C string `tvmgen_<model>_last_error` returns; valid until the thread's next failure. */
 inline const char* c_last_error() { return c_error_text().c_str(); }
@@ -62,14 +59,10 @@ inline int32_t c_call(void (*run)(const Inputs*, const Outputs*), const Inputs* 
 }
 
 /*! \brief Raise the C API's error for a null pointer where \p what must be given. */
-inline void c_require(const void* pointer, const char* what) {
-  if (pointer == nullptr) raise_type_error(std::string(what) + " is NULL");
-}
+void c_require(const void* pointer, const char* what);
 
 /*! \brief A shape that lives as long as the program (generated code keeps one per parameter). */
-inline const ShapeTuple& leaked_shape(std::initializer_list<int64_t> dims) {
-  return *new ShapeTuple(std::vector<int64_t>(dims));  // never destroyed: no destructor at exit
-}
+const ShapeTuple& leaked_shape(std::initializer_list<int64_t> dims);
 
 namespace detail {
 
@@ -81,17 +74,7 @@ inline void delete_view(Object* obj) { delete static_cast<NDArray::Container*>(o
  * \brief The caller's input buffer \p data as a tensor of \p shape and \p dtype: a view of the
  *        buffer when it is 64-byte aligned, else an aligned copy. \p what names the parameter.
  */
-inline NDArray c_input(const void* data, const ShapeTuple& shape, DLDataType dtype, const char* what) {
-  c_require(data, what);
-  if (reinterpret_cast<uintptr_t>(data) % detail::kAlignment != 0) {
-    NDArray copy = alloc_tensor(shape, dtype);
-    std::memcpy(arg(copy)->data, data, tvm::runtime::GetDataSize(*arg(copy)));
-    return copy;
-  }
-  auto* view = new NDArray::Container(const_cast<void*>(data), shape, dtype, kDevice);
-  view->SetDeleter(&detail::delete_view);
-  return adopt<NDArray>(view);
-}
+NDArray c_input(const void* data, const ShapeTuple& shape, DLDataType dtype, const char* what);
 
 /*! \brief The caller's 0-d input \p data as a native scalar (any alignment). */
 template <typename T>
@@ -103,12 +86,7 @@ inline T c_scalar(const void* data, const char* what) {
 }
 
 /*! \brief Copy result tensor \p tensor (of \p nbytes bytes, by its static type) to \p out. */
-inline void c_output(const ObjectRef& tensor, void* out, size_t nbytes, const char* what) {
-  c_require(out, what);
-  const DLTensor* t = arg(tensor);
-  // memmove: a result may be an input, and a caller may pass the same buffer for both.
-  std::memmove(out, static_cast<const char*>(t->data) + t->byte_offset, nbytes);
-}
+void c_output(const ObjectRef& tensor, void* out, size_t nbytes, const char* what);
 
 /*! \brief Store native scalar result \p value to \p out. */
 template <typename T>
@@ -122,14 +100,7 @@ inline void c_output_scalar(T value, void* out, const char* what) {
  *        module context the loader stores; the functions kernels look up (`tvm.contrib.*`
  *        extern calls) are global ones, found the same way the module would find them.
  */
-inline int get_func_from_env(void* /*module_context*/, const char* name, TVMFunctionHandle* out) {
-  if (TVMFuncGetGlobal(name, out) != 0) return -1;
-  if (*out == nullptr) {
-    TVMAPISetLastError((std::string("cannot find the global function ") + name).c_str());
-    return -1;
-  }
-  return 0;
-}
+int get_func_from_env(void* /*module_context*/, const char* name, TVMFunctionHandle* out);
 
 }  // namespace relay_aot
 

@@ -41,33 +41,7 @@ using tvm::runtime::TVMRetValue;
  *        a 0-d tensor is expected becomes one of the expected dtype (see scalar_of_dtype for
  *        which kinds of number fit which dtypes).
  */
-inline ObjectRef object_from_arg(const TVMArgValue& arg, const std::string& what, const TypeDesc& expected) {
-  switch (arg.type_code()) {
-    case kTVMNDArrayHandle:
-    case kTVMObjectHandle:
-    case kTVMObjectRValueRefArg:
-    case kTVMPackedFuncHandle:
-      return arg.operator ObjectRef();
-    case kTVMDLTensorHandle: {
-      DLTensor* tensor = arg.operator DLTensor*();
-      return NDArray::NewFromDLTensor(tensor, tensor->device);
-    }
-    case kDLInt:
-    case kDLFloat:
-    case kTVMArgBool:
-      if (expected.kind == Kind::kTensor && expected.ndim == 0) {
-        const int code = arg.type_code();
-        const NumberKind kind = code == kDLFloat ? NumberKind::kFloat : code == kDLInt ? NumberKind::kInt : NumberKind::kBool;
-        return scalar_of_dtype(expected.dtype, kind, code == kDLFloat ? arg.value().v_float64 : 0.0,
-                               code == kDLFloat ? 0 : arg.value().v_int64, what.c_str());
-      }
-      [[fallthrough]];
-    default:
-      raise_type_error(what + ": expected " + expected.text +
-                       ", got a value that is not a tensor, tuple, ADT or function (TVM type code " +
-                       std::to_string(arg.type_code()) + ")");
-  }
-}
+ObjectRef object_from_arg(const TVMArgValue& arg, const std::string& what, const TypeDesc& expected);
 
 /*! \brief The closure object all generated closure classes derive from. */
 class ClosureObj : public PackedFuncObj {
@@ -108,21 +82,7 @@ class ClosureObj : public PackedFuncObj {
 
  private:
   /*! \brief The packed view of the closure, used by Python and other foreign callers. */
-  static void CallPacked(const PackedFuncObj* obj, TVMArgs args, TVMRetValue* rv) {
-    const auto* self = static_cast<const ClosureObj*>(obj);
-    if (args.size() != self->arity) {
-      raise_type_error("closure takes " + std::to_string(self->arity) + " arguments, got " +
-                       std::to_string(args.size()));
-    }
-    std::vector<ObjectRef> values;
-    values.reserve(args.size());
-    for (int i = 0; i < args.size(); ++i) {
-      std::string what = "closure argument " + std::to_string(i);
-      values.push_back(object_from_arg(args[i], what, self->types[self->param_types[i]]));
-      check_value(values.back(), self->param_types[i], self->types, what);
-    }
-    *rv = self->entry(self, values.data());
-  }
+  static void CallPacked(const PackedFuncObj* obj, TVMArgs args, TVMRetValue* rv);
 };
 
 /*! \brief A Relay function value. */
@@ -165,23 +125,8 @@ inline Closure make_closure(Args&&... args) {
  * \brief Call a function value that did not come from this library, checking its result
  *        against type \p ret_type of \p types.
  */
-inline ObjectRef call_foreign(const Closure& fn, const ObjectRef* args, int count, const TypeDesc* types,
-                              int ret_type) {
-  std::vector<TVMValue> values(count);
-  std::vector<int> codes(count);
-  TVMArgsSetter setter(values.data(), codes.data());
-  for (int i = 0; i < count; ++i) setter(i, args[i]);
-  TVMRetValue rv;
-  static_cast<const PackedFuncObj*>(fn.get())->CallPacked(TVMArgs(values.data(), codes.data(), count), &rv);
-  int code = rv.type_code();
-  if (code != kTVMNDArrayHandle && code != kTVMObjectHandle && code != kTVMPackedFuncHandle) {
-    raise_type_error("a function passed to the program returned a value that is not a tensor, "
-                     "tuple, ADT or function (TVM type code " + std::to_string(code) + ")");
-  }
-  ObjectRef result = rv.operator ObjectRef();
-  check_value(result, ret_type, types, "the result of a function passed to the program");
-  return result;
-}
+ObjectRef call_foreign(const Closure& fn, const ObjectRef* args, int count, const TypeDesc* types,
+                       int ret_type);
 
 /*!
  * \brief Apply a function value to \p count arguments; \p ret_type (an index of \p types) is the

@@ -29,19 +29,8 @@ struct ConstantSpec {
 };
 
 /*! \brief Copy every constant out of \p blob into a new tensor (called once per process). */
-inline std::vector<NDArray>* load_constants(const unsigned char* blob, const ConstantSpec* specs,
-                                            const int64_t* shapes, int count) {
-  auto* table = new std::vector<NDArray>();
-  table->reserve(count);
-  for (int i = 0; i < count; ++i) {
-    const ConstantSpec& spec = specs[i];
-    tvm::runtime::ShapeTuple shape(shapes + spec.shape_index, shapes + spec.shape_index + spec.ndim);
-    NDArray array = NDArray::Empty(shape, spec.dtype, kDevice);
-    array.CopyFromBytes(blob + spec.offset, spec.nbytes);
-    table->push_back(array);
-  }
-  return table;
-}
+std::vector<NDArray>* load_constants(const unsigned char* blob, const ConstantSpec* specs,
+                                     const int64_t* shapes, int count);
 
 }  // namespace relay_aot
 

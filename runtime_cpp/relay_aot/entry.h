@@ -43,6 +43,12 @@ struct EntrySignature {
   const char* const* names;  //!< Relay name of each parameter
 };
 
+/*! \brief The packed arguments of an entry call, checked against \p signature and converted. */
+std::vector<ObjectRef> entry_arguments(TVMValue* args, int* type_codes, int num_args, const EntrySignature& signature);
+
+/*! \brief Hand \p result to TVM as an entry call's return value. */
+void entry_result(ObjectRef result, TVMValue* ret, int* ret_type_code);
+
 /*!
  * \brief Check and convert the packed arguments, run \p body on them and hand its result to TVM.
  * \return 0 on success, -1 with TVM's last error set otherwise.
@@ -51,21 +57,8 @@ template <typename Body>
 inline int packed_entry(TVMValue* args, int* type_codes, int num_args, TVMValue* ret,
                         int* ret_type_code, const EntrySignature& signature, Body body) {
   try {
-    if (num_args != signature.arity) {
-      raise_type_error("the program takes " + std::to_string(signature.arity) + " arguments, got " +
-                       std::to_string(num_args));
-    }
-    TVMArgs packed(args, type_codes, num_args);
-    std::vector<ObjectRef> values;
-    values.reserve(num_args);
-    for (int i = 0; i < num_args; ++i) {
-      std::string what = "argument " + std::to_string(i) + " (%" + signature.names[i] + ")";
-      values.push_back(object_from_arg(packed[i], what, signature.types[signature.param_types[i]]));
-      check_value(values.back(), signature.param_types[i], signature.types, what);
-    }
-    TVMRetValue rv;
-    rv = body(values.data());
-    rv.MoveToCHost(ret, ret_type_code);
+    std::vector<ObjectRef> values = entry_arguments(args, type_codes, num_args, signature);
+    entry_result(body(values.data()), ret, ret_type_code);
     return 0;
   } catch (const std::exception& e) {
     return TVMAPIHandleException(e);
@@ -73,16 +66,7 @@ inline int packed_entry(TVMValue* args, int* type_codes, int num_args, TVMValue*
 }
 
 /*! \brief Return the embedded description of the program (JSON text) as a TVM string. */
-inline int packed_metadata(const char* text, size_t size, TVMValue* ret, int* ret_type_code) {
-  try {
-    TVMRetValue rv;
-    rv = tvm::runtime::String(std::string(text, size));
-    rv.MoveToCHost(ret, ret_type_code);
-    return 0;
-  } catch (const std::exception& e) {
-    return TVMAPIHandleException(e);
-  }
-}
+int packed_metadata(const char* text, size_t size, TVMValue* ret, int* ret_type_code);
 
 }  // namespace relay_aot
 

@@ -25,14 +25,10 @@ class Error : public std::runtime_error {
 };
 
 /*! \brief No clause of a `match` accepted the value. \p where names the Relay function. */
-[[noreturn]] inline void raise_match_failure(const char* where) {
-  throw Error("MatchError", std::string("no clause matched the value in ") + where);
-}
+[[noreturn]] void raise_match_failure(const char* where);
 
 /*! \brief A caller handed a value that does not fit the program's types. */
-[[noreturn]] inline void raise_type_error(const std::string& message) {
-  throw Error("TypeError", message);
-}
+[[noreturn]] void raise_type_error(const std::string& message);
 
 }  // namespace relay_aot
 

@@ -48,18 +48,7 @@ namespace detail {
  * \brief Raise KernelError for kernel \p name, naming the shapes of the \p count tensors at
  *        \p tensors: a kernel with `?` dimensions fails on arguments whose shapes do not fit.
  */
-[[noreturn]] inline void raise_kernel_failure_on(const char* name, DLTensor* const* tensors, int count) {
-  std::string shapes;
-  for (int i = 0; i < count; ++i) {
-    const DLTensor* t = tensors[i];
-    shapes += i ? ", (" : "(";
-    for (int d = 0; d < t->ndim; ++d) shapes += (d ? ", " : "") + std::to_string(t->shape[d]);
-    shapes += t->ndim == 1 ? ",)" : ")";
-  }
-  const char* detail = TVMGetLastError();
-  throw Error("KernelError", std::string("kernel ") + name + " failed on arguments of shapes " + shapes + ": " +
-                                 (detail != nullptr ? detail : "(no message)"));
-}
+[[noreturn]] void raise_kernel_failure_on(const char* name, DLTensor* const* tensors, int count);
 
 /*! \brief Call \p fn on \p tensors through the packed convention; the status it returns. */
 template <typename... Tensors>

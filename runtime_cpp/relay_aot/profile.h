@@ -56,21 +56,7 @@ enum class AllocKind : int { kTensor = 0, kAdt = 1, kClosure = 2, kRef = 3 };
 class Profiler {
  public:
   /*! \brief Forget what was recorded; record calls of functions and kernels with these names. */
-  void start(std::vector<std::string> functions, std::vector<std::string> kernels, int64_t max_events) {
-    function_names_ = std::move(functions);
-    kernel_names_ = std::move(kernels);
-    functions_.assign(function_names_.size(), FunctionTotals{});
-    kernels_.assign(kernel_names_.size(), KernelTotals{});
-    for (auto& a : allocations_) a = {0, 0};
-    stack_.clear();
-    events_.clear();
-    max_events_ = max_events > 0 ? static_cast<size_t>(max_events) : 0;
-    dropped_ = 0;
-    total_ = 0;
-    top_calls_ = 0;
-    origin_ = profile_clock();
-    active_ = true;
-  }
+  void start(std::vector<std::string> functions, std::vector<std::string> kernels, int64_t max_events);
 
   bool active() const { return active_; }
 
@@ -133,41 +119,7 @@ class Profiler {
   }
 
   /*! \brief Stop recording; everything recorded, as JSON (read by relay_aot/runtime/profiling.py). */
-  std::string stop() {
-    active_ = false;
-    std::string out = "{\"total_ns\":" + std::to_string(total_) + ",\"top_calls\":" + std::to_string(top_calls_);
-    out += ",\"unfinished_calls\":" + std::to_string(stack_.size());
-    out += ",\"functions\":[";
-    for (size_t i = 0; i < functions_.size(); ++i) {
-      const FunctionTotals& f = functions_[i];
-      out += (i ? ",{" : "{") + std::string("\"name\":") + json_string(function_names_[i]);
-      out += ",\"calls\":" + std::to_string(f.calls) + ",\"inclusive_ns\":" + std::to_string(f.inclusive);
-      out += ",\"exclusive_ns\":" + std::to_string(f.exclusive) + ",\"self_ns\":" + std::to_string(f.self) + "}";
-    }
-    out += "],\"kernels\":[";
-    for (size_t i = 0; i < kernels_.size(); ++i) {
-      const KernelTotals& k = kernels_[i];
-      out += (i ? ",{" : "{") + std::string("\"name\":") + json_string(kernel_names_[i]);
-      out += ",\"calls\":" + std::to_string(k.calls) + ",\"ns\":" + std::to_string(k.time) + "}";
-    }
-    out += "],\"allocations\":{";
-    const char* kinds[] = {"tensor", "adt", "closure", "ref"};
-    for (int i = 0; i < 4; ++i) {
-      out += (i ? ",\"" : "\"") + std::string(kinds[i]) + "\":[" + std::to_string(allocations_[i].count) + "," +
-             std::to_string(allocations_[i].bytes) + "]";
-    }
-    out += "},\"dropped_events\":" + std::to_string(dropped_) + ",\"events\":[";
-    for (size_t i = 0; i < events_.size(); ++i) {
-      const Event& e = events_[i];
-      out += (i ? ",[" : "[") + std::to_string(e.kind) + "," + std::to_string(e.id) + "," + std::to_string(e.start) +
-             "," + std::to_string(e.duration) + "]";
-    }
-    out += "]}";
-    stack_.clear();
-    events_.clear();
-    events_.shrink_to_fit();
-    return out;
-  }
+  std::string stop();
 
  private:
   struct FunctionTotals {
@@ -215,22 +167,7 @@ class Profiler {
     events_[event].duration = duration;
   }
 
-  static std::string json_string(const std::string& text) {
-    std::string out = "\"";
-    for (unsigned char c : text) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += static_cast<char>(c);
-      } else if (c < 0x20 || c >= 0x7f) {
-        char buffer[8];
-        std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
-        out += buffer;
-      } else {
-        out += static_cast<char>(c);
-      }
-    }
-    return out + "\"";
-  }
+  static std::string json_string(const std::string& text);
 
   bool active_ = false;
   std::vector<std::string> function_names_;
@@ -328,28 +265,8 @@ struct ProfileNames {
  *        calling thread (keeping at most \p max_events trace events) and returns "", command 0
  *        stops it and returns what was recorded (JSON text).
  */
-inline int packed_profile(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code,
-                          const ProfileNames& names) {
-  try {
-    if (num_args != 2) raise_type_error("the profile function takes (command, max_events)");
-    TVMArgs packed(args, type_codes, num_args);
-    int64_t command = packed[0];
-    int64_t max_events = packed[1];
-    std::string out;
-    if (command == 1) {
-      profiler().start(std::vector<std::string>(names.functions, names.functions + names.num_functions),
-                       std::vector<std::string>(names.kernels, names.kernels + names.num_kernels), max_events);
-    } else {
-      out = profiler().stop();
-    }
-    TVMRetValue rv;
-    rv = tvm::runtime::String(out);
-    rv.MoveToCHost(ret, ret_type_code);
-    return 0;
-  } catch (const std::exception& e) {
-    return TVMAPIHandleException(e);
-  }
-}
+int packed_profile(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code,
+                   const ProfileNames& names);
 
 }  // namespace relay_aot
 

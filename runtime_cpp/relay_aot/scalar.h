@@ -91,52 +91,9 @@ enum class NumberKind { kBool, kInt, kFloat };
  * integer for an integer or float tensor, a float only for a float tensor; a number that does
  * not fit the dtype is a ValueError, one of the wrong kind a TypeError.
  */
-inline NDArray scalar_of_dtype(DLDataType dtype, NumberKind kind, double real, int64_t integer, const char* what) {
-  auto fail = [&]() -> NDArray {  // a number of the right kind, out of range
-    throw Error("ValueError", std::string(what) + ": the number does not fit in dtype " +
-                                  tvm::runtime::DLDataType2String(dtype));
-  };
-  auto mismatch = [&]() -> NDArray {
-    const char* got = kind == NumberKind::kBool ? "bool" : kind == NumberKind::kInt ? "integer" : "float";
-    raise_type_error(std::string(what) + ": expected a tensor of dtype " + tvm::runtime::DLDataType2String(dtype) +
-                     ", got a " + got);
-  };
-  if (dtype.lanes != 1) return mismatch();
-  if (dtype.code == kDLUInt && dtype.bits == 1) {
-    return kind == NumberKind::kBool ? box(integer != 0) : mismatch();
-  }
-  if (kind == NumberKind::kBool) return mismatch();
-  if (dtype.code == kDLFloat) {
-    double value = kind == NumberKind::kFloat ? real : static_cast<double>(integer);
-    if (dtype.bits == 32) {
-      if (std::isfinite(value) && std::fabs(value) > std::numeric_limits<float>::max()) return fail();
-      return box(static_cast<float>(value));
-    }
-    if (dtype.bits == 64) return box(value);
-    return mismatch();
-  }
-  if (kind == NumberKind::kFloat) return mismatch();  // no silent truncation of a float to an integer tensor
-  auto in_range = [&](auto typed) {
-    using T = decltype(typed);
-    return integer >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-           (std::is_same_v<T, uint64_t> || integer <= static_cast<int64_t>(std::numeric_limits<T>::max()));
-  };
-  switch ((dtype.code == kDLInt ? 100 : 200) + dtype.bits) {
-    case 108: return in_range(int8_t()) ? box(static_cast<int8_t>(integer)) : fail();
-    case 116: return in_range(int16_t()) ? box(static_cast<int16_t>(integer)) : fail();
-    case 132: return in_range(int32_t()) ? box(static_cast<int32_t>(integer)) : fail();
-    case 164: return box(integer);
-    case 208: return in_range(uint8_t()) ? box(static_cast<uint8_t>(integer)) : fail();
-    case 216: return in_range(uint16_t()) ? box(static_cast<uint16_t>(integer)) : fail();
-    case 232: return in_range(uint32_t()) ? box(static_cast<uint32_t>(integer)) : fail();
-    case 264: return integer >= 0 ? box(static_cast<uint64_t>(integer)) : fail();
-    default: return mismatch();
-  }
-}
+NDArray scalar_of_dtype(DLDataType dtype, NumberKind kind, double real, int64_t integer, const char* what);
 
-[[noreturn]] inline void raise_zero_division(const char* op) {
-  throw Error("ZeroDivisionError", std::string("integer ") + op + " by zero");
-}
+[[noreturn]] void raise_zero_division(const char* op);
 
 /*! \brief Relay `divide` on integers: truncating, like C (and TVM's kernels). */
 template <typename T>

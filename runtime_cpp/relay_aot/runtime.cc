@@ -1,0 +1,499 @@
+/*!
+ * \file relay_aot/runtime.cc
+ * \brief The runtime's out-of-line functions: argument checks, conversions, errors, the C API's
+ *        helpers, the profiler's start and stop.
+ *
+ * Every generated library links one object compiled from this file, cached per toolchain
+ * (relay_aot/build: "runtime object"), so the compiler does not generate these functions --
+ * and the TVM helpers they use -- again for each library: they are most of what a small
+ * program's unit compiled before. A build that finds no runtime object includes this file
+ * into its units instead (RELAY_AOT_RUNTIME_LINKAGE below). They are the cold paths; what generated code does per value
+ * (allocation, reference counts, kernel calls, stack checks) stays inline in the headers.
+ * One translation unit, because parsing TVM's headers is most of its compile time.
+ * Definitions appear in the order of the headers that declare them.
+ */
+#include "runtime.h"
+
+// Empty when this file is compiled as the runtime object. A build that has no runtime object
+// yet (the toolchain's first) includes this file into every unit with the linkage `inline`
+// instead: each unit then generates only the functions it uses, as before there was an object.
+#ifndef RELAY_AOT_RUNTIME_LINKAGE
+#define RELAY_AOT_RUNTIME_LINKAGE
+#endif
+
+// ---- errors.h ----------------------------------------------------------------------------------
+
+namespace relay_aot {
+
+RELAY_AOT_RUNTIME_LINKAGE void raise_match_failure(const char* where) {
+  throw Error("MatchError", std::string("no clause matched the value in ") + where);
+}
+
+RELAY_AOT_RUNTIME_LINKAGE void raise_type_error(const std::string& message) {
+  throw Error("TypeError", message);
+}
+
+}  // namespace relay_aot
+
+// ---- scalar.h ----------------------------------------------------------------------------------
+
+namespace relay_aot {
+
+RELAY_AOT_RUNTIME_LINKAGE void raise_zero_division(const char* op) {
+  throw Error("ZeroDivisionError", std::string("integer ") + op + " by zero");
+}
+
+RELAY_AOT_RUNTIME_LINKAGE NDArray scalar_of_dtype(DLDataType dtype, NumberKind kind, double real, int64_t integer, const char* what) {
+  auto fail = [&]() -> NDArray {  // a number of the right kind, out of range
+    throw Error("ValueError", std::string(what) + ": the number does not fit in dtype " +
+                                  tvm::runtime::DLDataType2String(dtype));
+  };
+  auto mismatch = [&]() -> NDArray {
+    const char* got = kind == NumberKind::kBool ? "bool" : kind == NumberKind::kInt ? "integer" : "float";
+    raise_type_error(std::string(what) + ": expected a tensor of dtype " + tvm::runtime::DLDataType2String(dtype) +
+                     ", got a " + got);
+  };
+  if (dtype.lanes != 1) return mismatch();
+  if (dtype.code == kDLUInt && dtype.bits == 1) {
+    return kind == NumberKind::kBool ? box(integer != 0) : mismatch();
+  }
+  if (kind == NumberKind::kBool) return mismatch();
+  if (dtype.code == kDLFloat) {
+    double value = kind == NumberKind::kFloat ? real : static_cast<double>(integer);
+    if (dtype.bits == 32) {
+      if (std::isfinite(value) && std::fabs(value) > std::numeric_limits<float>::max()) return fail();
+      return box(static_cast<float>(value));
+    }
+    if (dtype.bits == 64) return box(value);
+    return mismatch();
+  }
+  if (kind == NumberKind::kFloat) return mismatch();  // no silent truncation of a float to an integer tensor
+  auto in_range = [&](auto typed) {
+    using T = decltype(typed);
+    return integer >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+           (std::is_same_v<T, uint64_t> || integer <= static_cast<int64_t>(std::numeric_limits<T>::max()));
+  };
+  switch ((dtype.code == kDLInt ? 100 : 200) + dtype.bits) {
+    case 108: return in_range(int8_t()) ? box(static_cast<int8_t>(integer)) : fail();
+    case 116: return in_range(int16_t()) ? box(static_cast<int16_t>(integer)) : fail();
+    case 132: return in_range(int32_t()) ? box(static_cast<int32_t>(integer)) : fail();
+    case 164: return box(integer);
+    case 208: return in_range(uint8_t()) ? box(static_cast<uint8_t>(integer)) : fail();
+    case 216: return in_range(uint16_t()) ? box(static_cast<uint16_t>(integer)) : fail();
+    case 232: return in_range(uint32_t()) ? box(static_cast<uint32_t>(integer)) : fail();
+    case 264: return integer >= 0 ? box(static_cast<uint64_t>(integer)) : fail();
+    default: return mismatch();
+  }
+}
+
+}  // namespace relay_aot
+
+// ---- kernel.h ----------------------------------------------------------------------------------
+
+namespace relay_aot::detail {
+
+RELAY_AOT_RUNTIME_LINKAGE void raise_kernel_failure_on(const char* name, DLTensor* const* tensors, int count) {
+  std::string shapes;
+  for (int i = 0; i < count; ++i) {
+    const DLTensor* t = tensors[i];
+    shapes += i ? ", (" : "(";
+    for (int d = 0; d < t->ndim; ++d) shapes += (d ? ", " : "") + std::to_string(t->shape[d]);
+    shapes += t->ndim == 1 ? ",)" : ")";
+  }
+  const char* detail = TVMGetLastError();
+  throw Error("KernelError", std::string("kernel ") + name + " failed on arguments of shapes " + shapes + ": " +
+                                 (detail != nullptr ? detail : "(no message)"));
+}
+
+}  // namespace relay_aot::detail
+
+// ---- check.h -----------------------------------------------------------------------------------
+
+namespace relay_aot::detail {
+
+RELAY_AOT_RUNTIME_LINKAGE std::string describe(const Object* value) {
+  if (value == nullptr) return "None";
+  if (value->IsInstance<NDArray::Container>()) {
+    const DLTensor& t = static_cast<const NDArray::Container*>(value)->dl_tensor;
+    std::ostringstream os;
+    os << "a tensor of dtype " << tvm::runtime::DLDataType2String(t.dtype) << " and shape (";
+    for (int i = 0; i < t.ndim; ++i) os << (i ? ", " : "") << t.shape[i];
+    os << (t.ndim == 1 ? ",)" : ")");
+    return os.str();
+  }
+  if (value->IsInstance<ADTObj>()) {
+    const auto* a = static_cast<const ADTObj*>(value);
+    return "an ADT with tag " + std::to_string(a->tag) + " and " + std::to_string(a->size) + " fields";
+  }
+  if (value->IsInstance<tvm::runtime::PackedFuncObj>()) return "a function";
+  if (value->IsInstance<tvm::runtime::ArrayNode>()) return "an array";
+  return "an object of type " + value->GetTypeKey();
+}
+
+RELAY_AOT_RUNTIME_LINKAGE std::string path_of(const std::vector<Pending>& seen, int index) {
+  std::string path;
+  for (int i = index; seen[i].parent >= 0; i = seen[i].parent) {
+    const Pending& p = seen[i];
+    std::string step = p.is_ref_contents ? ".value"
+                       : p.ctor != nullptr ? std::string(".") + p.ctor + "[" + std::to_string(p.index) + "]"
+                                           : "[" + std::to_string(p.index) + "]";
+    path = step + path;
+  }
+  return path;
+}
+
+}  // namespace relay_aot::detail
+
+// ---- check.h -----------------------------------------------------------------------------------
+
+namespace relay_aot {
+
+RELAY_AOT_RUNTIME_LINKAGE void check_value(const ObjectRef& value, int type, const TypeDesc* table, const std::string& what) {
+  using detail::Pending;
+  std::vector<Pending> seen;
+  std::unordered_set<detail::Visit, detail::VisitHash> shared;  // checked objects with several owners
+  seen.push_back({value.get(), type, -1, 0, nullptr, false});
+  for (size_t next = 0; next < seen.size(); ++next) {
+    const Object* obj = seen[next].value;
+    const TypeDesc& desc = table[seen[next].type];
+    if (obj != nullptr && desc.kind != Kind::kTensor && ObjectAccess::UseCount(obj) > 1 &&
+        !shared.insert({obj, seen[next].type}).second) {
+      continue;  // this object was checked against this type already
+    }
+    const int here = static_cast<int>(next);
+    auto fail = [&](const char* error_kind, const std::string& got) {
+      throw Error(error_kind, what + detail::path_of(seen, here) + ": expected " + desc.text + ", got " + got);
+    };
+    switch (desc.kind) {
+      case Kind::kAny:
+        break;
+      case Kind::kTensor: {
+        if (obj == nullptr || !obj->IsInstance<NDArray::Container>()) fail("TypeError", detail::describe(obj));
+        const DLTensor& dl = static_cast<const NDArray::Container*>(obj)->dl_tensor;
+        if (dl.device.device_type != kDLCPU) fail("ValueError", "a tensor on a device other than the CPU");
+        if (dl.dtype.code != desc.dtype.code || dl.dtype.bits != desc.dtype.bits ||
+            dl.dtype.lanes != desc.dtype.lanes) {
+          fail("TypeError", detail::describe(obj));
+        }
+        bool same = dl.ndim == desc.ndim;
+        // A ? dimension (kAnyDim) accepts every extent; a static one must match.
+        for (int i = 0; same && i < desc.ndim; ++i) same = desc.shape[i] == kAnyDim || dl.shape[i] == desc.shape[i];
+        if (!same) fail("ValueError", detail::describe(obj));
+        break;
+      }
+      case Kind::kTuple: {
+        if (obj == nullptr || !obj->IsInstance<ADTObj>()) fail("TypeError", detail::describe(obj));
+        const auto* a = static_cast<const ADTObj*>(obj);
+        if (a->tag != 0) fail("TypeError", detail::describe(obj));
+        if (static_cast<int>(a->size) != desc.num_fields) fail("ValueError", detail::describe(obj));
+        for (int i = 0; i < desc.num_fields; ++i) {
+          seen.push_back({(*a)[i].get(), desc.fields[i], here, i, nullptr, false});
+        }
+        break;
+      }
+      case Kind::kAdt: {
+        if (obj == nullptr || !obj->IsInstance<ADTObj>()) fail("TypeError", detail::describe(obj));
+        const auto* a = static_cast<const ADTObj*>(obj);
+        const CtorDesc* ctor = nullptr;
+        for (int c = 0; c < desc.num_ctors; ++c) {
+          if (desc.ctors[c].tag == a->tag) ctor = &desc.ctors[c];
+        }
+        if (ctor == nullptr) fail("ValueError", detail::describe(obj) + " (no constructor has that tag)");
+        if (static_cast<int>(a->size) != ctor->num_fields) {
+          fail("ValueError", detail::describe(obj) + " (" + ctor->name + " has " +
+                                 std::to_string(ctor->num_fields) + " fields)");
+        }
+        for (int i = 0; i < ctor->num_fields; ++i) {
+          seen.push_back({(*a)[i].get(), ctor->fields[i], here, i, ctor->name, false});
+        }
+        break;
+      }
+      case Kind::kFunc:
+        if (obj == nullptr || !obj->IsInstance<tvm::runtime::PackedFuncObj>()) {
+          fail("TypeError", detail::describe(obj));
+        }
+        break;
+      case Kind::kRef: {
+        if (obj == nullptr || !obj->IsInstance<tvm::runtime::ArrayNode>()) fail("TypeError", detail::describe(obj));
+        const auto* cell = static_cast<const tvm::runtime::ArrayNode*>(obj);
+        if (cell->size() != 1) fail("TypeError", detail::describe(obj));
+        seen.push_back({(*cell)[0].get(), desc.fields[0], here, 0, nullptr, true});
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace relay_aot
+
+// ---- closure.h ---------------------------------------------------------------------------------
+
+namespace relay_aot {
+
+RELAY_AOT_RUNTIME_LINKAGE ObjectRef object_from_arg(const TVMArgValue& arg, const std::string& what, const TypeDesc& expected) {
+  switch (arg.type_code()) {
+    case kTVMNDArrayHandle:
+    case kTVMObjectHandle:
+    case kTVMObjectRValueRefArg:
+    case kTVMPackedFuncHandle:
+      return arg.operator ObjectRef();
+    case kTVMDLTensorHandle: {
+      DLTensor* tensor = arg.operator DLTensor*();
+      return NDArray::NewFromDLTensor(tensor, tensor->device);
+    }
+    case kDLInt:
+    case kDLFloat:
+    case kTVMArgBool:
+      if (expected.kind == Kind::kTensor && expected.ndim == 0) {
+        const int code = arg.type_code();
+        const NumberKind kind = code == kDLFloat ? NumberKind::kFloat : code == kDLInt ? NumberKind::kInt : NumberKind::kBool;
+        return scalar_of_dtype(expected.dtype, kind, code == kDLFloat ? arg.value().v_float64 : 0.0,
+                               code == kDLFloat ? 0 : arg.value().v_int64, what.c_str());
+      }
+      [[fallthrough]];
+    default:
+      raise_type_error(what + ": expected " + expected.text +
+                       ", got a value that is not a tensor, tuple, ADT or function (TVM type code " +
+                       std::to_string(arg.type_code()) + ")");
+  }
+}
+
+RELAY_AOT_RUNTIME_LINKAGE void ClosureObj::CallPacked(const PackedFuncObj* obj, TVMArgs args, TVMRetValue* rv) {
+  const auto* self = static_cast<const ClosureObj*>(obj);
+  if (args.size() != self->arity) {
+    raise_type_error("closure takes " + std::to_string(self->arity) + " arguments, got " +
+                     std::to_string(args.size()));
+  }
+  std::vector<ObjectRef> values;
+  values.reserve(args.size());
+  for (int i = 0; i < args.size(); ++i) {
+    std::string what = "closure argument " + std::to_string(i);
+    values.push_back(object_from_arg(args[i], what, self->types[self->param_types[i]]));
+    check_value(values.back(), self->param_types[i], self->types, what);
+  }
+  *rv = self->entry(self, values.data());
+}
+
+RELAY_AOT_RUNTIME_LINKAGE ObjectRef call_foreign(const Closure& fn, const ObjectRef* args, int count, const TypeDesc* types,
+                              int ret_type) {
+  std::vector<TVMValue> values(count);
+  std::vector<int> codes(count);
+  TVMArgsSetter setter(values.data(), codes.data());
+  for (int i = 0; i < count; ++i) setter(i, args[i]);
+  TVMRetValue rv;
+  static_cast<const PackedFuncObj*>(fn.get())->CallPacked(TVMArgs(values.data(), codes.data(), count), &rv);
+  int code = rv.type_code();
+  if (code != kTVMNDArrayHandle && code != kTVMObjectHandle && code != kTVMPackedFuncHandle) {
+    raise_type_error("a function passed to the program returned a value that is not a tensor, "
+                     "tuple, ADT or function (TVM type code " + std::to_string(code) + ")");
+  }
+  ObjectRef result = rv.operator ObjectRef();
+  check_value(result, ret_type, types, "the result of a function passed to the program");
+  return result;
+}
+
+}  // namespace relay_aot
+
+// ---- constants.h -------------------------------------------------------------------------------
+
+namespace relay_aot {
+
+RELAY_AOT_RUNTIME_LINKAGE std::vector<NDArray>* load_constants(const unsigned char* blob, const ConstantSpec* specs,
+                                            const int64_t* shapes, int count) {
+  auto* table = new std::vector<NDArray>();
+  table->reserve(count);
+  for (int i = 0; i < count; ++i) {
+    const ConstantSpec& spec = specs[i];
+    tvm::runtime::ShapeTuple shape(shapes + spec.shape_index, shapes + spec.shape_index + spec.ndim);
+    NDArray array = NDArray::Empty(shape, spec.dtype, kDevice);
+    array.CopyFromBytes(blob + spec.offset, spec.nbytes);
+    table->push_back(array);
+  }
+  return table;
+}
+
+}  // namespace relay_aot
+
+// ---- entry.h -----------------------------------------------------------------------------------
+
+namespace relay_aot {
+
+RELAY_AOT_RUNTIME_LINKAGE std::vector<ObjectRef> entry_arguments(TVMValue* args, int* type_codes, int num_args, const EntrySignature& signature) {
+  if (num_args != signature.arity) {
+    raise_type_error("the program takes " + std::to_string(signature.arity) + " arguments, got " +
+                     std::to_string(num_args));
+  }
+  TVMArgs packed(args, type_codes, num_args);
+  std::vector<ObjectRef> values;
+  values.reserve(num_args);
+  for (int i = 0; i < num_args; ++i) {
+    std::string what = "argument " + std::to_string(i) + " (%" + signature.names[i] + ")";
+    values.push_back(object_from_arg(packed[i], what, signature.types[signature.param_types[i]]));
+    check_value(values.back(), signature.param_types[i], signature.types, what);
+  }
+  return values;
+}
+
+RELAY_AOT_RUNTIME_LINKAGE void entry_result(ObjectRef result, TVMValue* ret, int* ret_type_code) {
+  TVMRetValue rv;
+  rv = std::move(result);
+  rv.MoveToCHost(ret, ret_type_code);
+}
+
+RELAY_AOT_RUNTIME_LINKAGE int packed_metadata(const char* text, size_t size, TVMValue* ret, int* ret_type_code) {
+  try {
+    TVMRetValue rv;
+    rv = tvm::runtime::String(std::string(text, size));
+    rv.MoveToCHost(ret, ret_type_code);
+    return 0;
+  } catch (const std::exception& e) {
+    return TVMAPIHandleException(e);
+  }
+}
+
+}  // namespace relay_aot
+
+// ---- capi.h ------------------------------------------------------------------------------------
+
+namespace relay_aot {
+
+RELAY_AOT_RUNTIME_LINKAGE std::string& c_error_text() {
+  thread_local std::string text;
+  return text;
+}
+
+RELAY_AOT_RUNTIME_LINKAGE void c_require(const void* pointer, const char* what) {
+  if (pointer == nullptr) raise_type_error(std::string(what) + " is NULL");
+}
+
+RELAY_AOT_RUNTIME_LINKAGE const ShapeTuple& leaked_shape(std::initializer_list<int64_t> dims) {
+  return *new ShapeTuple(std::vector<int64_t>(dims));  // never destroyed: no destructor at exit
+}
+
+RELAY_AOT_RUNTIME_LINKAGE NDArray c_input(const void* data, const ShapeTuple& shape, DLDataType dtype, const char* what) {
+  c_require(data, what);
+  if (reinterpret_cast<uintptr_t>(data) % detail::kAlignment != 0) {
+    NDArray copy = alloc_tensor(shape, dtype);
+    std::memcpy(arg(copy)->data, data, tvm::runtime::GetDataSize(*arg(copy)));
+    return copy;
+  }
+  auto* view = new NDArray::Container(const_cast<void*>(data), shape, dtype, kDevice);
+  view->SetDeleter(&detail::delete_view);
+  return adopt<NDArray>(view);
+}
+
+RELAY_AOT_RUNTIME_LINKAGE void c_output(const ObjectRef& tensor, void* out, size_t nbytes, const char* what) {
+  c_require(out, what);
+  const DLTensor* t = arg(tensor);
+  // memmove: a result may be an input, and a caller may pass the same buffer for both.
+  std::memmove(out, static_cast<const char*>(t->data) + t->byte_offset, nbytes);
+}
+
+RELAY_AOT_RUNTIME_LINKAGE int get_func_from_env(void* /*module_context*/, const char* name, TVMFunctionHandle* out) {
+  if (TVMFuncGetGlobal(name, out) != 0) return -1;
+  if (*out == nullptr) {
+    TVMAPISetLastError((std::string("cannot find the global function ") + name).c_str());
+    return -1;
+  }
+  return 0;
+}
+
+}  // namespace relay_aot
+
+// ---- profile.h ---------------------------------------------------------------------------------
+
+namespace relay_aot {
+
+RELAY_AOT_RUNTIME_LINKAGE void Profiler::start(std::vector<std::string> functions, std::vector<std::string> kernels, int64_t max_events) {
+  function_names_ = std::move(functions);
+  kernel_names_ = std::move(kernels);
+  functions_.assign(function_names_.size(), FunctionTotals{});
+  kernels_.assign(kernel_names_.size(), KernelTotals{});
+  for (auto& a : allocations_) a = {0, 0};
+  stack_.clear();
+  events_.clear();
+  max_events_ = max_events > 0 ? static_cast<size_t>(max_events) : 0;
+  dropped_ = 0;
+  total_ = 0;
+  top_calls_ = 0;
+  origin_ = profile_clock();
+  active_ = true;
+}
+
+RELAY_AOT_RUNTIME_LINKAGE std::string Profiler::stop() {
+  active_ = false;
+  std::string out = "{\"total_ns\":" + std::to_string(total_) + ",\"top_calls\":" + std::to_string(top_calls_);
+  out += ",\"unfinished_calls\":" + std::to_string(stack_.size());
+  out += ",\"functions\":[";
+  for (size_t i = 0; i < functions_.size(); ++i) {
+    const FunctionTotals& f = functions_[i];
+    out += (i ? ",{" : "{") + std::string("\"name\":") + json_string(function_names_[i]);
+    out += ",\"calls\":" + std::to_string(f.calls) + ",\"inclusive_ns\":" + std::to_string(f.inclusive);
+    out += ",\"exclusive_ns\":" + std::to_string(f.exclusive) + ",\"self_ns\":" + std::to_string(f.self) + "}";
+  }
+  out += "],\"kernels\":[";
+  for (size_t i = 0; i < kernels_.size(); ++i) {
+    const KernelTotals& k = kernels_[i];
+    out += (i ? ",{" : "{") + std::string("\"name\":") + json_string(kernel_names_[i]);
+    out += ",\"calls\":" + std::to_string(k.calls) + ",\"ns\":" + std::to_string(k.time) + "}";
+  }
+  out += "],\"allocations\":{";
+  const char* kinds[] = {"tensor", "adt", "closure", "ref"};
+  for (int i = 0; i < 4; ++i) {
+    out += (i ? ",\"" : "\"") + std::string(kinds[i]) + "\":[" + std::to_string(allocations_[i].count) + "," +
+           std::to_string(allocations_[i].bytes) + "]";
+  }
+  out += "},\"dropped_events\":" + std::to_string(dropped_) + ",\"events\":[";
+  for (size_t i = 0; i < events_.size(); ++i) {
+    const Event& e = events_[i];
+    out += (i ? ",[" : "[") + std::to_string(e.kind) + "," + std::to_string(e.id) + "," + std::to_string(e.start) +
+           "," + std::to_string(e.duration) + "]";
+  }
+  out += "]}";
+  stack_.clear();
+  events_.clear();
+  events_.shrink_to_fit();
+  return out;
+}
+
+RELAY_AOT_RUNTIME_LINKAGE std::string Profiler::json_string(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      char buffer[8];
+      std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
+      out += buffer;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+RELAY_AOT_RUNTIME_LINKAGE int packed_profile(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code,
+                          const ProfileNames& names) {
+  try {
+    if (num_args != 2) raise_type_error("the profile function takes (command, max_events)");
+    TVMArgs packed(args, type_codes, num_args);
+    int64_t command = packed[0];
+    int64_t max_events = packed[1];
+    std::string out;
+    if (command == 1) {
+      profiler().start(std::vector<std::string>(names.functions, names.functions + names.num_functions),
+                       std::vector<std::string>(names.kernels, names.kernels + names.num_kernels), max_events);
+    } else {
+      out = profiler().stop();
+    }
+    TVMRetValue rv;
+    rv = tvm::runtime::String(out);
+    rv.MoveToCHost(ret, ret_type_code);
+    return 0;
+  } catch (const std::exception& e) {
+    return TVMAPIHandleException(e);
+  }
+}
+
+}  // namespace relay_aot
