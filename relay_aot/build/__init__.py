@@ -59,7 +59,7 @@ from .cache import (
     write_atomic,
 )
 from .ninja import NinjaRun, ninja_binary, ninja_file
-from .pch import PchBuild, RuntimeObjectBuild, pch_directory, wait_for_background
+from .pch import BackgroundCompile, PchBuild, RuntimeObjectBuild, pch_directory, wait_for_background
 from .progress import Reporter, progress_enabled
 from .toolchain import (
     RUNTIME_OBJECT,
@@ -228,10 +228,10 @@ def _kernels(build_dir: Path, inputs: BuildInputs, root: Path, share: bool, repo
 
 
 def _runtime_object(build_dir: Path, flags: BuildFlags, root: Path, reporter: Reporter,
-                    ) -> tuple[Optional[str], Optional[RuntimeObjectBuild]]:
-    """Put the runtime object into ``build_dir`` from the cache and return (None, None); if the
-    cache has none for this toolchain, return the runtime source for the first unit to include,
-    and the background compile of the object for later builds (None if another process runs it).
+                    background: list[BackgroundCompile]) -> Optional[str]:
+    """Put the runtime object into ``build_dir`` from the cache and return None; if the cache
+    has none for this toolchain, return the runtime source for the units to include, and add
+    the object's compile for later builds to ``background`` (unless another process runs it).
 
     Like the PCH, it belongs to the toolchain, not to one library: every build (cache=False
     ones too) reads and fills it. A damaged or mismatching entry is compiled again.
@@ -239,9 +239,12 @@ def _runtime_object(build_dir: Path, flags: BuildFlags, root: Path, reporter: Re
     identity = runtime_object_identity(flags)
     key = hashlib.sha256(identity.encode()).hexdigest()
     if lookup_object(root, "runtime", key, build_dir / RUNTIME_OBJECT, identity.__eq__):
-        return None, None
+        return None
     stats.runtime_builds += 1
-    return str(runtime_include_dir() / RUNTIME_SOURCE), RuntimeObjectBuild.start(flags, root, reporter, key, identity)
+    compile_later = RuntimeObjectBuild.start(flags, root, reporter, key, identity)
+    if compile_later is not None:
+        background.append(compile_later)
+    return str(runtime_include_dir() / RUNTIME_SOURCE)
 
 
 def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, reporter: Reporter,
@@ -256,20 +259,23 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
     headers = [n for n in list(inputs.files) + list(inputs.blobs) if n not in inputs.units]
     # What the toolchain's builds share and this one lacks is compiled beside it, for the next
     # ones: waiting for a missing PCH or runtime object would cost the first compile more.
-    runtime_source, runtime = _runtime_object(build_dir, inputs.flags, root, reporter)
-    background = [b for b in (PchBuild.start(inputs.flags, root, reporter), runtime) if b is not None]
-    (build_dir / "build.ninja").write_text(
-        ninja_file(inputs.flags, inputs.units, headers, inputs.has_kernels, library, runtime_source)
-    )
-    stats.builds += 1
-    jobs = inputs.config.jobs
-    units = NinjaRun(build_dir, jobs, ["objects"], reporter)
+    background: list[BackgroundCompile] = []
+    units: Optional[NinjaRun] = None
     try:
+        runtime_source = _runtime_object(build_dir, inputs.flags, root, reporter, background)
+        pch = PchBuild.start(inputs.flags, root, reporter)
+        if pch is not None:
+            background.append(pch)
+        (build_dir / "build.ninja").write_text(
+            ninja_file(inputs.flags, inputs.units, headers, inputs.has_kernels, library, runtime_source)
+        )
+        stats.builds += 1
+        jobs = inputs.config.jobs
+        units = NinjaRun(build_dir, jobs, ["objects"], reporter)
         if inputs.has_kernels:
             _kernels(build_dir, inputs, root, share, reporter)
-        if units is not None:
-            units.wait(build_dir)
-            units = None
+        units.wait(build_dir)
+        units = None
         final = NinjaRun(build_dir, jobs, [], reporter)
         try:
             final.wait(build_dir)

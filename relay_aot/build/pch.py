@@ -68,17 +68,19 @@ class BackgroundCompile:
     only costs speed: nothing is published, and later builds try again.
     """
 
-    def __init__(self, command: list[str], work: Path, work_lock: Lock, lock: Lock, reporter: Reporter, what: str):
+    def __init__(self, command: list[str], work: Path, work_lock: Lock, lock: Lock, reporter: Reporter,
+                 what: str, label: str):
         self.command = command
         self.work, self.work_lock, self.lock = work, work_lock, lock
         self.reporter = reporter
-        self.what = what
+        self.what = what  # for the verbose message
+        self.label = label  # for the progress line
         self.proc: Optional[subprocess.Popen] = None
 
     def launch(self) -> None:
         """Start the compiler."""
         self.reporter.message(f"{self.what}: " + command_line(self.command))
-        self.reporter.phase(self.what, "building")
+        self.reporter.phase(self.label, "building")
         # A session of its own, so that discard() stops the compiler driver and cc1plus alike;
         # at the lowest priority, so that a build running meanwhile is slowed down as little
         # as a machine with few cores allows.
@@ -99,7 +101,7 @@ class BackgroundCompile:
     def finish_in_background(self) -> None:
         """Publish the output when the compiler is done (starting it first if it was not
         started yet), without waiting for it here."""
-        self.reporter.phase(self.what, "continues in the background")
+        self.reporter.phase(self.label, "continues in the background")
         if self.proc is None:
             self.launch()
         thread = threading.Thread(target=self._publish, name="relay_aot-background", daemon=True)
@@ -148,7 +150,7 @@ class PchBuild(BackgroundCompile):
         # the stub, which must then still find the runtime.
         header.write_text(f'#include "{runtime_include_dir() / PCH_HEADER}"\n')
         command = flags.with_pch(None).pch_command(str(header), str(header) + ".gch")
-        super().__init__(command, work, work_lock, lock, reporter, "precompiling the runtime headers")
+        super().__init__(command, work, work_lock, lock, reporter, "precompiling the runtime headers", "PCH")
         self.launch()
 
     @classmethod
@@ -190,7 +192,7 @@ class RuntimeObjectBuild(BackgroundCompile):
         work, work_lock = new_build_dir(root, "runtime")
         self.output = work / RUNTIME_OBJECT
         command = flags.compile_command(str(runtime_include_dir() / RUNTIME_SOURCE), str(self.output))
-        super().__init__(command, work, work_lock, lock, reporter, "compiling the runtime object")
+        super().__init__(command, work, work_lock, lock, reporter, "compiling the runtime object", "runtime")
 
     @classmethod
     def start(cls, flags: BuildFlags, root: Path, reporter: Reporter, key: str, identity: str) -> Optional["RuntimeObjectBuild"]:
