@@ -181,7 +181,7 @@ class BuildStats:
     hits: int = 0  #: libraries found in the cache
     kernel_builds: int = 0  #: kernel object files built with TVM
     kernel_hits: int = 0  #: kernel object files taken from the cache for a new library
-    runtime_builds: int = 0  #: runtime objects compiled (once per toolchain and cache)
+    runtime_builds: int = 0  #: builds that found no runtime object (their units include its source)
 
 
 stats = BuildStats()

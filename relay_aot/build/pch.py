@@ -5,7 +5,7 @@ A precompiled header of ``relay_aot/runtime.h`` (TVM's runtime headers and ours)
 ``-include`` from a directory that comes first on the include path; when it is missing or
 unusable GCC silently reads the real header, so it can only make a build faster. The runtime
 object (``relay_aot/runtime.cc``: the runtime's out-of-line functions) is linked into every
-library; a build that finds none compiles those functions into its first unit.
+library; a build that finds none includes that source, inline, into its units.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import signal
 import subprocess
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 import tvm
 
@@ -58,6 +58,9 @@ def pch_directory(flags: BuildFlags, config: Config) -> Optional[Path]:
     return config.cache_dir / "pch" / digest.hexdigest()[:32]
 
 
+B = TypeVar("B", bound="BackgroundCompile")
+
+
 class BackgroundCompile:
     """One compiler run for later builds: at the lowest priority, published when it succeeds.
 
@@ -93,6 +96,23 @@ class BackgroundCompile:
             text=True,
             start_new_session=True,
         )
+
+    @staticmethod
+    def under_lock(root: Path, name: str, make: Callable[[Lock], Optional["B"]]) -> Optional["B"]:
+        """``make(lock)`` holding lock ``name``, if no other process holds it (None otherwise,
+        or if ``make`` finds nothing to do); the lock is released unless ``make`` returns a
+        compile, which then owns it."""
+        lock = key_lock(root, name, 0)
+        if not lock.try_acquire():
+            return None
+        try:
+            made = make(lock)
+        except BaseException:
+            lock.release()
+            raise
+        if made is None:
+            lock.release()
+        return made
 
     def publish(self) -> None:
         """Make the finished output available to later builds (the compiler succeeded)."""
@@ -156,19 +176,17 @@ class PchBuild(BackgroundCompile):
     @classmethod
     def start(cls, flags: BuildFlags, root: Path, reporter: Reporter) -> Optional["PchBuild"]:
         """Start building the PCH of ``flags`` if it is enabled, missing and nobody builds it."""
-        if flags.pch_dir is None or (Path(flags.pch_dir) / (PCH_HEADER + ".gch")).exists():
+        if flags.pch_dir is None:
             return None
-        lock = key_lock(root, f"pch-{Path(flags.pch_dir).name}", 0)
-        if not lock.try_acquire():
+        built = Path(flags.pch_dir) / (PCH_HEADER + ".gch")
+        if built.exists():
             return None
-        if (Path(flags.pch_dir) / (PCH_HEADER + ".gch")).exists():  # finished while we looked
-            lock.release()
-            return None
-        try:
-            return cls(flags, root, reporter, lock)
-        except BaseException:
-            lock.release()
-            raise
+
+        def make(lock: Lock) -> Optional["PchBuild"]:
+            # Checked again under the lock: another process may have finished it while we looked.
+            return None if built.exists() else cls(flags, root, reporter, lock)
+
+        return cls.under_lock(root, f"pch-{Path(flags.pch_dir).name}", make)
 
     def publish(self) -> None:
         private_dir(self.final.parent)
@@ -195,16 +213,10 @@ class RuntimeObjectBuild(BackgroundCompile):
         super().__init__(command, work, work_lock, lock, reporter, "compiling the runtime object", "runtime")
 
     @classmethod
-    def start(cls, flags: BuildFlags, root: Path, reporter: Reporter, key: str, identity: str) -> Optional["RuntimeObjectBuild"]:
+    def start(cls, flags: BuildFlags, root: Path, reporter: Reporter, key: str,
+              identity: str) -> Optional["RuntimeObjectBuild"]:
         """Start compiling the runtime object of ``key`` unless another process does."""
-        lock = key_lock(root, f"runtime-{key[:32]}", 0)
-        if not lock.try_acquire():
-            return None
-        try:
-            return cls(flags, root, reporter, lock, key, identity)
-        except BaseException:
-            lock.release()
-            raise
+        return cls.under_lock(root, f"runtime-{key[:32]}", lambda lock: cls(flags, root, reporter, lock, key, identity))
 
     def publish(self) -> None:
         record_object(self.root, "runtime", self.key, self.output, self.identity)

@@ -46,7 +46,7 @@ struct EntrySignature {
 /*! \brief The packed arguments of an entry call, checked against \p signature and converted. */
 std::vector<ObjectRef> entry_arguments(TVMValue* args, int* type_codes, int num_args, const EntrySignature& signature);
 
-/*! \brief Hand \p result to TVM as an entry call's return value. */
+/*! \brief Hand \p result to TVM as the return value of an exported function. */
 void entry_result(ObjectRef result, TVMValue* ret, int* ret_type_code);
 
 /*!

@@ -342,9 +342,7 @@ RELAY_AOT_RUNTIME_LINKAGE void entry_result(ObjectRef result, TVMValue* ret, int
 
 RELAY_AOT_RUNTIME_LINKAGE int packed_metadata(const char* text, size_t size, TVMValue* ret, int* ret_type_code) {
   try {
-    TVMRetValue rv;
-    rv = tvm::runtime::String(std::string(text, size));
-    rv.MoveToCHost(ret, ret_type_code);
+    entry_result(tvm::runtime::String(std::string(text, size)), ret, ret_type_code);
     return 0;
   } catch (const std::exception& e) {
     return TVMAPIHandleException(e);
@@ -487,9 +485,7 @@ RELAY_AOT_RUNTIME_LINKAGE int packed_profile(TVMValue* args, int* type_codes, in
     } else {
       out = profiler().stop();
     }
-    TVMRetValue rv;
-    rv = tvm::runtime::String(out);
-    rv.MoveToCHost(ret, ret_type_code);
+    entry_result(tvm::runtime::String(out), ret, ret_type_code);
     return 0;
   } catch (const std::exception& e) {
     return TVMAPIHandleException(e);
