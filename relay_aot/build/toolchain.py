@@ -163,7 +163,10 @@ class BuildFlags:
         # model-prefixed symbols and TVM's loader protocol.
         # -z nodelete: values the library made (ADTs, closures: their code and deleters live in
         # it) may outlive the tvm.runtime.Module that loaded it; dlclose must not unmap it then.
-        ldflags = ("-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,nodelete", "-Wl,--version-script=exports.map")
+        # -z now: every undefined symbol is resolved when the library is loaded, so one TVM does
+        # not define fails dlopen (a Python exception) instead of killing the process at its
+        # first call, as lazy binding does.
+        ldflags = ("-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,nodelete", "-Wl,-z,now", "-Wl,--version-script=exports.map")
         return cls(config.cxx, cxxflags, ldflags)
 
     def with_pch(self, pch_dir: Optional[Path]) -> "BuildFlags":

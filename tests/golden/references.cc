@@ -59,6 +59,7 @@ namespace golden_relay_aot {
     // kernel: add (k0)
     NDArray v4 = alloc_tensor(shapes()[0], DLDataType{kDLFloat, 32, 1});  // (3,)
     call_kernel(&golden_k0_fused_add, "golden_k0_fused_add", arg(v2), arg(v3), arg(v4));
+    v2 = NDArray();  // last use
     ref_write(v1, std::move(v4));
     ADT v5 = unit();  // %u = ref write
     NDArray v6 = as<NDArray>(ref_read(v1));  // ref read
@@ -68,6 +69,7 @@ namespace golden_relay_aot {
     NDArray v8_1 = alloc_tensor(shapes()[2], DLDataType{kDLFloat, 32, 1});  // (2,)
     call_kernel(&golden_k1_fused_multiply_split, "golden_k1_fused_multiply_split", arg(v6), arg(v7), arg(v8_0), arg(v8_1));
     ADT v8 = make_adt(0, v8_0, v8_1);
+    v6 = NDArray();  // last use
     NDArray v9 = as<NDArray>(field(v8, 0));  // .0
     NDArray v10 = as<NDArray>(field(v8, 1));  // .1
     ADT v11 = make_adt(0, std::move(v3), std::move(v9), std::move(v10), std::move(v1));  // tuple

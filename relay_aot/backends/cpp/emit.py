@@ -190,6 +190,9 @@ class CppEmitter:
         self.out = Emitter()
         self.func: Optional[ir.Function] = None
         self.last: set = set()  # last uses in the function being printed (liveness.py)
+        #: ids of the printed function's variables bound by const reference (parameters,
+        #: captures, shared constants): the caller or the closure owns them
+        self.borrowed: set[int] = set()
         self.types = TypeTable(program.adts)
         self.shapes: dict[tuple[int, ...], int] = {}
         #: C++ signatures of the typed closure entries, numbered (see ClosureObj::signature)
@@ -315,6 +318,7 @@ class CppEmitter:
         e = self.out
         self.func = f
         self.last = last_uses(f)
+        self.borrowed = self.borrowed_vars(f)
         e.comment(f.signature or f.hint)
         e.line(self.prototype(f) + " {")
         if self.calls_functions(f):  # a leaf (only kernels) cannot recurse: no check needed
@@ -348,6 +352,30 @@ class CppEmitter:
             e.line(f"{ctype(f.ret)} {names.TYPED_ENTRY}{f.id}(const ClosureObj* self{typed_params}) {{")
             e.line(f"return {f.id}(static_cast<const {cls}*>(self){forwarded});")
             e.line("}")
+
+    @staticmethod
+    def borrowed_vars(f: ir.Function) -> set[int]:
+        """Ids of ``f``'s variables that its C++ binds by const reference (see prototype)."""
+        borrowed = {c.id for c in f.captures}
+        if not f.has_tail_call:
+            borrowed.update(p.id for p in f.params)
+        for stmt in ir.walk(f.body):
+            if isinstance(stmt, ir.Let) and isinstance(stmt.rhs, ir.Constant) and not stmt.rhs.fresh:
+                borrowed.add(stmt.var.id)
+        return borrowed
+
+    def drop_dead_tensors(self, stmt: ir.Let, args: list[ir.Var]) -> None:
+        """Let go of the local tensors that ``stmt``'s kernel call used for the last time.
+
+        A tensor otherwise lives to the end of its C++ scope: in a model's straight-line body
+        every intermediate would stay allocated until ``@main`` returns (ShuffleNet: 94 of them).
+        Released here, its block returns to the thread's cache while still in the CPU's cache
+        and the next kernel's output of that size takes it: the buffer reuse a static storage
+        plan gives the graph executor.
+        """
+        for a in dict.fromkeys(args):
+            if (stmt.uid, a.id) in self.last and a.id not in self.borrowed and ctype(a.type) == "NDArray":
+                self.out.line(f"{var(a)} = NDArray();", comment="last use")
 
     def use(self, v: ir.Var, node: object) -> str:
         """``v`` where ``node`` uses it: moved from if this is its last use, boxed if unboxed.
@@ -502,6 +530,7 @@ class CppEmitter:
             self.shape_function_call(kernel, per_param, outputs)
         if rhs.may_alias and kernel.copy is not None and kernel.copy.kind == SAME_SHAPE_COPY:
             self.alias_or_copy(kernel, rhs.args[kernel.copy.params[0]], inputs, v)
+            self.drop_dead_tensors(stmt, rhs.args)
             return
         out_args = []
         for name, out in zip(outputs, kernel.outputs):
@@ -526,6 +555,7 @@ class CppEmitter:
         if not single:
             rest = iter(zip(outputs, kernel.outputs))
             e.line(f"ADT {var(v)} = {self.counted(self.rebuild(kernel.result, rest))};")
+        self.drop_dead_tensors(stmt, rhs.args)
 
     def kernel_call(self, kernel: ir.Kernel, args: list[str]) -> str:
         """The call of ``kernel`` on ``args`` (timed in a profiled build)."""
