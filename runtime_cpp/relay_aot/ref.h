@@ -13,6 +13,7 @@
 #include <tvm/runtime/object.h>
 
 #include <utility>
+#include <vector>
 
 #include "memory.h"
 
@@ -27,20 +28,68 @@ class Ref : public ObjectRef {
   TVM_DEFINE_OBJECT_REF_METHODS(Ref, ObjectRef, ArrayNode);
 };
 
+namespace detail {
+
+/*!
+ * \brief Free reference cells of the calling thread, emptied, for the next `ref(value)`.
+ *
+ * A gradient program makes a cell for every intermediate value of every step and drops them
+ * all when the call returns; allocating each from the heap (TVM's allocator) cost as much as
+ * the cell's own work. A cell dies with its count at zero and its type and deleter set, so it
+ * is reused as it is: only its element changes.
+ */
+struct CellCache {
+  std::vector<ArrayNode*> cells;
+  ~CellCache() {
+    for (ArrayNode* cell : cells) SimpleObjAllocator::ArrayHandler<ArrayNode, ObjectRef>::Deleter()(cell);
+  }
+};
+
+/*! \brief Cells kept per thread: a whole call's worth for the programs of the benchmarks. */
+constexpr size_t kCachedCells = 4096;
+
+inline CellCache& cell_cache() {
+  static thread_local CellCache cache;
+  return cache;
+}
+
+/*! \brief The one element of \p cell, writable (Array's copy-on-write and index check bypassed). */
+inline ObjectRef& cell_element(const ArrayNode* cell) { return *const_cast<ObjectRef*>(cell->begin()); }
+
+inline void recycle_cell(Object* obj) {
+  auto* cell = static_cast<ArrayNode*>(obj);
+  cell_element(cell) = ObjectRef();  // its contents die here (queued if this is a nested deletion)
+  std::vector<ArrayNode*>& cells = cell_cache().cells;
+  if (cells.size() < kCachedCells) {
+    cells.push_back(cell);
+    return;
+  }
+  SimpleObjAllocator::ArrayHandler<ArrayNode, ObjectRef>::Deleter()(obj);
+}
+
+inline void free_cell(Object* obj) { release(obj, &recycle_cell); }
+
+}  // namespace detail
+
 /*! \brief `ref(value)` */
-inline Ref ref_new(const ObjectRef& value) {
+inline Ref ref_new(ObjectRef value) {
+  std::vector<ArrayNode*>& cells = detail::cell_cache().cells;
+  if (!cells.empty()) {
+    ArrayNode* cell = cells.back();
+    cells.pop_back();
+    detail::cell_element(cell) = std::move(value);
+    return adopt<Ref>(cell);
+  }
   auto cell = ArrayNode::CreateRepeated(1, value);
-  ObjectAccess::Set(cell.get(), &iterative_deleter<SimpleObjAllocator::ArrayHandler<ArrayNode, ObjectRef>>);
+  ObjectAccess::Set(cell.get(), &detail::free_cell);
   return Ref(std::move(cell));
 }
 
 /*! \brief `!ref` */
-inline ObjectRef ref_read(const Ref& ref) { return ref->at(0); }
+inline ObjectRef ref_read(const Ref& ref) { return detail::cell_element(ref.get()); }
 
-/*! \brief `ref := value` (cells are mutable by definition; Array's copy-on-write is bypassed). */
-inline void ref_write(const Ref& ref, ObjectRef value) {
-  const_cast<ArrayNode*>(ref.get())->SetItem(0, std::move(value));
-}
+/*! \brief `ref := value` (cells are mutable by definition). */
+inline void ref_write(const Ref& ref, ObjectRef value) { detail::cell_element(ref.get()) = std::move(value); }
 
 }  // namespace relay_aot
 
