@@ -417,3 +417,20 @@ def test_a_cache_subdirectory_writable_by_others_is_refused(env):
             compile_salted(19.5)
     finally:
         (env.cache / "index").chmod(0o700)
+
+
+def test_a_library_that_needs_a_missing_symbol_fails_to_load_instead_of_crashing_later(tmp_path):
+    """Libraries link with -z now (toolchain.BuildFlags): a symbol nothing defines makes the
+    load fail with the loader's message. Bound lazily, the load succeeded and the first call
+    reaching the symbol ended the process."""
+    from relay_aot.build.toolchain import BuildFlags
+
+    flags = BuildFlags.default()
+    (tmp_path / "lib.cc").write_text(textwrap.dedent("""\
+        extern "C" void relay_aot_no_such_function();
+        extern "C" __attribute__((visibility("default"))) void entry() { relay_aot_no_such_function(); }
+        """))
+    (tmp_path / "exports.map").write_text("{ global: entry; local: *; };\n")
+    subprocess.run([flags.cxx, *flags.cxxflags, "lib.cc", "-o", "lib.so", *flags.ldflags], cwd=tmp_path, check=True)
+    with pytest.raises(tvm.TVMError, match="undefined symbol: relay_aot_no_such_function"):
+        tvm.runtime.load_module(str(tmp_path / "lib.so"))
