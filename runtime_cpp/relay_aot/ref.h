@@ -38,10 +38,13 @@ namespace detail {
  * the cell's own work. A cell dies with its count at zero and its type and deleter set, so it
  * is reused as it is: only its element changes.
  */
+/*! \brief Frees \p cell's memory (TVM's allocator made it). */
+inline void delete_cell(Object* cell) { SimpleObjAllocator::ArrayHandler<ArrayNode, ObjectRef>::Deleter()(cell); }
+
 struct CellCache {
   std::vector<ArrayNode*> cells;
   ~CellCache() {
-    for (ArrayNode* cell : cells) SimpleObjAllocator::ArrayHandler<ArrayNode, ObjectRef>::Deleter()(cell);
+    for (ArrayNode* cell : cells) delete_cell(cell);
   }
 };
 
@@ -64,7 +67,7 @@ inline void recycle_cell(Object* obj) {
     cells.push_back(cell);
     return;
   }
-  SimpleObjAllocator::ArrayHandler<ArrayNode, ObjectRef>::Deleter()(obj);
+  delete_cell(obj);
 }
 
 inline void free_cell(Object* obj) { release(obj, &recycle_cell); }
@@ -80,7 +83,8 @@ inline Ref ref_new(ObjectRef value) {
     detail::cell_element(cell) = std::move(value);
     return adopt<Ref>(cell);
   }
-  auto cell = ArrayNode::CreateRepeated(1, value);
+  auto cell = ArrayNode::CreateRepeated(1, ObjectRef());
+  detail::cell_element(cell.get()) = std::move(value);
   ObjectAccess::Set(cell.get(), &detail::free_cell);
   return Ref(std::move(cell));
 }

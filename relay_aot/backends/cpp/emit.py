@@ -191,7 +191,8 @@ class CppEmitter:
         self.func: Optional[ir.Function] = None
         self.last: set = set()  # last uses in the function being printed (liveness.py)
         #: ids of the printed function's variables bound by const reference (parameters,
-        #: captures, shared constants): the caller or the closure owns them
+        #: captures, shared constants: the caller, the closure or the program owns them), as
+        #: far as it is printed
         self.borrowed: set[int] = set()
         self.types = TypeTable(program.adts)
         self.shapes: dict[tuple[int, ...], int] = {}
@@ -305,10 +306,7 @@ class CppEmitter:
 
     def prototype(self, f: ir.Function) -> str:
         """The C++ signature of ``f``."""
-        params = [
-            f"{ctype(p.type)} {var(p)}" if f.has_tail_call or is_native_scalar(p.type) else f"const {ctype(p.type)}& {var(p)}"
-            for p in f.params
-        ]
+        params = [f"const {ctype(p.type)}& {var(p)}" if self.by_reference(f, p) else f"{ctype(p.type)} {var(p)}" for p in f.params]
         if f.is_closure:
             params.insert(0, f"const {names.CLOSURE_CLASS}{f.id}* self")
         return f"{ctype(f.ret)} {f.id}({', '.join(params)})"
@@ -318,7 +316,7 @@ class CppEmitter:
         e = self.out
         self.func = f
         self.last = last_uses(f)
-        self.borrowed = self.borrowed_vars(f)
+        self.borrowed = {c.id for c in f.captures} | {p.id for p in f.params if self.by_reference(f, p)}
         e.comment(f.signature or f.hint)
         e.line(self.prototype(f) + " {")
         if self.calls_functions(f):  # a leaf (only kernels) cannot recurse: no check needed
@@ -354,15 +352,10 @@ class CppEmitter:
             e.line("}")
 
     @staticmethod
-    def borrowed_vars(f: ir.Function) -> set[int]:
-        """Ids of ``f``'s variables that its C++ binds by const reference (see prototype)."""
-        borrowed = {c.id for c in f.captures}
-        if not f.has_tail_call:
-            borrowed.update(p.id for p in f.params)
-        for stmt in ir.walk(f.body):
-            if isinstance(stmt, ir.Let) and isinstance(stmt.rhs, ir.Constant) and not stmt.rhs.fresh:
-                borrowed.add(stmt.var.id)
-        return borrowed
+    def by_reference(f: ir.Function, p: ir.Var) -> bool:
+        """Whether ``f`` takes parameter ``p`` by const reference: objects, unless ``f`` loops
+        (its self tail calls assign its parameters)."""
+        return not (f.has_tail_call or is_native_scalar(p.type))
 
     def drop_dead_tensors(self, stmt: ir.Let, args: list[ir.Var]) -> None:
         """Let go of the local tensors that ``stmt``'s kernel call used for the last time.
@@ -506,6 +499,7 @@ class CppEmitter:
             self.out.line(f"NDArray {var(v)} = {self.counted(f'copy_tensor(constants()[{rhs.index}])')};", comment=self.describe(v, "constant"))
         else:
             self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=self.describe(v, "constant"))
+            self.borrowed.add(v.id)
 
     def _kernel_call(self, rhs: ir.KernelCall, stmt: ir.Let) -> None:
         e = self.out
