@@ -26,7 +26,7 @@ import tvm
 from tvm import relay
 
 from ..errors import RelayAotError, UnsupportedError
-from .te_compiler_speed import cached_libinfo
+from .te_compiler_speed import cached_libinfo, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
 
 
@@ -365,13 +365,16 @@ def prepare(
         raise RelayAotError("the module has no @main function")
     if not isinstance(mod["main"], relay.Function):
         raise UnsupportedError(f"@main is a {type(mod['main']).__name__}, not a Relay function")
+    alters_layout = opt_level >= 3 and target is not None
+    if alters_layout:
+        warm_error_backtraces()  # AlterOpLayout raises one (see te_compiler_speed)
     mod = prune(mod)
     mod = bind_params(mod, params)
     fuse_level = 0 if opt_level < 1 else 2
     sequence = [relay.transform.InferType(), relay.transform.SimplifyInference(), bounded_take, relay.transform.InferType()]
     if opt_level >= 2:
         sequence += [fold_constants, *_graph_simplifications(opt_level)]
-    if opt_level >= 3 and target is not None:
+    if alters_layout:
         sequence += [alter_layout, relay.transform.InferType()]
     sequence += [
         relay.transform.ToANormalForm(),

@@ -78,11 +78,7 @@ struct SizeClass {
 /*! \brief The calling thread's cache of free blocks. */
 class BlockCache {
  public:
-  ~BlockCache() {
-    for (SizeClass& c : classes_) {
-      for (void* block : c.blocks) std::free(block);
-    }
-  }
+  ~BlockCache();
 
   void* Take(size_t bytes) {
     for (SizeClass& c : classes_) {
@@ -98,34 +94,8 @@ class BlockCache {
     return block;
   }
 
-  void Give(void* block, size_t bytes) {
-    if (bytes <= kMaxCachedBlock && cached_bytes_ + bytes <= kCachedBytes) {
-      for (SizeClass& c : classes_) {
-        if (c.bytes == bytes) {
-          c.blocks.push_back(block);
-          cached_bytes_ += bytes;
-          return;
-        }
-      }
-      if (classes_.size() < kCachedSizes) {
-        classes_.push_back({bytes, {block}});
-        cached_bytes_ += bytes;
-        return;
-      }
-      // A full cache gives an emptied class to the new size: a tensor that grows at every
-      // step (a scan output, a decoder's tokens) would otherwise leave every class to sizes
-      // never asked for again and send each later allocation to malloc.
-      for (SizeClass& c : classes_) {
-        if (c.blocks.empty()) {
-          c.bytes = bytes;
-          c.blocks.push_back(block);
-          cached_bytes_ += bytes;
-          return;
-        }
-      }
-    }
-    std::free(block);
-  }
+  /*! \brief Keep \p block (of \p bytes) for a later Take, or free it (out of line: deleters call it). */
+  void Give(void* block, size_t bytes);
 
  private:
   std::vector<SizeClass> classes_;
@@ -165,22 +135,9 @@ inline DeletionQueue& deletion_queue() {
   return queue;
 }
 
-/*! \brief Free \p obj with \p real_deleter, without nesting inside another such deletion. */
-inline void release(Object* obj, Object::FDeleter real_deleter) {
-  DeletionQueue& queue = deletion_queue();
-  if (queue.draining) {
-    queue.pending.emplace_back(obj, real_deleter);
-    return;
-  }
-  queue.draining = true;
-  real_deleter(obj);
-  while (!queue.pending.empty()) {
-    auto next = queue.pending.back();
-    queue.pending.pop_back();
-    next.second(next.first);
-  }
-  queue.draining = false;
-}
+/*! \brief Free \p obj with \p real_deleter, without nesting inside another such deletion
+ *         (out of line: deleters, called through pointers, are its only callers). */
+void release(Object* obj, Object::FDeleter real_deleter);
 
 /*! \brief The deleter installed on objects allocated through \p Handler. */
 template <typename Handler>
@@ -208,14 +165,9 @@ inline ObjectRef* adt_fields(ADTObj* adt) {
   return reinterpret_cast<ObjectRef*>(reinterpret_cast<char*>(adt) + sizeof(ADTObj));
 }
 
-inline void free_adt(Object* obj) {
-  auto* adt = static_cast<ADTObj*>(obj);
-  size_t bytes = rounded(sizeof(ADTObj) + adt->size * sizeof(ObjectRef));
-  adt->~ADTObj();  // destroys the fields
-  block_cache().Give(adt, bytes);
-}
-
-inline void free_adt_iteratively(Object* obj) { release(obj, &free_adt); }
+/*! \brief The deleters of ADTs (out of line: only their addresses are taken). */
+void free_adt(Object* obj);
+void free_adt_iteratively(Object* obj);
 
 /*!
  * \brief An empty ADT with \p tag in a block from the thread's cache, with room for \p count

@@ -1,18 +1,29 @@
 /*!
  * \file relay_aot/runtime.cc
  * \brief The runtime's out-of-line functions: argument checks, conversions, errors, the C API's
- *        helpers, the profiler's start and stop.
+ *        helpers, the profiler's start and stop, deleters, stack segments.
  *
  * Every generated library links one object compiled from this file, cached per toolchain
  * (relay_aot/build: "runtime object"), so the compiler does not generate these functions --
  * and the TVM helpers they use -- again for each library: they are most of what a small
  * program's unit compiled before. A build that finds no runtime object includes this file
- * into its units instead (RELAY_AOT_RUNTIME_LINKAGE below). They are the cold paths; what generated code does per value
- * (allocation, reference counts, kernel calls, stack checks) stays inline in the headers.
+ * into its units instead (RELAY_AOT_RUNTIME_LINKAGE below). They are the cold paths, the
+ * deleters (only ever called through a pointer) and the switch to a new stack segment; what
+ * generated code does per value (allocation, reference counts, kernel calls, stack checks)
+ * stays inline in the headers.
  * One translation unit, because parsing TVM's headers is most of its compile time.
  * Definitions appear in the order of the headers that declare them.
  */
 #include "runtime.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <exception>
+#include <string>
 
 // Empty when this file is compiled as the runtime object. A build that has no runtime object
 // yet (the toolchain's first) includes this file into every unit with the linkage `inline`
@@ -492,4 +503,211 @@ RELAY_AOT_RUNTIME_LINKAGE int packed_profile(TVMValue* args, int* type_codes, in
   }
 }
 
+}  // namespace relay_aot
+
+// ---- memory.h ----------------------------------------------------------------------------------
+
+namespace relay_aot {
+
+RELAY_AOT_RUNTIME_LINKAGE void release(Object* obj, Object::FDeleter real_deleter) {
+  DeletionQueue& queue = deletion_queue();
+  if (queue.draining) {
+    queue.pending.emplace_back(obj, real_deleter);
+    return;
+  }
+  queue.draining = true;
+  real_deleter(obj);
+  while (!queue.pending.empty()) {
+    auto next = queue.pending.back();
+    queue.pending.pop_back();
+    next.second(next.first);
+  }
+  queue.draining = false;
+}
+
+namespace detail {
+
+RELAY_AOT_RUNTIME_LINKAGE BlockCache::~BlockCache() {
+  for (SizeClass& c : classes_) {
+    for (void* block : c.blocks) std::free(block);
+  }
+}
+
+RELAY_AOT_RUNTIME_LINKAGE void BlockCache::Give(void* block, size_t bytes) {
+  if (bytes <= kMaxCachedBlock && cached_bytes_ + bytes <= kCachedBytes) {
+    for (SizeClass& c : classes_) {
+      if (c.bytes == bytes) {
+        c.blocks.push_back(block);
+        cached_bytes_ += bytes;
+        return;
+      }
+    }
+    if (classes_.size() < kCachedSizes) {
+      classes_.push_back({bytes, {block}});
+      cached_bytes_ += bytes;
+      return;
+    }
+    // A full cache gives an emptied class to the new size: a tensor that grows at every
+    // step (a scan output, a decoder's tokens) would otherwise leave every class to sizes
+    // never asked for again and send each later allocation to malloc.
+    for (SizeClass& c : classes_) {
+      if (c.blocks.empty()) {
+        c.bytes = bytes;
+        c.blocks.push_back(block);
+        cached_bytes_ += bytes;
+        return;
+      }
+    }
+  }
+  std::free(block);
+}
+
+RELAY_AOT_RUNTIME_LINKAGE void free_adt(Object* obj) {
+  auto* adt = static_cast<ADTObj*>(obj);
+  size_t bytes = rounded(sizeof(ADTObj) + adt->size * sizeof(ObjectRef));
+  adt->~ADTObj();  // destroys the fields
+  block_cache().Give(adt, bytes);
+}
+
+RELAY_AOT_RUNTIME_LINKAGE void free_adt_iteratively(Object* obj) { release(obj, &free_adt); }
+
+}  // namespace detail
+}  // namespace relay_aot
+
+// ---- stack.h -----------------------------------------------------------------------------------
+
+namespace relay_aot {
+
+RELAY_AOT_RUNTIME_LINKAGE size_t max_segment_bytes() {
+  static const size_t limit = [] {
+    const char* env = std::getenv("RELAY_AOT_MAX_STACK_MB");
+    long long mb = env != nullptr ? std::atoll(env) : 4096;
+    return static_cast<size_t>(mb > 0 ? mb : 4096) << 20;
+  }();
+  return limit;
+}
+
+RELAY_AOT_RUNTIME_LINKAGE char* thread_stack_limit(uint64_t* range) {
+  pthread_attr_t attr;
+  void* base = nullptr;
+  size_t size = 0;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    pthread_attr_getstack(&attr, &base, &size);
+    pthread_attr_destroy(&attr);
+  }
+  if (base == nullptr || size < 4 * kStackMargin) {
+    // Unknown bounds, or a small stack (threads may have 256 KiB): run every call of generated
+    // code on a segment of its own, where the bounds are known.
+    *range = 0;
+    return reinterpret_cast<char*>(UINTPTR_MAX);
+  }
+  char* limit = static_cast<char*>(base) + kStackMargin;
+  *range = detail::pack_range(reinterpret_cast<uintptr_t>(limit), reinterpret_cast<uintptr_t>(base) + size);
+  return limit;
+}
+
+namespace detail {
+
+/*! \brief Gives up the thread's claim on safe_range when it exits (before its stack is freed). */
+struct RangeOwner {
+  uint64_t range = 0;
+  ~RangeOwner() {
+    uint64_t expected = range;
+    if (expected != 0) safe_range.compare_exchange_strong(expected, 0);
+  }
+};
+
+// Not inlined into stack_low even where this file is included into a unit: the fast path
+// stays a load and a comparison.
+[[gnu::noinline]] RELAY_AOT_RUNTIME_LINKAGE bool stack_low_slow(uintptr_t frame) {
+  StackState& state = stack_state();
+  if (state.limit == nullptr) {
+    uint64_t range = 0;
+    state.limit = thread_stack_limit(&range);
+    uint64_t none = 0;
+    if (range != 0 && safe_range.load(std::memory_order_relaxed) == 0 && safe_range.compare_exchange_strong(none, range)) {
+      static thread_local RangeOwner owner;
+      owner.range = range;
+    }
+  }
+  return frame < reinterpret_cast<uintptr_t>(state.limit);
+}
+
+/*! \brief A call running on a new segment, with room for its exception. */
+struct SegmentCall {
+  void (*run)(void*);
+  void* frame;
+  std::exception_ptr error;
+  ucontext_t caller;
+  ucontext_t callee;
+
+  static void Run() {
+    auto* self = static_cast<SegmentCall*>(stack_state().pending);
+    try {
+      self->run(self->frame);
+    } catch (...) {
+      self->error = std::current_exception();
+    }
+    // Returning resumes `caller` through uc_link.
+  }
+};
+
+RELAY_AOT_RUNTIME_LINKAGE void run_on_segment(void (*run)(void*), void* frame) {
+  StackState& state = stack_state();
+  if (state.segment_bytes + kSegmentSize > max_segment_bytes()) {
+    throw Error("RecursionDepthError",
+                "the program recursed deeper than relay_aot's limit of " +
+                    std::to_string(max_segment_bytes() >> 20) +
+                    " MiB of stack (set RELAY_AOT_MAX_STACK_MB to change it)");
+  }
+  void* memory = mmap(nullptr, kSegmentSize, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (memory == MAP_FAILED) {
+    throw Error("RecursionDepthError", "could not map another stack segment for deep recursion");
+  }
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  mprotect(memory, page, PROT_NONE);  // a guard page: overflow faults instead of corrupting
+
+  SegmentCall call{run, frame, nullptr, {}, {}};
+  getcontext(&call.callee);
+  call.callee.uc_stack.ss_sp = memory;
+  call.callee.uc_stack.ss_size = kSegmentSize;
+  call.callee.uc_link = &call.caller;
+  makecontext(&call.callee, &SegmentCall::Run, 0);
+
+  char* saved_limit = state.limit;
+  state.limit = static_cast<char*>(memory) + page + kStackMargin;
+  state.segment_bytes += kSegmentSize;
+  state.pending = &call;
+  swapcontext(&call.caller, &call.callee);
+  state.limit = saved_limit;
+  state.segment_bytes -= kSegmentSize;
+  munmap(memory, kSegmentSize);
+
+  if (call.error) std::rethrow_exception(call.error);
+}
+
+}  // namespace detail
+}  // namespace relay_aot
+
+// ---- tensor.h ----------------------------------------------------------------------------------
+
+namespace relay_aot {
+namespace detail {
+
+RELAY_AOT_RUNTIME_LINKAGE void free_tensor_block(tvm::runtime::Object* obj) {
+  auto* container = static_cast<NDArray::Container*>(obj);
+  size_t bytes = block_bytes(container->dl_tensor);
+  container->~Container();
+  block_cache().Give(container, bytes);
+}
+
+RELAY_AOT_RUNTIME_LINKAGE void free_inline_shape(tvm::runtime::Object* obj) {
+  auto* shape = static_cast<InlineShape*>(obj);
+  size_t bytes = InlineShape::block_bytes(shape->size);
+  shape->~InlineShape();
+  block_cache().Give(shape, bytes);
+}
+
+}  // namespace detail
 }  // namespace relay_aot

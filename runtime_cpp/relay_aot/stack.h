@@ -17,21 +17,12 @@
 #ifndef RELAY_AOT_STACK_H_
 #define RELAY_AOT_STACK_H_
 
-#include <pthread.h>
-#include <sys/mman.h>
-#include <ucontext.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <exception>
 #include <optional>
-#include <string>
+#include <type_traits>
 #include <utility>
-
-#include "errors.h"
 
 namespace relay_aot {
 
@@ -52,15 +43,9 @@ inline StackState& stack_state() {
   return state;
 }
 
-/*! \brief The most stack (all segments of one thread) a program may use, in bytes. */
-inline size_t max_segment_bytes() {
-  static const size_t limit = [] {
-    const char* env = std::getenv("RELAY_AOT_MAX_STACK_MB");
-    long long mb = env != nullptr ? std::atoll(env) : 4096;
-    return static_cast<size_t>(mb > 0 ? mb : 4096) << 20;
-  }();
-  return limit;
-}
+/*! \brief The most stack (all segments of one thread) a program may use, in bytes
+ *         (RELAY_AOT_MAX_STACK_MB, read once). */
+size_t max_segment_bytes();
 
 namespace detail {
 
@@ -92,53 +77,15 @@ inline bool in_range(uintptr_t frame, uint64_t range) {
   return frame - low < length;
 }
 
-/*! \brief Gives up the thread's claim on safe_range when it exits (before its stack is freed). */
-struct RangeOwner {
-  uint64_t range = 0;
-  ~RangeOwner() {
-    uint64_t expected = range;
-    if (expected != 0) safe_range.compare_exchange_strong(expected, 0);
-  }
-};
-
 }  // namespace detail
 
 /*! \brief Find the lowest usable address of the calling thread's own stack (and its range). */
-inline char* thread_stack_limit(uint64_t* range) {
-  pthread_attr_t attr;
-  void* base = nullptr;
-  size_t size = 0;
-  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-    pthread_attr_getstack(&attr, &base, &size);
-    pthread_attr_destroy(&attr);
-  }
-  if (base == nullptr || size < 4 * kStackMargin) {
-    // Unknown bounds, or a small stack (threads may have 256 KiB): run every call of generated
-    // code on a segment of its own, where the bounds are known.
-    *range = 0;
-    return reinterpret_cast<char*>(UINTPTR_MAX);
-  }
-  char* limit = static_cast<char*>(base) + kStackMargin;
-  *range = detail::pack_range(reinterpret_cast<uintptr_t>(limit), reinterpret_cast<uintptr_t>(base) + size);
-  return limit;
-}
+char* thread_stack_limit(uint64_t* range);
 
 namespace detail {
 
 /*! \brief stack_low's thread-local path, out of line: not on the stack safe_range describes. */
-[[gnu::noinline]] inline bool stack_low_slow(uintptr_t frame) {
-  StackState& state = stack_state();
-  if (state.limit == nullptr) {
-    uint64_t range = 0;
-    state.limit = thread_stack_limit(&range);
-    uint64_t none = 0;
-    if (range != 0 && safe_range.load(std::memory_order_relaxed) == 0 && safe_range.compare_exchange_strong(none, range)) {
-      static thread_local RangeOwner owner;
-      owner.range = range;
-    }
-  }
-  return frame < reinterpret_cast<uintptr_t>(state.limit);
-}
+bool stack_low_slow(uintptr_t frame);
 
 }  // namespace detail
 
@@ -155,65 +102,30 @@ inline bool stack_low() {
 
 namespace detail {
 
-/*! \brief A call to run on a new segment, with room for its result or exception. */
-template <typename F>
-struct SegmentCall {
-  F* body;
-  std::optional<decltype(std::declval<F&>()())> result;
-  std::exception_ptr error;
-  ucontext_t caller;
-  ucontext_t callee;
-
-  static void Run() {
-    auto* self = static_cast<SegmentCall*>(stack_state().pending);
-    try {
-      self->result.emplace((*self->body)());
-    } catch (...) {
-      self->error = std::current_exception();
-    }
-    // Returning resumes `caller` through uc_link.
-  }
-};
+/*!
+ * \brief Call \p run(\p frame) on a fresh stack segment; rethrow here what it throws.
+ *
+ * Out of line, so that each generated function's on_new_stack is a few instructions: the
+ * segment's mapping and context switch are the same for all of them.
+ */
+void run_on_segment(void (*run)(void*), void* frame);
 
 }  // namespace detail
 
 /*! \brief Run \p body on a fresh stack segment and return its result (or rethrow its exception). */
 template <typename F>
 auto on_new_stack(F&& body) -> decltype(body()) {
-  StackState& state = stack_state();
-  if (state.segment_bytes + kSegmentSize > max_segment_bytes()) {
-    throw Error("RecursionDepthError",
-                "the program recursed deeper than relay_aot's limit of " +
-                    std::to_string(max_segment_bytes() >> 20) +
-                    " MiB of stack (set RELAY_AOT_MAX_STACK_MB to change it)");
-  }
-  void* memory = mmap(nullptr, kSegmentSize, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (memory == MAP_FAILED) {
-    throw Error("RecursionDepthError", "could not map another stack segment for deep recursion");
-  }
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  mprotect(memory, page, PROT_NONE);  // a guard page: overflow faults instead of corrupting
-
   using Body = std::remove_reference_t<F>;
-  detail::SegmentCall<Body> call{&body, std::nullopt, nullptr, {}, {}};
-  getcontext(&call.callee);
-  call.callee.uc_stack.ss_sp = memory;
-  call.callee.uc_stack.ss_size = kSegmentSize;
-  call.callee.uc_link = &call.caller;
-  makecontext(&call.callee, &detail::SegmentCall<Body>::Run, 0);
-
-  char* saved_limit = state.limit;
-  state.limit = static_cast<char*>(memory) + page + kStackMargin;
-  state.segment_bytes += kSegmentSize;
-  state.pending = &call;
-  swapcontext(&call.caller, &call.callee);
-  state.limit = saved_limit;
-  state.segment_bytes -= kSegmentSize;
-  munmap(memory, kSegmentSize);
-
-  if (call.error) std::rethrow_exception(call.error);
-  return std::move(*call.result);
+  using Result = decltype(body());
+  struct Frame {
+    Body* body;
+    std::optional<Result> result;
+  } frame{&body, std::nullopt};
+  detail::run_on_segment([](void* p) {
+    auto* f = static_cast<Frame*>(p);
+    f->result.emplace((*f->body)());
+  }, &frame);
+  return std::move(*frame.result);
 }
 
 }  // namespace relay_aot

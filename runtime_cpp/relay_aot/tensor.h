@@ -53,12 +53,8 @@ inline size_t data_offset(const DLTensor& t) {
   return data_in_header(t, tvm::runtime::GetDataSize(t)) ? sizeof(NDArray::Container) : kHeaderBytes;
 }
 
-inline void free_tensor_block(tvm::runtime::Object* obj) {
-  auto* container = static_cast<NDArray::Container*>(obj);
-  size_t bytes = block_bytes(container->dl_tensor);
-  container->~Container();
-  block_cache().Give(container, bytes);
-}
+/*! \brief The deleter of tensors in cached blocks (out of line: only its address is taken). */
+void free_tensor_block(tvm::runtime::Object* obj);
 
 /*!
  * \brief A ShapeTuple whose extents follow it in the same cached block. TVM's own makes two
@@ -77,12 +73,8 @@ struct InlineShape : tvm::runtime::ShapeTupleObj {
   static size_t block_bytes(uint64_t rank) { return rounded(sizeof(InlineShape) + rank * sizeof(int64_t)); }
 };
 
-inline void free_inline_shape(tvm::runtime::Object* obj) {
-  auto* shape = static_cast<InlineShape*>(obj);
-  size_t bytes = InlineShape::block_bytes(shape->size);
-  shape->~InlineShape();
-  block_cache().Give(shape, bytes);
-}
+/*! \brief The deleter of InlineShape (out of line: only its address is taken). */
+void free_inline_shape(tvm::runtime::Object* obj);
 
 }  // namespace detail
 
