@@ -6,10 +6,18 @@ on values converted in Python, and makes the runtime ADTs relay_aot builds in Py
 fields it frees without recursion. It compiles against relay_aot's C++ runtime headers and
 TVM's, which the TVM wheel ships (it is a build requirement, found without importing it), and
 with the runtime's out-of-line functions (``runtime_cpp/relay_aot/runtime.cc``).
+
+After the extension, the build compiles what every library of the installing toolchain shares
+-- the precompiled runtime header and the runtime object -- into ``relay_aot/build/_prebuilt``
+(``relay_aot/build/prebuilt.py``), so that a first compile into an empty cache need not. It
+runs relay_aot's own code for that, in a child process; if it fails, the installation goes on
+and the first compile builds them as before.
 """
 
 import importlib.util
 import os
+import subprocess
+import sys
 
 from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import setup
@@ -17,6 +25,28 @@ from setuptools import setup
 _TVM = importlib.util.find_spec("tvm").submodule_search_locations[0]
 _INCLUDES = ["runtime_cpp"] + [os.path.join(_TVM, d) for d in ("include", "3rdparty/dlpack/include",
                                                                  "3rdparty/dmlc-core/include")]
+
+_ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class BuildExtAndToolchain(build_ext):
+    """The extension, then the toolchain objects libraries share (see the module docstring)."""
+
+    def run(self):
+        super().run()
+        editable = self.inplace or getattr(self, "editable_mode", False)
+        package_root = _ROOT if editable else os.path.abspath(self.build_lib)
+        out = os.path.join(package_root, "relay_aot", "build", "_prebuilt")
+        code = "import sys; from pathlib import Path; from relay_aot.build import prebuilt; prebuilt.build(Path(sys.argv[1]))"
+        env = {**os.environ, "PYTHONPATH": package_root, "TOPHUB_LOCATION": "NONE"}
+        try:
+            subprocess.run([sys.executable, "-c", code, out], env=env, check=True, timeout=900,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        except (OSError, subprocess.SubprocessError) as err:
+            output = getattr(err, "stdout", None) or ""
+            print(f"relay_aot: the precompiled header and runtime object were not prebuilt ({err}); "
+                  f"the first compile will build them.\n{output[-4000:]}", file=sys.stderr)
+
 
 setup(
     ext_modules=[
@@ -28,5 +58,5 @@ setup(
             define_macros=[("DMLC_USE_LOGGING_LIBRARY", "<tvm/runtime/logging.h>")],
         )
     ],
-    cmdclass={"build_ext": build_ext},
+    cmdclass={"build_ext": BuildExtAndToolchain},
 )

@@ -9,8 +9,11 @@ the LSTM example (``lstm``: examples/lstm.relay), a generated program of 50 glob
 (``gen50``), or any workload of ``benchmarks/workloads.py`` by name (``mlp_b1``; weights bound
 as constants). Each measurement runs in a fresh process with a private cache directory:
 
-* ``first``: an empty cache -- the kernels and the C++ are built, and the precompiled runtime
-  header is started beside them (once per toolchain);
+* ``first``: an empty cache -- the kernels and the C++ are built; the precompiled runtime
+  header and the runtime object are the ones ``pip install`` built (``relay_aot/build/prebuilt.py``);
+* ``scratch``: the same with nothing prebuilt (``RELAY_AOT_PREBUILT=0``, as for a toolchain
+  other than the installing one): the unit compiles without the precompiled header, which is
+  started beside it for the next compiles, and includes the runtime's source;
 * ``cold`` (``--cold`` only): the library and the kernels are not cached, the header is;
 * ``new``: a new module with a warm cache -- the program with its ``@main`` moved into a new
   global function that the new ``@main`` calls: the same kernels, other control code, so a new
@@ -46,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPILE_WORKLOADS = ["lstm", "gen50", "mlp_b1", "squeezenet"]
 
 #: What each measurement runs, in the order of a round (``cold`` only when asked for).
-MEASURES = ("first", "cold", "new", "hit", "vm", "build")
+MEASURES = ("first", "scratch", "cold", "new", "hit", "vm", "build")
 
 
 def generated_program(n: int = 50) -> str:
@@ -164,9 +167,10 @@ def child(program: str, what: str) -> None:
     print(json.dumps(result))
 
 
-def run_child(program: str, what: str, cache: Path, cxxflags: str = "") -> dict:
-    """Run :func:`child` in a fresh process with the cache ``cache``; its JSON result."""
-    env = dict(os.environ, RELAY_AOT_CACHE_DIR=str(cache), TOPHUB_LOCATION="NONE", RELAY_AOT_PROGRESS="0")
+def run_child(program: str, what: str, cache: Path, cxxflags: str = "", **settings: str) -> dict:
+    """Run :func:`child` in a fresh process with the cache ``cache`` (and the environment
+    variables ``settings``); its JSON result."""
+    env = dict(os.environ, RELAY_AOT_CACHE_DIR=str(cache), TOPHUB_LOCATION="NONE", RELAY_AOT_PROGRESS="0", **settings)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     if cxxflags:
         env["RELAY_AOT_CXXFLAGS"] = cxxflags
@@ -203,7 +207,14 @@ def measure(program: str, repeat: int = 1, cxxflags: str = "", cold: bool = Fals
             for what in whats:
                 if what == "cold":
                     _forget_builds(cache)
-                run = run_child(program, "compile" if what in ("first", "cold", "hit") else what, cache, cxxflags)
+                if what == "scratch":
+                    scratch = Path(tempfile.mkdtemp(prefix="relay_aot-compile-time-"))
+                    try:
+                        run = run_child(program, "compile", scratch, cxxflags, RELAY_AOT_PREBUILT="0")
+                    finally:
+                        shutil.rmtree(scratch, ignore_errors=True)
+                else:
+                    run = run_child(program, "compile" if what in ("first", "cold", "hit") else what, cache, cxxflags)
                 expect_hit = what == "hit"
                 if what not in ("vm", "build") and run["cached"] != expect_hit:
                     raise RuntimeError(f"{program} {what}: expected {'a' if expect_hit else 'no'} cache hit, got {run}")
@@ -220,7 +231,7 @@ def measure(program: str, repeat: int = 1, cxxflags: str = "", cold: bool = Fals
     result["stats"] = notes
     for peer in ("vm", "build"):
         if peer in result:
-            for what in ("first", "cold", "new", "hit"):
+            for what in ("first", "scratch", "cold", "new", "hit"):
                 if what in result:
                     result[f"{what}/{peer}"] = result[what] / result[peer]
                     result[f"{what}_cpu/{peer}_cpu"] = result[f"{what}_cpu"] / max(result[f"{peer}_cpu"], 1e-9)

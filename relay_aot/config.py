@@ -75,6 +75,9 @@ class Config:
         "RELAY_AOT_CXXFLAGS", "", lambda text: tuple(shlex.split(text)), True,
         "extra compiler flags, after relay_aot's own")
     pch: bool = setting("RELAY_AOT_PCH", "1", _flag, True, "use a precompiled runtime header (GCC)")
+    prebuilt: bool = setting(
+        "RELAY_AOT_PREBUILT", "1", _flag, False,
+        "start a cache with the precompiled header and runtime object pip install built (0: compile them)")
     profile: bool = setting(
         "RELAY_AOT_PROFILE", "0", _flag, True,
         "build every library instrumented for profiling (as compile(..., profile=True) does)")

@@ -187,21 +187,25 @@ def test_chart_of_workloads_the_vm_cannot_run(tmp_path):
 
 
 def test_compile_time_table_measures_each_compile_and_renders_ratios():
-    """``benchmarks/compile_time.py`` on fib15: first, new module, cache hit and the VM's compile,
-    each in a fresh process (it checks that the new module builds and the hit does not)."""
+    """``benchmarks/compile_time.py`` on fib15: first, nothing prebuilt, new module, cache hit and
+    the VM's compile, each in a fresh process (it checks that the new module builds and the hit
+    does not)."""
     from benchmarks import compile_time
 
     table = compile_time.compile_table(["fib15"], progress=lambda line: None)
     measured = table["programs"]["fib15"]
     assert "error" not in measured, measured
-    for what in ("first", "new", "hit", "vm"):
+    for what in ("first", "scratch", "new", "hit", "vm"):
         assert measured[what] > 0 and f"{what}_cpu" in measured
+    # The first compile links the runtime object pip install built; from scratch, none is there.
+    assert measured["stats"]["first"]["runtime_builds"] == 0 and measured["stats"]["scratch"]["runtime_builds"] == 1
     assert "build" not in measured and not measured["static"]  # fib15 is not static
     assert measured["stats"]["new"]["builds"] == 1 and measured["stats"]["new"]["kernel_builds"] == 0
     assert measured["new/vm"] == measured["new"] / measured["vm"]
     table["programs"]["broken"] = {"error": "RuntimeError: no"}
     text = report.compile_time_table(table, markdown=True)
-    assert "| fib15 |" in text and "new / VM" in text and "n/a: RuntimeError: no" in text
+    assert "| fib15 |" in text and "new / VM" in text and "nothing prebuilt / VM" in text
+    assert "n/a: RuntimeError: no" in text
     section = report.compile_time_section({"compile_time": table})
     assert section.startswith("### Compile time") and "relay.build" in section
 

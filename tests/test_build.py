@@ -345,6 +345,57 @@ def test_the_runtime_object_is_compiled_once_and_linked_only_when_intact(env, mo
     build.wait_for_background()
 
 
+def test_an_empty_cache_starts_with_the_objects_pip_install_built(env, monkeypatch, tmp_path, capsys):
+    from relay_aot.build import prebuilt
+
+    monkeypatch.setenv("RELAY_AOT_PCH", "1")
+    made = tmp_path / "prebuilt"
+    prebuilt.build(made)  # what setup.py does, here for the test's toolchain (its -O0 and wrapper)
+    monkeypatch.setattr(prebuilt, "PREBUILT_DIR", made)
+    before = len(env.calls("compile"))
+    assert len(env.calls("pch")) == 1 and before == 1  # the two compiles of prebuilt.build
+
+    capsys.readouterr()
+    compile_salted(17.0, verbose=True)
+    assert len(env.calls("pch")) == 1  # no PCH build: the units use the copy, and GCC takes it
+    gch = next((env.cache / "pch").glob("*/relay_aot/runtime.h.gch"))
+    (unit,) = env.calls("compile")[before:]
+    assert f"-I{gch.parent.parent} -Winvalid-pch" in unit and "[-Winvalid-pch]" not in capsys.readouterr().err
+    assert "RELAY_AOT_RUNTIME_LINKAGE" not in unit and " runtime.o " in env.calls("link")[-1]
+    build.wait_for_background()
+    assert len(env.calls("compile")) == before + 1  # nothing left to compile in the background
+
+    # Headers that differ from the ones they were built from: not used, built as before.
+    manifest = json.loads((made / prebuilt.MANIFEST).read_text())
+    header = next(name for name in manifest["files"] if name.endswith("relay_aot/tensor.h"))
+    manifest["files"][header] = "0" * 64
+    other = tmp_path / "other"
+    shutil.copytree(made, other)
+    (other / prebuilt.MANIFEST).write_text(json.dumps(manifest))
+    monkeypatch.setattr(prebuilt, "PREBUILT_DIR", other)
+    assert "tensor.h" in prebuilt.mismatch(build.BuildFlags.default())
+    monkeypatch.setenv("RELAY_AOT_CACHE_DIR", str(tmp_path / "cache2"))
+    compile_salted(17.5)
+    assert len(env.calls("pch")) == 2 and "RELAY_AOT_RUNTIME_LINKAGE=inline" in env.calls("compile")[-1]
+    build.wait_for_background()
+
+    # RELAY_AOT_PREBUILT=0: built as before, even when they match.
+    monkeypatch.setattr(prebuilt, "PREBUILT_DIR", made)
+    monkeypatch.setenv("RELAY_AOT_CACHE_DIR", str(tmp_path / "cache3"))
+    monkeypatch.setenv("RELAY_AOT_PREBUILT", "0")
+    compile_salted(18.0)
+    assert len(env.calls("pch")) == 3
+    build.wait_for_background()
+
+
+def test_pip_install_prebuilt_the_objects_of_the_default_toolchain():
+    from relay_aot.build import prebuilt
+    from relay_aot.config import Config
+
+    # setup.py's step: an installation without them starts every cache with a slow compile.
+    assert prebuilt.mismatch(build.BuildFlags.default(Config.from_environment({}))) is None
+
+
 def test_an_interrupted_build_publishes_nothing(env, monkeypatch):
     from relay_aot import kernels
 

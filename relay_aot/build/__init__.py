@@ -10,13 +10,14 @@ halfway leaves nothing that looks finished. The library's file name carries the 
 already-loaded library for a path it has seen.
 
 The pieces, one concern each: ``toolchain.py`` (compiler, flags, commands), ``ninja.py`` (the
-ninja file and running it), ``pch.py`` (the precompiled header), ``cache.py`` (directories,
+ninja file and running it), ``pch.py`` (the precompiled header), ``prebuilt.py`` (it and the
+runtime object as ``pip install`` built them), ``cache.py`` (directories,
 atomic writes, locks, digests, the module index, kernel and runtime objects), ``progress.py``
 (what a build prints). The runtime's out-of-line functions (``runtime_cpp/relay_aot/runtime.cc``)
 are compiled once per toolchain into a cached object that every library links.
 
 Settings (``relay_aot.config``): ``CXX``, ``RELAY_AOT_CXXFLAGS``, ``RELAY_AOT_JOBS``,
-``RELAY_AOT_PCH=0``, ``RELAY_AOT_CACHE_DIR``, ``RELAY_AOT_LOCK_TIMEOUT`` and
+``RELAY_AOT_PCH=0``, ``RELAY_AOT_PREBUILT=0``, ``RELAY_AOT_CACHE_DIR``, ``RELAY_AOT_LOCK_TIMEOUT`` and
 ``RELAY_AOT_PROGRESS``. See ``docs/build.md``.
 """
 
@@ -58,6 +59,7 @@ from .cache import (
     sweep_tmp,
     write_atomic,
 )
+from . import prebuilt
 from .ninja import NinjaRun, ninja_binary, ninja_file
 from .pch import BackgroundCompile, PchBuild, RuntimeObjectBuild, pch_directory, wait_for_background
 from .progress import Reporter, progress_enabled
@@ -228,10 +230,12 @@ def _kernels(build_dir: Path, inputs: BuildInputs, root: Path, share: bool, repo
 
 
 def _runtime_object(build_dir: Path, flags: BuildFlags, root: Path, reporter: Reporter,
-                    background: list[BackgroundCompile]) -> Optional[str]:
+                    background: list[BackgroundCompile], use_prebuilt: bool) -> Optional[str]:
     """Put the runtime object into ``build_dir`` from the cache and return None; if the cache
-    has none for this toolchain, return the runtime source for the units to include, and add
-    the object's compile for later builds to ``background`` (unless another process runs it).
+    has none for this toolchain, take the one ``pip install`` built when it matches
+    (``use_prebuilt``, see ``prebuilt.py``), else return the runtime source for the units to
+    include, and add the object's compile for later builds to ``background`` (unless another
+    process runs it).
 
     Like the PCH, it belongs to the toolchain, not to one library: every build (cache=False
     ones too) reads and fills it. A damaged or mismatching entry is compiled again.
@@ -240,6 +244,9 @@ def _runtime_object(build_dir: Path, flags: BuildFlags, root: Path, reporter: Re
     key = hashlib.sha256(identity.encode()).hexdigest()
     if lookup_object(root, "runtime", key, build_dir / RUNTIME_OBJECT, identity.__eq__):
         return None
+    if use_prebuilt and prebuilt.seed_runtime_object(flags, root, key, identity):
+        if lookup_object(root, "runtime", key, build_dir / RUNTIME_OBJECT, identity.__eq__):
+            return None
     stats.runtime_builds += 1
     compile_later = RuntimeObjectBuild.start(flags, root, reporter, key, identity)
     if compile_later is not None:
@@ -262,8 +269,9 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
     background: list[BackgroundCompile] = []
     units: Optional[NinjaRun] = None
     try:
-        runtime_source = _runtime_object(build_dir, inputs.flags, root, reporter, background)
-        pch = PchBuild.start(inputs.flags, root, reporter)
+        use_prebuilt = inputs.config.prebuilt
+        runtime_source = _runtime_object(build_dir, inputs.flags, root, reporter, background, use_prebuilt)
+        pch = PchBuild.start(inputs.flags, root, reporter, use_prebuilt)
         if pch is not None:
             background.append(pch)
         (build_dir / "build.ninja").write_text(

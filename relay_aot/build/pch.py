@@ -23,6 +23,7 @@ from typing import Callable, Optional, TypeVar
 import tvm
 
 from ..config import Config
+from . import prebuilt
 from .cache import Lock, key_lock, move_locked, new_build_dir, private_dir, record_object
 from .progress import Reporter
 from .toolchain import (
@@ -174,12 +175,13 @@ class PchBuild(BackgroundCompile):
         self.launch()
 
     @classmethod
-    def start(cls, flags: BuildFlags, root: Path, reporter: Reporter) -> Optional["PchBuild"]:
-        """Start building the PCH of ``flags`` if it is enabled, missing and nobody builds it."""
+    def start(cls, flags: BuildFlags, root: Path, reporter: Reporter, use_prebuilt: bool) -> Optional["PchBuild"]:
+        """Start building the PCH of ``flags`` if it is enabled, missing (and, ``use_prebuilt``,
+        the one ``pip install`` built does not match: ``prebuilt.py``) and nobody builds it."""
         if flags.pch_dir is None:
             return None
         built = Path(flags.pch_dir) / (PCH_HEADER + ".gch")
-        if built.exists():
+        if built.exists() or (use_prebuilt and prebuilt.seed_pch(flags, root)):
             return None
 
         def make(lock: Lock) -> Optional["PchBuild"]:
