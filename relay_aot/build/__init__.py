@@ -244,7 +244,8 @@ def _runtime_object(build_dir: Path, flags: BuildFlags, root: Path, reporter: Re
     key = hashlib.sha256(identity.encode()).hexdigest()
     if lookup_object(root, "runtime", key, build_dir / RUNTIME_OBJECT, identity.__eq__):
         return None
-    if use_prebuilt and prebuilt.seed_runtime_object(flags, root, key, identity):
+    if use_prebuilt and prebuilt.mismatch(flags) is None:
+        record_object(root, "runtime", key, prebuilt.runtime_object(), identity)
         if lookup_object(root, "runtime", key, build_dir / RUNTIME_OBJECT, identity.__eq__):
             return None
     stats.runtime_builds += 1

@@ -33,6 +33,7 @@ from .toolchain import (
     BuildFlags,
     command_line,
     compiler_is_gcc,
+    pch_stub,
     runtime_include_dir,
     runtime_sources_digest,
     tvm_include_dirs,
@@ -165,35 +166,45 @@ class PchBuild(BackgroundCompile):
     def __init__(self, flags: BuildFlags, root: Path, reporter: Reporter, lock: Lock):
         self.final = Path(flags.pch_dir)  # type: ignore[arg-type]
         work, work_lock = new_build_dir(root, "pch")
-        header = work / PCH_HEADER
-        header.parent.mkdir(mode=0o700)
-        # The stub names the real header by absolute path: if GCC rejects the .gch it reads
-        # the stub, which must then still find the runtime.
-        header.write_text(f'#include "{runtime_include_dir() / PCH_HEADER}"\n')
+        header = pch_stub(work)
         command = flags.with_pch(None).pch_command(str(header), str(header) + ".gch")
         super().__init__(command, work, work_lock, lock, reporter, "precompiling the runtime headers", "PCH")
         self.launch()
 
     @classmethod
     def start(cls, flags: BuildFlags, root: Path, reporter: Reporter, use_prebuilt: bool) -> Optional["PchBuild"]:
-        """Start building the PCH of ``flags`` if it is enabled, missing (and, ``use_prebuilt``,
-        the one ``pip install`` built does not match: ``prebuilt.py``) and nobody builds it."""
+        """Start building the PCH of ``flags`` if it is enabled, missing and nobody builds it --
+        unless ``use_prebuilt`` and the one ``pip install`` built is what this would build
+        (``prebuilt.py``): then publish a copy of that, at once."""
         if flags.pch_dir is None:
             return None
-        built = Path(flags.pch_dir) / (PCH_HEADER + ".gch")
-        if built.exists() or (use_prebuilt and prebuilt.seed_pch(flags, root)):
+        final = Path(flags.pch_dir)
+        built = final / (PCH_HEADER + ".gch")
+        if built.exists():
             return None
 
         def make(lock: Lock) -> Optional["PchBuild"]:
             # Checked again under the lock: another process may have finished it while we looked.
-            return None if built.exists() else cls(flags, root, reporter, lock)
+            if built.exists():
+                return None
+            if use_prebuilt and prebuilt.mismatch(flags) is None:
+                work, work_lock = new_build_dir(root, "pch")
+                shutil.copyfile(prebuilt.pch(), f"{pch_stub(work)}.gch")
+                _publish(work, work_lock, final)
+                return None
+            return cls(flags, root, reporter, lock)
 
-        return cls.under_lock(root, f"pch-{Path(flags.pch_dir).name}", make)
+        return cls.under_lock(root, f"pch-{final.name}", make)
 
     def publish(self) -> None:
-        private_dir(self.final.parent)
-        shutil.rmtree(self.final, ignore_errors=True)  # an unusable earlier one
-        move_locked(self.work, self.work_lock, self.final)
+        _publish(self.work, self.work_lock, self.final)
+
+
+def _publish(work: Path, work_lock: Lock, final: Path) -> None:
+    """Move the PCH directory ``work`` to ``final``, replacing an unusable earlier one."""
+    private_dir(final.parent)
+    shutil.rmtree(final, ignore_errors=True)
+    move_locked(work, work_lock, final)
 
 
 class RuntimeObjectBuild(BackgroundCompile):

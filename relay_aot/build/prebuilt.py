@@ -4,8 +4,8 @@ A first compile into an empty cache would otherwise compile its unit without the
 runtime header and with the runtime's source included (``pch.py``): parsing TVM's headers is
 most of a small program's compile (about 2.3 of its 3 seconds on two cores). ``pip install``
 builds both for the installing toolchain -- ``setup.py`` runs :func:`build` after the
-extension, into ``relay_aot/build/_prebuilt`` -- and a build that finds the cache without them copies them in (:func:`seed_pch`,
-:func:`seed_runtime_object`) instead of compiling them.
+extension, into ``relay_aot/build/_prebuilt`` -- and a build that finds the cache without them copies them in (``pch.py``, and
+``_runtime_object`` in ``__init__.py``) instead of compiling them.
 
 They are used only where they are what this process would build: the same compiler and flags
 (with TVM's and the runtime's directories, which differ between pip's build environment and
@@ -27,13 +27,14 @@ from typing import Optional
 import tvm
 
 from ..config import Config
-from .cache import file_digest, key_lock, move_locked, new_build_dir, private_dir, record_object
+from .cache import file_digest
 from .toolchain import (
     PCH_HEADER,
     RUNTIME_OBJECT,
     RUNTIME_SOURCE,
     BuildFlags,
     command_line,
+    pch_stub,
     runtime_include_dir,
     runtime_sources_digest,
 )
@@ -42,6 +43,16 @@ from .toolchain import (
 PREBUILT_DIR = Path(__file__).resolve().parent / "_prebuilt"
 MANIFEST = "manifest.json"
 _FORMAT = 1
+
+
+def pch() -> Path:
+    """The prebuilt precompiled header."""
+    return PREBUILT_DIR / "pch" / (PCH_HEADER + ".gch")
+
+
+def runtime_object() -> Path:
+    """The prebuilt runtime object."""
+    return PREBUILT_DIR / RUNTIME_OBJECT
 
 
 def _places() -> list[tuple[str, str]]:
@@ -75,9 +86,7 @@ def build(out: Path) -> None:
     ``out`` (replacing what is there), with their manifest; the two compiles run in parallel."""
     flags = BuildFlags.default(Config.from_environment()).with_pch(None)
     shutil.rmtree(out, ignore_errors=True)
-    stub = out / "pch" / PCH_HEADER
-    stub.parent.mkdir(parents=True)
-    stub.write_text(f'#include "{runtime_include_dir() / PCH_HEADER}"\n')
+    stub = pch_stub(out / "pch")
     jobs = {
         "runtime object": flags.compile_command(str(runtime_include_dir() / RUNTIME_SOURCE), str(out / RUNTIME_OBJECT))
         + ["-MD", "-MF", str(out / "runtime.d")],
@@ -127,40 +136,3 @@ def _mismatch(flags: BuildFlags, directory: Path) -> Optional[str]:
         if not path.is_file() or file_digest(path) != digest:
             return f"prebuilt from another {path}"
     return None
-
-
-def seed_runtime_object(flags: BuildFlags, root: Path, key: str, identity: str) -> bool:
-    """Record the prebuilt runtime object in the cache at ``root`` under ``key`` (with
-    ``identity``) if it is what ``flags`` would build; whether it did."""
-    if mismatch(flags) is not None:
-        return False
-    record_object(root, "runtime", key, PREBUILT_DIR / RUNTIME_OBJECT, identity)
-    return True
-
-
-def seed_pch(flags: BuildFlags, root: Path) -> bool:
-    """Publish a copy of the prebuilt PCH in the cache at ``root`` (where ``flags.pch_dir``
-    says) if it is what ``flags`` would build and no other process is building one; whether
-    the PCH is there now."""
-    final = Path(flags.pch_dir)  # type: ignore[arg-type]
-    built = final / (PCH_HEADER + ".gch")
-    if mismatch(flags) is not None:
-        return False
-    lock = key_lock(root, f"pch-{final.name}", 0)
-    if not lock.try_acquire():
-        return False
-    try:
-        if built.exists():
-            return True
-        work, work_lock = new_build_dir(root, "pch")
-        header = work / PCH_HEADER
-        header.parent.mkdir(mode=0o700)
-        # The stub must name this installation's header: GCC reads it if it rejects the .gch.
-        header.write_text(f'#include "{runtime_include_dir() / PCH_HEADER}"\n')
-        shutil.copyfile(PREBUILT_DIR / "pch" / (PCH_HEADER + ".gch"), f"{header}.gch")
-        private_dir(final.parent)
-        shutil.rmtree(final, ignore_errors=True)
-        move_locked(work, work_lock, final)
-        return True
-    finally:
-        lock.release()

@@ -105,6 +105,18 @@ def _tls_flags(cxx: str) -> tuple[str, ...]:
         return ()
 
 
+def pch_stub(directory: Path) -> Path:
+    """Write ``directory/relay_aot/runtime.h``, the header a precompiled ``.gch`` sits beside.
+
+    It names the real header by absolute path: if GCC rejects the ``.gch`` it reads the stub,
+    which must then still find the runtime.
+    """
+    header = directory / PCH_HEADER
+    header.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    header.write_text(f'#include "{runtime_include_dir() / PCH_HEADER}"\n')
+    return header
+
+
 def command_line(args: list[str]) -> str:
     """``args`` as one shell command line."""
     return " ".join(shlex.quote(a) for a in args)
