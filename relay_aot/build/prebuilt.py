@@ -110,10 +110,10 @@ def build(out: Path) -> None:
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
 
 
-def mismatch(flags: BuildFlags, directory: Optional[Path] = None) -> Optional[str]:
-    """Why the objects in ``directory`` (default :data:`PREBUILT_DIR`) are not what ``flags``
-    (without a PCH) would build, or None when they are."""
-    return _mismatch(flags.with_pch(None), directory or PREBUILT_DIR)
+def mismatch(flags: BuildFlags) -> Optional[str]:
+    """Why the objects in :data:`PREBUILT_DIR` are not what ``flags`` (without a PCH) would
+    build, or None when they are."""
+    return _mismatch(flags.with_pch(None), PREBUILT_DIR)
 
 
 @functools.lru_cache(maxsize=None)

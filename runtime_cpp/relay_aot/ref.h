@@ -30,6 +30,9 @@ class Ref : public ObjectRef {
 
 namespace detail {
 
+/*! \brief Frees \p cell's memory (TVM's allocator made it). */
+inline void delete_cell(Object* cell) { SimpleObjAllocator::ArrayHandler<ArrayNode, ObjectRef>::Deleter()(cell); }
+
 /*!
  * \brief Free reference cells of the calling thread, emptied, for the next `ref(value)`.
  *
@@ -38,9 +41,6 @@ namespace detail {
  * the cell's own work. A cell dies with its count at zero and its type and deleter set, so it
  * is reused as it is: only its element changes.
  */
-/*! \brief Frees \p cell's memory (TVM's allocator made it). */
-inline void delete_cell(Object* cell) { SimpleObjAllocator::ArrayHandler<ArrayNode, ObjectRef>::Deleter()(cell); }
-
 struct CellCache {
   std::vector<ArrayNode*> cells;
   ~CellCache() {
