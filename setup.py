@@ -38,7 +38,10 @@ class BuildExtAndToolchain(build_ext):
         package_root = _ROOT if editable else os.path.abspath(self.build_lib)
         out = os.path.join(package_root, "relay_aot", "build", "_prebuilt")
         code = "import sys; from pathlib import Path; from relay_aot.build import prebuilt; prebuilt.build(Path(sys.argv[1]))"
-        env = {**os.environ, "PYTHONPATH": package_root, "TOPHUB_LOCATION": "NONE"}
+        # pip's isolated build finds TVM through PYTHONPATH (its sitecustomize adds the build
+        # environment): keep it, behind the package being built.
+        path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "PYTHONPATH": path, "TOPHUB_LOCATION": "NONE"}
         try:
             subprocess.run([sys.executable, "-c", code, out], env=env, check=True, timeout=900,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
