@@ -45,6 +45,11 @@ def test_constant():
     assert emit(ir.Let(v(1, F32, "w"), ir.Constant(3))) == "const NDArray& v1 = constants()[3];  // %w = constant\n"
 
 
+def test_fresh_constants_copy_or_zero_fill():
+    assert "= copy_tensor(constants()[3]);" in emit(ir.Let(v(1, F32, "w"), ir.Constant(3, fresh=True)))
+    assert "= zero_tensor(constants()[3]);" in emit(ir.Let(v(1, F32, "w"), ir.Constant(3, fresh=True, zeros=True)))
+
+
 def test_kernel_call_single_output():
     stmt = ir.Let(v(3, F32), ir.KernelCall(0, [v(1, F32), v(2, F32)]), "kernel: add")
     assert emit(stmt) == lines(

@@ -174,6 +174,22 @@ def @main(%x: Tensor[(2, 3), float32], %b: Tensor[(3), float32]) -> (Tensor[(2, 
     assert _census(cleanup(mod))["collapse_sum_like"] == 1
 
 
+def test_zeros_like_of_a_static_type_is_a_constant_of_its_dtype():
+    mod = _parse("""
+def @main(%x: Tensor[(2), float64], %y: Tensor[(?), float32]) -> (Tensor[(2), float64], Tensor[(?), float32]) {
+  (add(zeros_like(%x), %x), add(zeros_like(%y), %y))
+}
+""")
+    cleaned = cleanup(mod)
+    assert _census(cleaned)["zeros_like"] == 1  # the dynamic one stays
+    constants = []
+    relay.analysis.post_order_visit(cleaned["main"], lambda n: constants.append(n) if isinstance(n, relay.Constant) else None)
+    assert [(c.data.shape, c.data.dtype) for c in constants] == [((2,), "float64")]
+    x, y = np.array([1.5, -2.0]), np.array([3.0, 4.0, 5.0], "float32")
+    for got, want in zip(_interpret(cleaned, x, y), (x, y)):
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
 def test_data_gradient_is_not_computed():
     """With the input bound by ``params``, its gradient (a product with the weights) is dead."""
     mod = _parse("""

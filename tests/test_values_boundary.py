@@ -119,15 +119,17 @@ def @main(%x: Tensor[(3), float32]) {
 '''
 
 
-def _constants_module() -> tvm.IRModule:
-    const = relay.const(np.array([1, 2, 3], "float32"))
+def _constants_module(values=(1, 2, 3)) -> tvm.IRModule:
+    const = relay.const(np.array(values, "float32"))
     return tvm.relay.parse(RETURNS_CONSTANTS, init_meta_table={"relay.Constant": [const]})
 
 
 @pytest.mark.parametrize("backend", ["cpp", "python"])
 @pytest.mark.parametrize("how", ["CompiledModule", "PackedFunc"])
-def test_writing_into_a_result_never_changes_a_later_call(backend, how):
-    compiled = relay_aot.compile(_constants_module(), backend=backend)
+@pytest.mark.parametrize("values", [(1, 2, 3), (0, 0, 0)], ids=["constant", "zero-constant"])
+def test_writing_into_a_result_never_changes_a_later_call(backend, how, values):
+    """A zero constant's fresh copies are zero-filled tensors (``zero_tensor``), not copies."""
+    compiled = relay_aot.compile(_constants_module(values), backend=backend)
     call = compiled if how == "CompiledModule" else compiled.entry
     x = tvm.nd.array(np.zeros(3, "float32"))
     first = call(x)
@@ -135,7 +137,7 @@ def test_writing_into_a_result_never_changes_a_later_call(backend, how):
         tensor.copyfrom(np.full(3, 99, "float32"))
     second = call(x)
     for tensor in (second[0], second[1], second[2], second[3](), second[4][0]):
-        np.testing.assert_array_equal(tensor.numpy(), [1, 2, 3])
+        np.testing.assert_array_equal(tensor.numpy(), values)
 
 
 @pytest.mark.parametrize("backend", ["cpp", "python"])

@@ -136,11 +136,14 @@ class Constant(Rhs):
 
     ``fresh``: the value may reach a caller (returned, or stored where a caller finds it), so
     each evaluation is a new copy -- a caller writing into it must not change the constant
-    (see ``escapes.py``). Otherwise the shared tensor is used.
+    (see ``escapes.py``). Otherwise the shared tensor is used. ``zeros``: every element is zero,
+    so a fresh copy is a zero-filled tensor (nothing to read; Relay's gradients start every
+    accumulator from one).
     """
 
     index: int
     fresh: bool = False
+    zeros: bool = False
 
 
 @dataclass(eq=False)

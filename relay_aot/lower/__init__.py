@@ -342,7 +342,8 @@ class FunctionLowering:
         return self.emit(stmts, expr, ir.MakeClosure(wrapper, []), dest, f"@{expr.name_hint} as a value")
 
     def _constant(self, expr, stmts, tail, dest):
-        return self.emit(stmts, expr, ir.Constant(self.prog.constant(expr)), dest, "constant")
+        index = self.prog.constant(expr)
+        return self.emit(stmts, expr, ir.Constant(index, zeros=not self.prog.constants[index].any()), dest, "constant")
 
     def _tuple(self, expr, stmts, tail, dest):
         return self.emit(stmts, expr, ir.MakeTuple(self.atoms(expr.fields, stmts)), dest, "tuple")

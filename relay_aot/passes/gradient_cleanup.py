@@ -30,7 +30,11 @@ because the dead computation ends in a write to a reference.
 * a closure ``fn () { %p() }`` is ``%p`` (the backpropagator step of a value whose gradient is
   dead only calls the previous step), and ``ref_write(%r, %a)`` right after ``%a =
   ref_read(%r)``, with nothing in between that can write a cell, is ``()``: the step is not
-  added to the backpropagator at all.
+  added to the backpropagator at all;
+* last, ``zeros_like(%x)`` of a static type is a constant (one per type): every live cell
+  starts at zero, and a kernel call that fills a new tensor with zeros costs a call and an
+  allocation per cell and step, where a constant costs neither (tensors are immutable; a
+  constant that reaches the caller is copied there, like any other).
 
 What a function returns, and every effect it can have on what it returns, is unchanged: a
 cell that escapes (passed to a call, returned, stored in a constructor or another cell) is
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
 import tvm
 from tvm import relay
 
@@ -64,6 +69,24 @@ class _IdentityCollapseSums(relay.ExprMutator):
             and _same_static_type(call.args[0].checked_type, call.args[1].checked_type)
         ):
             return new.args[0]
+        return new
+
+
+class _ZerosAsConstants(relay.ExprMutator):
+    """``zeros_like(%x)`` with a static type becomes a zero constant, shared by equal types."""
+
+    def __init__(self):
+        super().__init__()
+        self._zeros: dict[tuple, relay.Constant] = {}
+
+    def visit_call(self, call):
+        new = super().visit_call(call)
+        ty = call.checked_type
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "zeros_like" and static_tensor(ty):
+            key = (tuple(int(d) for d in ty.shape), ty.dtype)
+            if key not in self._zeros:
+                self._zeros[key] = relay.const(np.zeros(key[0], key[1]), key[1])  # else float64 becomes float32
+            return self._zeros[key]
         return new
 
 
@@ -540,5 +563,6 @@ def cleanup(mod: tvm.IRModule, name: str = "main") -> tvm.IRModule:
         func = relay.Function(func.params, dce.visit(func.body), func.ret_type, func.type_params, func.attrs)
         if not changed and not dce.dropped:
             break
-    mod[name] = func
+    mod[name] = relay.Function(func.params, _ZerosAsConstants().visit(func.body), func.ret_type, func.type_params,
+                               func.attrs)
     return relay.transform.InferType()(mod)

@@ -142,6 +142,13 @@ inline NDArray copy_tensor(const NDArray& tensor) {
   return out;
 }
 
+/*! \brief A new zero-filled tensor shaped like \p like (a fresh copy of an all-zero constant). */
+inline NDArray zero_tensor(const NDArray& like) {
+  NDArray out = alloc_tensor(like.Shape(), like->dtype);
+  std::memset(const_cast<DLTensor*>(out.operator->())->data, 0, tvm::runtime::GetDataSize(*out.operator->()));
+  return out;
+}
+
 }  // namespace relay_aot
 
 #endif  // RELAY_AOT_TENSOR_H_

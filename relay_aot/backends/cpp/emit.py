@@ -496,7 +496,8 @@ class CppEmitter:
             value = convert(f"constants()[{rhs.index}]", ir.AnyType(), v.type)
             self.out.line(f"const {ctype(v.type)} {var(v)} = {value};", comment=self.describe(v, "constant"))
         elif rhs.fresh:  # it may reach a caller, who may write into it: a copy of its own
-            self.out.line(f"NDArray {var(v)} = {self.counted(f'copy_tensor(constants()[{rhs.index}])')};", comment=self.describe(v, "constant"))
+            make = "zero_tensor" if rhs.zeros else "copy_tensor"
+            self.out.line(f"NDArray {var(v)} = {self.counted(f'{make}(constants()[{rhs.index}])')};", comment=self.describe(v, "constant"))
         else:
             self.out.line(f"const NDArray& {var(v)} = constants()[{rhs.index}];", comment=self.describe(v, "constant"))
             self.borrowed.add(v.id)

@@ -33,7 +33,7 @@ from ..emitter import Emitter
 #: Runtime helpers the generated source imports from ``relay_aot.backends.python.runtime``.
 _HELPERS = (
     "Adt", "box", "call_guarded", "call_kernel", "copy_tensor", "empty", "export_value", "import_value", "integer",
-    "match_failure", "output_shapes", "shape_of", "truthy", "unbox",
+    "match_failure", "output_shapes", "shape_of", "truthy", "unbox", "zero_tensor",
 )
 
 #: ... and, in code printed for profiling, the profiler's (``runtime.py``, ``profile.h``).
@@ -255,7 +255,7 @@ class PythonEmitter:
         if is_native_scalar(stmt.var.type):
             value = f"{names.PY_CONSTANTS}{rhs.index}"
         elif rhs.fresh:  # it may reach a caller, who may write into it: a copy of its own
-            value = f"copy_tensor({value})"
+            value = f"{'zero_tensor' if rhs.zeros else 'copy_tensor'}({value})"
         self.define(stmt, value, f"constant {const.dtype}{list(const.shape)}")
 
     def _kernel_call(self, rhs: ir.KernelCall, stmt: ir.Let) -> None:

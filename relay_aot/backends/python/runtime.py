@@ -62,6 +62,11 @@ def copy_tensor(tensor: tvm.nd.NDArray) -> tvm.nd.NDArray:
     return out
 
 
+def zero_tensor(like: tvm.nd.NDArray) -> tvm.nd.NDArray:
+    """A new zero-filled tensor of the shape and dtype of ``like`` (a fresh copy of a zero constant)."""
+    return tvm.nd.array(np.zeros(tuple(like.shape), str(like.dtype)))
+
+
 # ----------------------------------------------------------------------------------------
 # Unboxed scalars: 0-d tensors of numeric dtypes are numpy scalars inside generated code (as they
 # are C++ scalars in the C++ backend), so 0-d arithmetic is numpy scalar arithmetic, not a kernel
