@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
+from tvm import relay
 
 import relay_aot
 from relay_aot import build
@@ -319,8 +320,10 @@ def test_the_runtime_object_is_compiled_once_and_linked_only_when_intact(env, mo
     monkeypatch.setenv("RELAY_AOT_PCH", "1")
     compile_salted(15.0)
     first = env.calls("compile")
-    # No runtime object yet: the units include the runtime source, inline.
-    units = [c for c in first if " -c unit" in c]
+    # No runtime object yet: the units include the runtime source, inline. (No PCH either: the
+    # entry unit is compiled inside the first function unit, as combined.cc.)
+    units = [c for c in first if " -c unit" in c or " -c combined.cc" in c]
+    assert any(" -c combined.cc" in c for c in units)
     assert units and all("-DRELAY_AOT_RUNTIME_LINKAGE=inline -include" in c for c in units)
     build.wait_for_background()
     assert len([c for c in env.calls("compile") if RUNTIME_OBJECT_COMPILE in c]) == 1
@@ -359,11 +362,13 @@ def test_an_empty_cache_starts_with_the_objects_pip_install_built(env, monkeypat
     compile_salted(17.0, verbose=True)
     assert len(env.calls("pch")) == 1  # no PCH build: the units use the copy, and GCC takes it
     gch = next((env.cache / "pch").glob("*/relay_aot/runtime.h.gch"))
-    (unit,) = env.calls("compile")[before:]
-    assert f"-I{gch.parent.parent} -Winvalid-pch" in unit and "[-Winvalid-pch]" not in capsys.readouterr().err
-    assert "RELAY_AOT_RUNTIME_LINKAGE" not in unit and " runtime.o " in env.calls("link")[-1]
+    units = env.calls("compile")[before:]
+    assert [" -c entry.cc " in u for u in units].count(True) == 1 and len(units) == 2  # and unit0.cc
+    assert all(f"-I{gch.parent.parent} -Winvalid-pch" in u for u in units)
+    assert "[-Winvalid-pch]" not in capsys.readouterr().err
+    assert not any("RELAY_AOT_RUNTIME_LINKAGE" in u for u in units) and " runtime.o " in env.calls("link")[-1]
     build.wait_for_background()
-    assert len(env.calls("compile")) == before + 1  # nothing left to compile in the background
+    assert len(env.calls("compile")) == before + 2  # nothing left to compile in the background
 
     # Headers that differ from the ones they were built from: not used, built as before.
     manifest = json.loads((made / prebuilt.MANIFEST).read_text())
@@ -376,7 +381,7 @@ def test_an_empty_cache_starts_with_the_objects_pip_install_built(env, monkeypat
     assert "tensor.h" in prebuilt.mismatch(build.BuildFlags.default())
     monkeypatch.setenv("RELAY_AOT_CACHE_DIR", str(tmp_path / "cache2"))
     compile_salted(17.5)
-    unit = [c for c in env.calls("compile") if " -c unit0.cc " in c][-1]
+    unit = [c for c in env.calls("compile") if " -c combined.cc " in c][-1]  # no PCH yet: one unit
     assert len(env.calls("pch")) == 2 and "RELAY_AOT_RUNTIME_LINKAGE=inline" in unit
     build.wait_for_background()
 
@@ -486,3 +491,52 @@ def test_a_library_that_needs_a_missing_symbol_fails_to_load_instead_of_crashing
     subprocess.run([flags.cxx, *flags.cxxflags, "lib.cc", "-o", "lib.so", *flags.ldflags], cwd=tmp_path, check=True)
     with pytest.raises(tvm.TVMError, match="undefined symbol: relay_aot_no_such_function"):
         tvm.runtime.load_module(str(tmp_path / "lib.so"))
+
+
+def _constant_program(values: list, nested: bool) -> tvm.IRModule:
+    """``if n < 1 { C } else { x + x }`` with the constant ``C`` (in the library's constant
+    table: it is a result); ``nested``: the same with ``@main``'s body moved into ``@body``,
+    which ``@main`` calls -- other control code, the same interface, constants and types."""
+    x = relay.var("x", shape=(4,), dtype="float32")
+    n = relay.var("n", shape=(), dtype="int32")
+    body = relay.If(relay.less(n, relay.const(1, "int32")), relay.const(np.array(values, "float32")), relay.add(x, x))
+    mod = tvm.IRModule.from_expr(relay.Function([x, n], body))
+    if nested:
+        inner = relay.GlobalVar("body")
+        mod[inner] = relay.Function([x, n], body, relay.TensorType((4,), "float32"))
+        x2, n2 = relay.var("x", shape=(4,), dtype="float32"), relay.var("n", shape=(), dtype="int32")
+        mod["main"] = relay.Function([x2, n2], relay.Call(inner, [x2, n2]))
+    return relay.transform.InferType()(mod)
+
+
+def test_a_unit_compiled_before_from_the_same_inputs_is_not_compiled_again(env, monkeypatch):
+    """entry.cc (tables, entry points) does not include program.h: a module whose functions
+    change but whose interface, constants and types do not has the same entry.cc, and its
+    object comes from the cache. Its inputs are part of the key: new constant values (the
+    same entry.cc text, another constants.bin) compile it again."""
+    monkeypatch.setenv("RELAY_AOT_PCH", "1")
+    compile_salted(20.0)  # builds the PCH beside it, for the compiles below
+    build.wait_for_background()
+    x = np.arange(4, dtype="float32")
+
+    def check(values, nested):
+        before, hits = len(env.calls("compile")), build.stats.unit_hits
+        compiled = relay_aot.compile(_constant_program(values, nested))
+        assert compiled(x, np.int32(0)).numpy().tolist() == values
+        assert compiled(x, np.int32(5)).numpy().tolist() == (x + x).tolist()
+        units = [c.split(" -c ")[1].split()[0] for c in env.calls("compile")[before:]]
+        return sorted(units), build.stats.unit_hits - hits
+
+    assert check([1.0, 2.0, 3.0, 4.0], nested=False) == (["entry.cc", "unit0.cc"], 0)
+    assert check([1.0, 2.0, 3.0, 4.0], nested=True) == (["unit0.cc"], 1)
+    assert check([5.0, 6.0, 7.0, 8.0], nested=True) == (["entry.cc"], 1)  # unit0.cc: as the one before
+    # A damaged object in the cache is compiled again, never linked.
+    for obj in (env.cache / "units").rglob("*.o"):
+        obj.write_bytes(b"not an object file")
+    assert check([5.0, 6.0, 7.0, 8.0], nested=False) == (["entry.cc", "unit0.cc"], 0)
+
+
+def test_unit_inputs_follow_includes_and_incbin():
+    files = {"a.cc": '#include "h.h"\n#include <vector>\nasm(".incbin \\"c.bin\\"");', "h.h": '#include "g.h"',
+             "g.h": "", "b.cc": "int x;"}
+    assert build.unit_inputs(files, {"c.bin": b""}, ["a.cc", "b.cc"]) == {"a.cc": ["c.bin", "g.h", "h.h"], "b.cc": []}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import re
 import shutil
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -61,7 +62,7 @@ from .cache import (
 )
 from . import prebuilt
 from .ninja import NinjaRun, ninja_binary, ninja_file
-from .pch import BackgroundCompile, PchBuild, RuntimeObjectBuild, pch_directory, wait_for_background
+from .pch import BackgroundCompile, PchBuild, RuntimeObjectBuild, pch_directory, pch_ready, wait_for_background
 from .progress import Reporter, progress_enabled
 from .toolchain import (
     RUNTIME_OBJECT,
@@ -100,6 +101,7 @@ __all__ = [
     "wait_for_background",
     "record_index",
     "source_hook",
+    "unit_inputs",
     "stats",
     "write_atomic",
 ]
@@ -112,7 +114,8 @@ KernelBuilder = Callable[[Path, Callable[[int, int], None]], None]
 class BuildInputs:
     """Everything a library is built from.
 
-    ``files`` are generated sources by name, ``units`` the ones to compile, ``blobs`` binary
+    ``files`` are generated sources by name, ``units`` the ones to compile (the first a small
+    one: a build without the precompiled header compiles it inside the second), ``blobs`` binary
     inputs by name (the constants), ``kernel_digest`` identifies the kernels, ``has_kernels``
     says whether there are any, and ``build_kernels`` writes their object file (called only on
     a cache miss, while the C++ units compile). The cache keeps that object by
@@ -184,6 +187,8 @@ class BuildStats:
     kernel_builds: int = 0  #: kernel object files built with TVM
     kernel_hits: int = 0  #: kernel object files taken from the cache for a new library
     runtime_builds: int = 0  #: builds that found no runtime object (their units include its source)
+    unit_builds: int = 0  #: translation units compiled
+    unit_hits: int = 0  #: translation units whose object came from the cache (same text and inputs)
 
 
 stats = BuildStats()
@@ -229,6 +234,65 @@ def _kernels(build_dir: Path, inputs: BuildInputs, root: Path, share: bool, repo
     reporter.phase("kernels", "done")
 
 
+#: How a generated file names another one it reads: ``#include "program.h"``, and the
+#: assembler's ``.incbin \"constants.bin\"`` (escaped inside the C++ string of an ``asm``).
+_READS = re.compile(r'#include "([^"]+)"|\.incbin \\"([^"\\]+)\\"')
+
+
+def unit_inputs(files: dict[str, str], blobs: dict[str, bytes], units: list[str]) -> dict[str, list[str]]:
+    """For each unit, the generated files and blobs it reads, directly or through a generated
+    header (found in the text, so nothing a unit reads can be missing from its object's key)."""
+    reads: dict[str, list[str]] = {}
+    for unit in units:
+        found: list[str] = []
+        pending = [unit]
+        while pending:
+            text = files[pending.pop()]
+            for match in _READS.finditer(text):
+                name = match.group(1) or match.group(2)
+                if name in found or (name not in files and name not in blobs):
+                    continue  # a system header, or already seen
+                found.append(name)
+                if name in files:
+                    pending.append(name)
+        reads[unit] = sorted(found)
+    return reads
+
+
+def _unit_identity(inputs: BuildInputs, unit: str, reads: list[str], runtime_source: Optional[str]) -> str:
+    """What a unit's object file is made from: this relay_aot and TVM, the toolchain, the
+    runtime headers, the exact command, the unit's text and what it reads (by digest)."""
+    command = command_line(inputs.flags.compile_command(unit, object_name(unit), runtime_source))
+    lines = [f"relay_aot {__version__}", package_digest(), f"tvm {tvm.__version__}", inputs.flags.identity(),
+             runtime_sources_digest(), command]
+    for name in [unit, *reads]:
+        data = inputs.files[name].encode() if name in inputs.files else inputs.blobs[name]
+        lines.append(f"{name} {hashlib.sha256(data).hexdigest()}")
+    return "\n".join(lines)
+
+
+#: The unit that compiles the first two units as one (see :func:`_combine_first_units`).
+COMBINED_UNIT = "combined.cc"
+
+
+def _combine_first_units(build_dir: Path, reads: dict[str, list[str]]) -> dict[str, list[str]]:
+    """``reads`` with its first two units replaced by ``combined.cc``, which includes both
+    (written into ``build_dir``). The C++ backend's first unit is the entry unit: tables and
+    entry points, which compile in a fraction of the time a unit takes to parse TVM's headers."""
+    (first, first_reads), (second, second_reads), *rest = reads.items()
+    (build_dir / COMBINED_UNIT).write_text(f'#include "{first}"\n#include "{second}"\n')
+    return {COMBINED_UNIT: sorted({first, second, *first_reads, *second_reads}), **dict(rest)}
+
+
+def _object_key(identity: str) -> str:
+    return hashlib.sha256(identity.encode()).hexdigest()
+
+
+def _reuse_unit_object(root: Path, obj: Path, identity: str) -> bool:
+    """Copy the object an earlier build compiled from the same unit and inputs to ``obj``."""
+    return lookup_object(root, "units", _object_key(identity), obj, identity.__eq__)
+
+
 def _runtime_object(build_dir: Path, flags: BuildFlags, root: Path, reporter: Reporter,
                     background: list[BackgroundCompile], use_prebuilt: bool) -> Optional[str]:
     """Put the runtime object into ``build_dir`` from the cache and return None; if the cache
@@ -264,7 +328,6 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
         (build_dir / name).write_text(text)
     for name, data in inputs.blobs.items():
         (build_dir / name).write_bytes(data)
-    headers = [n for n in list(inputs.files) + list(inputs.blobs) if n not in inputs.units]
     # What the toolchain's builds share and this one lacks is compiled beside it, for the next
     # ones: waiting for a missing PCH or runtime object would cost the first compile more.
     background: list[BackgroundCompile] = []
@@ -275,16 +338,31 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
         pch = PchBuild.start(inputs.flags, root, reporter, use_prebuilt)
         if pch is not None:
             background.append(pch)
+        reads = unit_inputs(inputs.files, inputs.blobs, inputs.units)
+        if len(inputs.units) > 1 and not pch_ready(inputs.flags):
+            # Without the precompiled header every unit parses TVM's headers again (about 1 s
+            # of CPU): the entry unit, which is small, is compiled inside the first one after it.
+            reads = _combine_first_units(build_dir, reads)
+        identities = {unit: _unit_identity(inputs, unit, reads[unit], runtime_source)
+                      for unit in reads if unit in inputs.files}
+        reused = [unit for unit in identities
+                  if share and _reuse_unit_object(root, build_dir / object_name(unit), identities[unit])]
         (build_dir / "build.ninja").write_text(
-            ninja_file(inputs.flags, inputs.units, headers, inputs.has_kernels, library, runtime_source)
+            ninja_file(inputs.flags, reads, inputs.has_kernels, library, runtime_source, reused)
         )
         stats.builds += 1
+        stats.unit_hits += len(reused)
         jobs = inputs.config.jobs
         units = NinjaRun(build_dir, jobs, ["objects"], reporter)
         if inputs.has_kernels:
             _kernels(build_dir, inputs, root, share, reporter)
         units.wait(build_dir)
         units = None
+        stats.unit_builds += len(reads) - len(reused)
+        if share:
+            for unit, identity in identities.items():
+                if unit not in reused:
+                    record_object(root, "units", _object_key(identity), build_dir / object_name(unit), identity)
         final = NinjaRun(build_dir, jobs, [], reporter)
         try:
             final.wait(build_dir)

@@ -30,6 +30,8 @@ Layout::
                              the object's digest and the primitive functions it was built from
     runtime/<k[:2]>/<k>.o    the runtime object (runtime_cpp/relay_aot/runtime.cc) by toolchain
                              and runtime sources, with <k>.json: its digest and toolchain
+    units/<k[:2]>/<k>.o      generated units' object files by what they are compiled from (text,
+                             files they read, command, toolchain), with <k>.json likewise
     tmp/                     builds in progress (and cache=False builds of running processes)
     failed/<model>-<key[:16]>/   the sources and build.ninja of the last failed build of a key
     locks/                   one lock file per key (never deleted while the cache is in use)
@@ -64,7 +66,7 @@ from .toolchain import BuildFlags, runtime_sources_digest
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 #: The subdirectories of the cache root (see the module docstring).
-SUBDIRS = ("lib", "index", "pch", "kernels", "runtime", "tmp", "failed", "locks")
+SUBDIRS = ("lib", "index", "pch", "kernels", "runtime", "units", "tmp", "failed", "locks")
 
 #: Suffix of the side file holding a library's SHA-256 digest.
 DIGEST_SUFFIX = ".sha256"
@@ -155,7 +157,7 @@ def subdir(root: Path, *parts: str) -> Path:
 
 
 def clear_cache(config: Optional[Config] = None) -> None:
-    """Delete every cached library, kernel and runtime object, precompiled header and failed build.
+    """Delete every cached library, object file (kernels, runtime, units), precompiled header and failed build.
 
     Libraries already loaded keep working. Builds running in other processes are left alone
     (as are the lock files, which those builds may hold).
@@ -163,7 +165,7 @@ def clear_cache(config: Optional[Config] = None) -> None:
     root = (config or Config.from_environment()).cache_dir
     if not root.exists():
         return
-    for name in ("index", "lib", "kernels", "runtime", "pch", "failed"):
+    for name in ("index", "lib", "kernels", "runtime", "units", "pch", "failed"):
         shutil.rmtree(root / name, ignore_errors=True)
     sweep_tmp(root)
 
@@ -450,7 +452,7 @@ def _object_paths(root: Path, kind: str, key: str) -> tuple[Path, Path]:
 
 
 def lookup_object(root: Path, kind: str, key: str, dest: Path, same: Callable[[str], bool]) -> bool:
-    """Copy the object file of ``key`` (``kind``: "kernels" or "runtime") to ``dest`` if it is
+    """Copy the object file of ``key`` (``kind``: "kernels", "runtime" or "units") to ``dest`` if it is
     cached, intact (its digest), and ``same(identity)`` confirms it was built from the same
     inputs; False otherwise.
 

@@ -60,6 +60,11 @@ def pch_directory(flags: BuildFlags, config: Config) -> Optional[Path]:
     return config.cache_dir / "pch" / digest.hexdigest()[:32]
 
 
+def pch_ready(flags: BuildFlags) -> bool:
+    """Whether the precompiled header of ``flags`` is there for a unit to use now."""
+    return flags.pch_dir is not None and (Path(flags.pch_dir) / (PCH_HEADER + ".gch")).exists()
+
+
 B = TypeVar("B", bound="BackgroundCompile")
 
 
@@ -176,16 +181,13 @@ class PchBuild(BackgroundCompile):
         """Start building the PCH of ``flags`` if it is enabled, missing and nobody builds it --
         unless ``use_prebuilt`` and the one ``pip install`` built is what this would build
         (``prebuilt.py``): then publish a copy of that, at once."""
-        if flags.pch_dir is None:
+        if flags.pch_dir is None or pch_ready(flags):
             return None
         final = Path(flags.pch_dir)
-        built = final / (PCH_HEADER + ".gch")
-        if built.exists():
-            return None
 
         def make(lock: Lock) -> Optional["PchBuild"]:
             # Checked again under the lock: another process may have finished it while we looked.
-            if built.exists():
+            if pch_ready(flags):
                 return None
             if use_prebuilt and prebuilt.mismatch(flags) is None:
                 work, work_lock = new_build_dir(root, "pch")

@@ -710,4 +710,15 @@ RELAY_AOT_RUNTIME_LINKAGE void free_inline_shape(tvm::runtime::Object* obj) {
 }
 
 }  // namespace detail
+
+RELAY_AOT_RUNTIME_LINKAGE NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype) {
+  DLTensor probe{nullptr, kDevice, static_cast<int>(shape.size()), dtype,
+                 const_cast<int64_t*>(shape.data()), nullptr, 0};
+  void* block = detail::block_cache().Take(detail::block_bytes(probe));
+  char* data = static_cast<char*>(block) + detail::data_offset(probe);
+  NDArray::Container* container = detail::ContainerAccess::make(block, data, shape, dtype);
+  container->SetDeleter(&detail::free_tensor_block);
+  return adopt<NDArray>(container);
+}
+
 }  // namespace relay_aot

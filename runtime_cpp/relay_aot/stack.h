@@ -20,7 +20,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -112,20 +111,26 @@ void run_on_segment(void (*run)(void*), void* frame);
 
 }  // namespace detail
 
-/*! \brief Run \p body on a fresh stack segment and return its result (or rethrow its exception). */
+/*!
+ * \brief Run \p body on a fresh stack segment and return its result (or rethrow its exception).
+ *
+ * Instantiated once per generated function that calls others, so it is kept small to compile:
+ * every result type of generated code (an object reference or a native scalar) has a default
+ * value that the result overwrites, so no std::optional is needed.
+ */
 template <typename F>
 auto on_new_stack(F&& body) -> decltype(body()) {
   using Body = std::remove_reference_t<F>;
   using Result = decltype(body());
   struct Frame {
     Body* body;
-    std::optional<Result> result;
-  } frame{&body, std::nullopt};
+    Result result;
+  } frame{&body, Result()};
   detail::run_on_segment([](void* p) {
     auto* f = static_cast<Frame*>(p);
-    f->result.emplace((*f->body)());
+    f->result = (*f->body)();
   }, &frame);
-  return std::move(*frame.result);
+  return std::move(frame.result);
 }
 
 }  // namespace relay_aot

@@ -119,16 +119,12 @@ inline ShapeTuple make_shape(const int64_t* dims, int rank) {
   return adopt<ShapeTuple>(new (block) detail::InlineShape(dims, rank, &detail::free_inline_shape));
 }
 
-/*! \brief A new, uninitialised CPU tensor; \p shape is shared (one of the program's constants). */
-inline NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype) {
-  DLTensor probe{nullptr, kDevice, static_cast<int>(shape.size()), dtype,
-                 const_cast<int64_t*>(shape.data()), nullptr, 0};
-  void* block = detail::block_cache().Take(detail::block_bytes(probe));
-  char* data = static_cast<char*>(block) + detail::data_offset(probe);
-  NDArray::Container* container = detail::ContainerAccess::make(block, data, shape, dtype);
-  container->SetDeleter(&detail::free_tensor_block);
-  return adopt<NDArray>(container);
-}
+/*!
+ * \brief A new, uninitialised CPU tensor; \p shape is shared (one of the program's constants).
+ *        Out of line: it is called, not inlined, and compiling it into every unit cost each
+ *        one more than a tenth of its compile time.
+ */
+NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype);
 
 /*!
  * \brief A new tensor with the contents of \p tensor (a constant of the program that may reach

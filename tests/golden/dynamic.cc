@@ -36,11 +36,16 @@ NDArray f1(NDArray v10, NDArray v11, int32_t v12);  // @grow
 
 }  // namespace golden_relay_aot
 
-// ===== unit0.cc =====
-// unit0.cc
-#include "program.h"
+// ===== entry.cc =====
+// entry.cc
+#include <relay_aot/runtime.h>
 
 namespace golden_relay_aot {
+  using namespace relay_aot;
+
+  extern const TypeDesc kTypes[];  // defined below, used by every unit
+  ADT f0(const NDArray& v0, const NDArray& v1, int32_t v2);  // @main
+
   // 0 constant tensors
   const std::vector<NDArray>& constants() {
     static const std::vector<NDArray>* table = new std::vector<NDArray>();
@@ -53,67 +58,6 @@ namespace golden_relay_aot {
       ShapeTuple(std::vector<int64_t>{1, 2}),  // 0
     };
     return *table;
-  }
-
-  // @main(%x: Tensor[(?, 2), float32], %w: Tensor[(3, 2), float32], %n: Tensor[(), int32]) -> (Tensor[(?, 3), float32], Tensor[(?, 2), int32], Tensor[(), float32])
-  ADT f0(const NDArray& v0, const NDArray& v1, int32_t v2) {
-    if (stack_low()) return on_new_stack([&] { return f0(v0, v1, v2); });  // deep recursion
-    // kernel: ones (k0)
-    NDArray v3 = alloc_tensor(shapes()[0], DLDataType{kDLFloat, 32, 1});  // (1, 2)
-    call_kernel(&golden_k0_fused_ones, "golden_k0_fused_ones", arg(v3));
-    NDArray v4 = f1(v0, v3, v2);  // %g = @grow(...)
-    // kernel: nn.dense (k1)
-    ShapeOutput<2> v5_shape;
-    call_shape_function(&golden_k1_fused_nn_dense_shape, "golden_k1_fused_nn_dense", {arg(v4), arg(v1)}, shape_of(arg(v4)).get(), shape_of(arg(v1)).get(), v5_shape.arg());
-    NDArray v5 = alloc_tensor(v5_shape.shape("golden_k1_fused_nn_dense"), DLDataType{kDLFloat, 32, 1});  // Tensor[(?, 3), float32]
-    call_kernel(&golden_k1_fused_nn_dense, "golden_k1_fused_nn_dense", arg(v4), arg(v1), arg(v5));
-    // kernel: greater (k2)
-    ShapeOutput<2> v6_shape;
-    call_shape_function(&golden_k2_fused_greater_shape, "golden_k2_fused_greater", {arg(v0)}, shape_of(arg(v0)).get(), v6_shape.arg());
-    NDArray v6 = alloc_tensor(v6_shape.shape("golden_k2_fused_greater"), DLDataType{kDLUInt, 1, 1});  // Tensor[(?, 2), bool]
-    call_kernel(&golden_k2_fused_greater, "golden_k2_fused_greater", arg(v0), arg(v6));
-    // kernel: argwhere (k3)
-    ShapeOutput<2> v7_shape;
-    call_shape_function(&golden_k3_fused_argwhere_shape, "golden_k3_fused_argwhere", {arg(v6)}, arg(v6), v7_shape.arg());
-    NDArray v7 = alloc_tensor(v7_shape.shape("golden_k3_fused_argwhere"), DLDataType{kDLInt, 32, 1});  // Tensor[(?, 2), int32]
-    call_kernel(&golden_k3_fused_argwhere, "golden_k3_fused_argwhere", arg(v6), arg(v7));
-    v6 = NDArray();  // last use
-    // kernel: sum (k4)
-    ShapeOutput<0> v8_shape;
-    call_shape_function(&golden_k4_fused_sum_shape, "golden_k4_fused_sum", {arg(v4)}, shape_of(arg(v4)).get(), v8_shape.arg());
-    float v8;
-    call_kernel(&golden_k4_fused_sum, "golden_k4_fused_sum", arg(v4), scalar_arg(&v8).get());
-    v4 = NDArray();  // last use
-    ADT v9 = make_adt(0, std::move(v5), std::move(v7), box(v8));  // tuple
-    return v9;
-  }
-
-  // @grow(%acc: Tensor[(?, 2), float32], %row: Tensor[(1, 2), float32], %n: Tensor[(), int32]) -> Tensor[(?, 2), float32]
-  NDArray f1(NDArray v10, NDArray v11, int32_t v12) {
-    if (stack_low()) return on_new_stack([&] { return f1(v10, v11, v12); });  // deep recursion
-    while (true) {  // self tail calls continue here
-      bool v13 = (v12 == int32_t(0LL));  // kernel: equal (k5)
-      NDArray v14;  // if
-      if (v13) {
-        v14 = std::move(v10);
-      } else {
-        // kernel: concatenate (k6)
-        ShapeOutput<2> v15_shape;
-        call_shape_function(&golden_k6_fused_concatenate_shape, "golden_k6_fused_concatenate", {arg(v10), arg(v11)}, shape_of(arg(v10)).get(), shape_of(arg(v11)).get(), v15_shape.arg());
-        NDArray v15 = alloc_tensor(v15_shape.shape("golden_k6_fused_concatenate"), DLDataType{kDLFloat, 32, 1});  // Tensor[(?, 2), float32]
-        if (!concat_flat(arg(v15), {arg(v10), arg(v11)})) call_kernel(&golden_k6_fused_concatenate, "golden_k6_fused_concatenate", arg(v10), arg(v11), arg(v15));
-        v10 = NDArray();  // last use
-        int32_t v16 = static_cast<int32_t>(v12 - int32_t(1LL));  // kernel: subtract (k7)
-        {  // self tail call
-          NDArray t0 = std::move(v15);
-          int32_t t2 = v16;
-          v10 = std::move(t0);
-          v12 = std::move(t2);
-        }
-        continue;
-      }
-      return v14;
-    }
   }
 
   ObjectRef call_main(const ObjectRef* a) {
@@ -179,6 +123,73 @@ extern "C" {
   __attribute__((visibility("hidden"))) decltype(&TVMBackendParallelLaunch) __TVMBackendParallelLaunch = &TVMBackendParallelLaunch;
   __attribute__((visibility("hidden"))) decltype(&TVMBackendParallelBarrier) __TVMBackendParallelBarrier = &TVMBackendParallelBarrier;
 }  // extern "C"
+
+// ===== unit0.cc =====
+// unit0.cc
+#include "program.h"
+
+namespace golden_relay_aot {
+  // @main(%x: Tensor[(?, 2), float32], %w: Tensor[(3, 2), float32], %n: Tensor[(), int32]) -> (Tensor[(?, 3), float32], Tensor[(?, 2), int32], Tensor[(), float32])
+  ADT f0(const NDArray& v0, const NDArray& v1, int32_t v2) {
+    if (stack_low()) return on_new_stack([&] { return f0(v0, v1, v2); });  // deep recursion
+    // kernel: ones (k0)
+    NDArray v3 = alloc_tensor(shapes()[0], DLDataType{kDLFloat, 32, 1});  // (1, 2)
+    call_kernel(&golden_k0_fused_ones, "golden_k0_fused_ones", arg(v3));
+    NDArray v4 = f1(v0, v3, v2);  // %g = @grow(...)
+    // kernel: nn.dense (k1)
+    ShapeOutput<2> v5_shape;
+    call_shape_function(&golden_k1_fused_nn_dense_shape, "golden_k1_fused_nn_dense", {arg(v4), arg(v1)}, shape_of(arg(v4)).get(), shape_of(arg(v1)).get(), v5_shape.arg());
+    NDArray v5 = alloc_tensor(v5_shape.shape("golden_k1_fused_nn_dense"), DLDataType{kDLFloat, 32, 1});  // Tensor[(?, 3), float32]
+    call_kernel(&golden_k1_fused_nn_dense, "golden_k1_fused_nn_dense", arg(v4), arg(v1), arg(v5));
+    // kernel: greater (k2)
+    ShapeOutput<2> v6_shape;
+    call_shape_function(&golden_k2_fused_greater_shape, "golden_k2_fused_greater", {arg(v0)}, shape_of(arg(v0)).get(), v6_shape.arg());
+    NDArray v6 = alloc_tensor(v6_shape.shape("golden_k2_fused_greater"), DLDataType{kDLUInt, 1, 1});  // Tensor[(?, 2), bool]
+    call_kernel(&golden_k2_fused_greater, "golden_k2_fused_greater", arg(v0), arg(v6));
+    // kernel: argwhere (k3)
+    ShapeOutput<2> v7_shape;
+    call_shape_function(&golden_k3_fused_argwhere_shape, "golden_k3_fused_argwhere", {arg(v6)}, arg(v6), v7_shape.arg());
+    NDArray v7 = alloc_tensor(v7_shape.shape("golden_k3_fused_argwhere"), DLDataType{kDLInt, 32, 1});  // Tensor[(?, 2), int32]
+    call_kernel(&golden_k3_fused_argwhere, "golden_k3_fused_argwhere", arg(v6), arg(v7));
+    v6 = NDArray();  // last use
+    // kernel: sum (k4)
+    ShapeOutput<0> v8_shape;
+    call_shape_function(&golden_k4_fused_sum_shape, "golden_k4_fused_sum", {arg(v4)}, shape_of(arg(v4)).get(), v8_shape.arg());
+    float v8;
+    call_kernel(&golden_k4_fused_sum, "golden_k4_fused_sum", arg(v4), scalar_arg(&v8).get());
+    v4 = NDArray();  // last use
+    ADT v9 = make_adt(0, std::move(v5), std::move(v7), box(v8));  // tuple
+    return v9;
+  }
+
+  // @grow(%acc: Tensor[(?, 2), float32], %row: Tensor[(1, 2), float32], %n: Tensor[(), int32]) -> Tensor[(?, 2), float32]
+  NDArray f1(NDArray v10, NDArray v11, int32_t v12) {
+    if (stack_low()) return on_new_stack([&] { return f1(v10, v11, v12); });  // deep recursion
+    while (true) {  // self tail calls continue here
+      bool v13 = (v12 == int32_t(0LL));  // kernel: equal (k5)
+      NDArray v14;  // if
+      if (v13) {
+        v14 = std::move(v10);
+      } else {
+        // kernel: concatenate (k6)
+        ShapeOutput<2> v15_shape;
+        call_shape_function(&golden_k6_fused_concatenate_shape, "golden_k6_fused_concatenate", {arg(v10), arg(v11)}, shape_of(arg(v10)).get(), shape_of(arg(v11)).get(), v15_shape.arg());
+        NDArray v15 = alloc_tensor(v15_shape.shape("golden_k6_fused_concatenate"), DLDataType{kDLFloat, 32, 1});  // Tensor[(?, 2), float32]
+        if (!concat_flat(arg(v15), {arg(v10), arg(v11)})) call_kernel(&golden_k6_fused_concatenate, "golden_k6_fused_concatenate", arg(v10), arg(v11), arg(v15));
+        v10 = NDArray();  // last use
+        int32_t v16 = static_cast<int32_t>(v12 - int32_t(1LL));  // kernel: subtract (k7)
+        {  // self tail call
+          NDArray t0 = std::move(v15);
+          int32_t t2 = v16;
+          v10 = std::move(t0);
+          v12 = std::move(t2);
+        }
+        continue;
+      }
+      return v14;
+    }
+  }
+}  // namespace golden_relay_aot
 
 // ===== exports.map =====
 /* Generated by relay_aot: the symbols the library of model golden exports. */

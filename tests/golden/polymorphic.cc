@@ -41,11 +41,16 @@ ADT f5(const Closure& v27, const ADT& v28);  // @map
 
 }  // namespace golden_relay_aot
 
-// ===== unit0.cc =====
-// unit0.cc
-#include "program.h"
+// ===== entry.cc =====
+// entry.cc
+#include <relay_aot/runtime.h>
 
 namespace golden_relay_aot {
+  using namespace relay_aot;
+
+  extern const TypeDesc kTypes[];  // defined below, used by every unit
+  ADT f0(const ADT& v0, const ADT& v1);  // @main
+
   // 0 constant tensors
   const std::vector<NDArray>& constants() {
     static const std::vector<NDArray>* table = new std::vector<NDArray>();
@@ -60,6 +65,85 @@ namespace golden_relay_aot {
     return *table;
   }
 
+  ObjectRef call_main(const ObjectRef* a) {
+    return f0(as<ADT>(a[0]), as<ADT>(a[1]));
+  }
+
+  // Types of the values that cross the library boundary, checked on entry (see check.h).
+  const int kFields0_0[] = {1, 0};
+  const CtorDesc kCtors0[] = {{-2013265920, 2, kFields0_0, "Cons"}, {-2013265919, 0, nullptr, "Nil"}};
+  const int kFields2_0[] = {3, 2};
+  const CtorDesc kCtors2[] = {{-2013265920, 2, kFields2_0, "Cons"}, {-2013265919, 0, nullptr, "Nil"}};
+  const int64_t kShape3[] = {2};
+  const TypeDesc kTypes[] = {
+    {Kind::kAdt, "List[Tensor[(), int32]]", DLDataType{kDLInt, 0, 0}, 0, nullptr, 0, nullptr, 2, kCtors0},  // 0
+    {Kind::kTensor, "Tensor[(), int32]", DLDataType{kDLInt, 32, 1}, 0, nullptr, 0, nullptr, 0, nullptr},  // 1
+    {Kind::kAdt, "List[Tensor[(2), float32]]", DLDataType{kDLInt, 0, 0}, 0, nullptr, 0, nullptr, 2, kCtors2},  // 2
+    {Kind::kTensor, "Tensor[(2), float32]", DLDataType{kDLFloat, 32, 1}, 1, kShape3, 0, nullptr, 0, nullptr},  // 3
+  };
+
+  const int kMainParamTypes[] = {0, 2};
+  const char* const kMainParamNames[] = {"l", "xs"};
+  const EntrySignature kEntrySignature{2, kTypes, kMainParamTypes, kMainParamNames};
+
+  // The program's signature as JSON (see relay_aot\x2fir\x2fsignature.py).
+  const char kMetadata[472] = {
+    123, 34, 97, 100, 116, 115, 34, 58, 32, 91, 123, 34, 99, 116, 111, 114, 115, 34, 58, 32, 91, 123, 34, 102,
+    105, 101, 108, 100, 115, 34, 58, 32, 91, 91, 34, 112, 97, 114, 97, 109, 34, 44, 32, 48, 93, 44, 32, 91,
+    34, 97, 100, 116, 34, 44, 32, 48, 44, 32, 91, 91, 34, 112, 97, 114, 97, 109, 34, 44, 32, 48, 93, 93,
+    93, 93, 44, 32, 34, 110, 97, 109, 101, 34, 58, 32, 34, 67, 111, 110, 115, 34, 44, 32, 34, 116, 97, 103,
+    34, 58, 32, 45, 50, 48, 49, 51, 50, 54, 53, 57, 50, 48, 125, 44, 32, 123, 34, 102, 105, 101, 108, 100,
+    115, 34, 58, 32, 91, 93, 44, 32, 34, 110, 97, 109, 101, 34, 58, 32, 34, 78, 105, 108, 34, 44, 32, 34,
+    116, 97, 103, 34, 58, 32, 45, 50, 48, 49, 51, 50, 54, 53, 57, 49, 57, 125, 93, 44, 32, 34, 110, 97,
+    109, 101, 34, 58, 32, 34, 76, 105, 115, 116, 34, 44, 32, 34, 110, 117, 109, 95, 112, 97, 114, 97, 109, 115,
+    34, 58, 32, 49, 125, 93, 44, 32, 34, 102, 111, 114, 109, 97, 116, 34, 58, 32, 49, 44, 32, 34, 109, 111,
+    100, 101, 108, 34, 58, 32, 34, 103, 111, 108, 100, 101, 110, 34, 44, 32, 34, 112, 97, 114, 97, 109, 115, 34,
+    58, 32, 91, 123, 34, 110, 97, 109, 101, 34, 58, 32, 34, 108, 34, 44, 32, 34, 116, 121, 112, 101, 34, 58,
+    32, 91, 34, 97, 100, 116, 34, 44, 32, 48, 44, 32, 91, 91, 34, 116, 101, 110, 115, 111, 114, 34, 44, 32,
+    91, 93, 44, 32, 34, 105, 110, 116, 51, 50, 34, 93, 93, 93, 125, 44, 32, 123, 34, 110, 97, 109, 101, 34,
+    58, 32, 34, 120, 115, 34, 44, 32, 34, 116, 121, 112, 101, 34, 58, 32, 91, 34, 97, 100, 116, 34, 44, 32,
+    48, 44, 32, 91, 91, 34, 116, 101, 110, 115, 111, 114, 34, 44, 32, 91, 50, 93, 44, 32, 34, 102, 108, 111,
+    97, 116, 51, 50, 34, 93, 93, 93, 125, 93, 44, 32, 34, 114, 101, 116, 34, 58, 32, 91, 34, 116, 117, 112,
+    108, 101, 34, 44, 32, 91, 91, 34, 97, 100, 116, 34, 44, 32, 48, 44, 32, 91, 91, 34, 116, 101, 110, 115,
+    111, 114, 34, 44, 32, 91, 93, 44, 32, 34, 105, 110, 116, 51, 50, 34, 93, 93, 93, 44, 32, 91, 34, 97,
+    100, 116, 34, 44, 32, 48, 44, 32, 91, 91, 34, 116, 101, 110, 115, 111, 114, 34, 44, 32, 91, 50, 93, 44,
+    32, 34, 102, 108, 111, 97, 116, 51, 50, 34, 93, 93, 93, 93, 93, 125,
+  };
+}  // namespace golden_relay_aot
+
+// Exported entry points, in TVM's packed C calling convention.
+extern "C" __attribute__((visibility("default"))) int relay_aot_main(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code, void* resource) __asm__("golden");
+int relay_aot_main(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code, void* resource) {
+  return relay_aot::packed_entry(args, type_codes, num_args, ret, ret_type_code, golden_relay_aot::kEntrySignature, golden_relay_aot::call_main);
+}
+
+extern "C" __attribute__((visibility("default"))) int relay_aot_metadata(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code, void* resource) __asm__("golden__metadata");
+int relay_aot_metadata(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code, void* resource) {
+  return relay_aot::packed_metadata(golden_relay_aot::kMetadata, sizeof(golden_relay_aot::kMetadata), ret, ret_type_code);
+}
+
+// TVM's name of the entry function: load_module(path).entry_func is the program.
+// (Overrides the weak one TVM's kernel object defines when there is one kernel.)
+extern "C" __attribute__((visibility("default"))) const char __tvm_main__[] = "golden";
+
+// TVM's kernels call the runtime through these slots; TVM's loader would fill them. Defined
+// here, hidden, so that the kernels work when a C program calls the typed entry directly.
+extern "C" {
+  __attribute__((visibility("hidden"))) void* __tvm_module_ctx = nullptr;
+  __attribute__((visibility("hidden"))) decltype(&TVMFuncCall) __TVMFuncCall = &TVMFuncCall;
+  __attribute__((visibility("hidden"))) decltype(&TVMAPISetLastError) __TVMAPISetLastError = &TVMAPISetLastError;
+  __attribute__((visibility("hidden"))) decltype(&TVMBackendGetFuncFromEnv) __TVMBackendGetFuncFromEnv = &relay_aot::get_func_from_env;
+  __attribute__((visibility("hidden"))) decltype(&TVMBackendAllocWorkspace) __TVMBackendAllocWorkspace = &TVMBackendAllocWorkspace;
+  __attribute__((visibility("hidden"))) decltype(&TVMBackendFreeWorkspace) __TVMBackendFreeWorkspace = &TVMBackendFreeWorkspace;
+  __attribute__((visibility("hidden"))) decltype(&TVMBackendParallelLaunch) __TVMBackendParallelLaunch = &TVMBackendParallelLaunch;
+  __attribute__((visibility("hidden"))) decltype(&TVMBackendParallelBarrier) __TVMBackendParallelBarrier = &TVMBackendParallelBarrier;
+}  // extern "C"
+
+// ===== unit0.cc =====
+// unit0.cc
+#include "program.h"
+
+namespace golden_relay_aot {
   // @main(%l: List[Tensor[(), int32]], %xs: List[Tensor[(2), float32]]) -> (List[Tensor[(), int32]], List[Tensor[(2), float32]])
   ADT f0(const ADT& v0, const ADT& v1) {
     if (stack_low()) return on_new_stack([&] { return f0(v0, v1); });  // deep recursion
@@ -169,80 +253,7 @@ namespace golden_relay_aot {
     }
     return v29;
   }
-
-  ObjectRef call_main(const ObjectRef* a) {
-    return f0(as<ADT>(a[0]), as<ADT>(a[1]));
-  }
-
-  // Types of the values that cross the library boundary, checked on entry (see check.h).
-  const int kFields0_0[] = {1, 0};
-  const CtorDesc kCtors0[] = {{-2013265920, 2, kFields0_0, "Cons"}, {-2013265919, 0, nullptr, "Nil"}};
-  const int kFields2_0[] = {3, 2};
-  const CtorDesc kCtors2[] = {{-2013265920, 2, kFields2_0, "Cons"}, {-2013265919, 0, nullptr, "Nil"}};
-  const int64_t kShape3[] = {2};
-  const TypeDesc kTypes[] = {
-    {Kind::kAdt, "List[Tensor[(), int32]]", DLDataType{kDLInt, 0, 0}, 0, nullptr, 0, nullptr, 2, kCtors0},  // 0
-    {Kind::kTensor, "Tensor[(), int32]", DLDataType{kDLInt, 32, 1}, 0, nullptr, 0, nullptr, 0, nullptr},  // 1
-    {Kind::kAdt, "List[Tensor[(2), float32]]", DLDataType{kDLInt, 0, 0}, 0, nullptr, 0, nullptr, 2, kCtors2},  // 2
-    {Kind::kTensor, "Tensor[(2), float32]", DLDataType{kDLFloat, 32, 1}, 1, kShape3, 0, nullptr, 0, nullptr},  // 3
-  };
-
-  const int kMainParamTypes[] = {0, 2};
-  const char* const kMainParamNames[] = {"l", "xs"};
-  const EntrySignature kEntrySignature{2, kTypes, kMainParamTypes, kMainParamNames};
-
-  // The program's signature as JSON (see relay_aot\x2fir\x2fsignature.py).
-  const char kMetadata[472] = {
-    123, 34, 97, 100, 116, 115, 34, 58, 32, 91, 123, 34, 99, 116, 111, 114, 115, 34, 58, 32, 91, 123, 34, 102,
-    105, 101, 108, 100, 115, 34, 58, 32, 91, 91, 34, 112, 97, 114, 97, 109, 34, 44, 32, 48, 93, 44, 32, 91,
-    34, 97, 100, 116, 34, 44, 32, 48, 44, 32, 91, 91, 34, 112, 97, 114, 97, 109, 34, 44, 32, 48, 93, 93,
-    93, 93, 44, 32, 34, 110, 97, 109, 101, 34, 58, 32, 34, 67, 111, 110, 115, 34, 44, 32, 34, 116, 97, 103,
-    34, 58, 32, 45, 50, 48, 49, 51, 50, 54, 53, 57, 50, 48, 125, 44, 32, 123, 34, 102, 105, 101, 108, 100,
-    115, 34, 58, 32, 91, 93, 44, 32, 34, 110, 97, 109, 101, 34, 58, 32, 34, 78, 105, 108, 34, 44, 32, 34,
-    116, 97, 103, 34, 58, 32, 45, 50, 48, 49, 51, 50, 54, 53, 57, 49, 57, 125, 93, 44, 32, 34, 110, 97,
-    109, 101, 34, 58, 32, 34, 76, 105, 115, 116, 34, 44, 32, 34, 110, 117, 109, 95, 112, 97, 114, 97, 109, 115,
-    34, 58, 32, 49, 125, 93, 44, 32, 34, 102, 111, 114, 109, 97, 116, 34, 58, 32, 49, 44, 32, 34, 109, 111,
-    100, 101, 108, 34, 58, 32, 34, 103, 111, 108, 100, 101, 110, 34, 44, 32, 34, 112, 97, 114, 97, 109, 115, 34,
-    58, 32, 91, 123, 34, 110, 97, 109, 101, 34, 58, 32, 34, 108, 34, 44, 32, 34, 116, 121, 112, 101, 34, 58,
-    32, 91, 34, 97, 100, 116, 34, 44, 32, 48, 44, 32, 91, 91, 34, 116, 101, 110, 115, 111, 114, 34, 44, 32,
-    91, 93, 44, 32, 34, 105, 110, 116, 51, 50, 34, 93, 93, 93, 125, 44, 32, 123, 34, 110, 97, 109, 101, 34,
-    58, 32, 34, 120, 115, 34, 44, 32, 34, 116, 121, 112, 101, 34, 58, 32, 91, 34, 97, 100, 116, 34, 44, 32,
-    48, 44, 32, 91, 91, 34, 116, 101, 110, 115, 111, 114, 34, 44, 32, 91, 50, 93, 44, 32, 34, 102, 108, 111,
-    97, 116, 51, 50, 34, 93, 93, 93, 125, 93, 44, 32, 34, 114, 101, 116, 34, 58, 32, 91, 34, 116, 117, 112,
-    108, 101, 34, 44, 32, 91, 91, 34, 97, 100, 116, 34, 44, 32, 48, 44, 32, 91, 91, 34, 116, 101, 110, 115,
-    111, 114, 34, 44, 32, 91, 93, 44, 32, 34, 105, 110, 116, 51, 50, 34, 93, 93, 93, 44, 32, 91, 34, 97,
-    100, 116, 34, 44, 32, 48, 44, 32, 91, 91, 34, 116, 101, 110, 115, 111, 114, 34, 44, 32, 91, 50, 93, 44,
-    32, 34, 102, 108, 111, 97, 116, 51, 50, 34, 93, 93, 93, 93, 93, 125,
-  };
 }  // namespace golden_relay_aot
-
-// Exported entry points, in TVM's packed C calling convention.
-extern "C" __attribute__((visibility("default"))) int relay_aot_main(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code, void* resource) __asm__("golden");
-int relay_aot_main(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code, void* resource) {
-  return relay_aot::packed_entry(args, type_codes, num_args, ret, ret_type_code, golden_relay_aot::kEntrySignature, golden_relay_aot::call_main);
-}
-
-extern "C" __attribute__((visibility("default"))) int relay_aot_metadata(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code, void* resource) __asm__("golden__metadata");
-int relay_aot_metadata(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code, void* resource) {
-  return relay_aot::packed_metadata(golden_relay_aot::kMetadata, sizeof(golden_relay_aot::kMetadata), ret, ret_type_code);
-}
-
-// TVM's name of the entry function: load_module(path).entry_func is the program.
-// (Overrides the weak one TVM's kernel object defines when there is one kernel.)
-extern "C" __attribute__((visibility("default"))) const char __tvm_main__[] = "golden";
-
-// TVM's kernels call the runtime through these slots; TVM's loader would fill them. Defined
-// here, hidden, so that the kernels work when a C program calls the typed entry directly.
-extern "C" {
-  __attribute__((visibility("hidden"))) void* __tvm_module_ctx = nullptr;
-  __attribute__((visibility("hidden"))) decltype(&TVMFuncCall) __TVMFuncCall = &TVMFuncCall;
-  __attribute__((visibility("hidden"))) decltype(&TVMAPISetLastError) __TVMAPISetLastError = &TVMAPISetLastError;
-  __attribute__((visibility("hidden"))) decltype(&TVMBackendGetFuncFromEnv) __TVMBackendGetFuncFromEnv = &relay_aot::get_func_from_env;
-  __attribute__((visibility("hidden"))) decltype(&TVMBackendAllocWorkspace) __TVMBackendAllocWorkspace = &TVMBackendAllocWorkspace;
-  __attribute__((visibility("hidden"))) decltype(&TVMBackendFreeWorkspace) __TVMBackendFreeWorkspace = &TVMBackendFreeWorkspace;
-  __attribute__((visibility("hidden"))) decltype(&TVMBackendParallelLaunch) __TVMBackendParallelLaunch = &TVMBackendParallelLaunch;
-  __attribute__((visibility("hidden"))) decltype(&TVMBackendParallelBarrier) __TVMBackendParallelBarrier = &TVMBackendParallelBarrier;
-}  // extern "C"
 
 // ===== exports.map =====
 /* Generated by relay_aot: the symbols the library of model golden exports. */

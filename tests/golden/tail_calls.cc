@@ -16,11 +16,16 @@ int32_t f2(ADT v17, int32_t v18);  // @sum
 
 }  // namespace golden_relay_aot
 
-// ===== unit0.cc =====
-// unit0.cc
-#include "program.h"
+// ===== entry.cc =====
+// entry.cc
+#include <relay_aot/runtime.h>
 
 namespace golden_relay_aot {
+  using namespace relay_aot;
+
+  extern const TypeDesc kTypes[];  // defined below, used by every unit
+  ADT f0(int32_t v0);  // @main
+
   // 2 constant tensors
   asm(".section .rodata\n.balign 64\n.globl golden_constant_blob\n.hidden golden_constant_blob\ngolden_constant_blob:\n.incbin \"constants.bin\"\n.previous");
   extern "C" const unsigned char golden_constant_blob[];
@@ -40,63 +45,6 @@ namespace golden_relay_aot {
     static const std::vector<ShapeTuple>* table = new std::vector<ShapeTuple>{
     };
     return *table;
-  }
-
-  // @main(%n: Tensor[(), int32]) -> (Tensor[(), int32], Tensor[(), int32])
-  ADT f0(int32_t v0) {
-    if (stack_low()) return on_new_stack([&] { return f0(v0); });  // deep recursion
-    int32_t v1 = f1(v0);  // @fib(...)
-    ADT v2 = make_adt(-2013265919);  // Nil
-    const int32_t v3 = unbox<int32_t>(constants()[0]);  // constant
-    ADT v4 = make_adt(-2013265920, box(v3), std::move(v2));  // Cons
-    ADT v5 = make_adt(-2013265920, box(v0), std::move(v4));  // Cons
-    const int32_t v6 = unbox<int32_t>(constants()[1]);  // constant
-    int32_t v7 = f2(v5, v6);  // @sum(...)
-    ADT v8 = make_adt(0, box(v1), box(v7));  // tuple
-    return v8;
-  }
-
-  // @fib(%n: Tensor[(), int32]) -> Tensor[(), int32]
-  int32_t f1(int32_t v9) {
-    if (stack_low()) return on_new_stack([&] { return f1(v9); });  // deep recursion
-    bool v10 = (v9 < int32_t(2LL));  // kernel: less (k0)
-    int32_t v11;  // if
-    if (v10) {
-      v11 = v9;
-    } else {
-      int32_t v12 = static_cast<int32_t>(v9 - int32_t(1LL));  // kernel: subtract (k1)
-      int32_t v13 = f1(v12);  // @fib(...)
-      int32_t v14 = static_cast<int32_t>(v9 - int32_t(2LL));  // kernel: subtract (k2)
-      int32_t v15 = f1(v14);  // @fib(...)
-      int32_t v16 = static_cast<int32_t>(v13 + v15);  // kernel: add (k3)
-      v11 = v16;
-    }
-    return v11;
-  }
-
-  // @sum(%l: List[Tensor[(), int32]], %acc: Tensor[(), int32]) -> Tensor[(), int32]
-  int32_t f2(ADT v17, int32_t v18) {
-    if (stack_low()) return on_new_stack([&] { return f2(v17, v18); });  // deep recursion
-    while (true) {  // self tail calls continue here
-      int32_t v19;  // match
-      if (tag(v17) == -2013265920) {  // Cons(%h, %t)
-        int32_t v20 = unbox<int32_t>(field(v17, 0));  // %h
-        ADT v21 = as<ADT>(field(v17, 1));  // %t
-        int32_t v22 = static_cast<int32_t>(v18 + v20);  // kernel: add (k3)
-        {  // self tail call
-          ADT t0 = std::move(v21);
-          int32_t t1 = v22;
-          v17 = std::move(t0);
-          v18 = std::move(t1);
-        }
-        continue;
-      } else if (tag(v17) == -2013265919) {  // Nil
-        v19 = v18;
-      } else {
-        raise_match_failure("@sum");
-      }
-      return v19;
-    }
   }
 
   ObjectRef call_main(const ObjectRef* a) {
@@ -180,6 +128,69 @@ extern "C" __attribute__((visibility("default"))) int32_t tvmgen_golden_run(stru
 }
 
 extern "C" __attribute__((visibility("default"))) const char* tvmgen_golden_last_error(void) { return relay_aot::c_last_error(); }
+
+// ===== unit0.cc =====
+// unit0.cc
+#include "program.h"
+
+namespace golden_relay_aot {
+  // @main(%n: Tensor[(), int32]) -> (Tensor[(), int32], Tensor[(), int32])
+  ADT f0(int32_t v0) {
+    if (stack_low()) return on_new_stack([&] { return f0(v0); });  // deep recursion
+    int32_t v1 = f1(v0);  // @fib(...)
+    ADT v2 = make_adt(-2013265919);  // Nil
+    const int32_t v3 = unbox<int32_t>(constants()[0]);  // constant
+    ADT v4 = make_adt(-2013265920, box(v3), std::move(v2));  // Cons
+    ADT v5 = make_adt(-2013265920, box(v0), std::move(v4));  // Cons
+    const int32_t v6 = unbox<int32_t>(constants()[1]);  // constant
+    int32_t v7 = f2(v5, v6);  // @sum(...)
+    ADT v8 = make_adt(0, box(v1), box(v7));  // tuple
+    return v8;
+  }
+
+  // @fib(%n: Tensor[(), int32]) -> Tensor[(), int32]
+  int32_t f1(int32_t v9) {
+    if (stack_low()) return on_new_stack([&] { return f1(v9); });  // deep recursion
+    bool v10 = (v9 < int32_t(2LL));  // kernel: less (k0)
+    int32_t v11;  // if
+    if (v10) {
+      v11 = v9;
+    } else {
+      int32_t v12 = static_cast<int32_t>(v9 - int32_t(1LL));  // kernel: subtract (k1)
+      int32_t v13 = f1(v12);  // @fib(...)
+      int32_t v14 = static_cast<int32_t>(v9 - int32_t(2LL));  // kernel: subtract (k2)
+      int32_t v15 = f1(v14);  // @fib(...)
+      int32_t v16 = static_cast<int32_t>(v13 + v15);  // kernel: add (k3)
+      v11 = v16;
+    }
+    return v11;
+  }
+
+  // @sum(%l: List[Tensor[(), int32]], %acc: Tensor[(), int32]) -> Tensor[(), int32]
+  int32_t f2(ADT v17, int32_t v18) {
+    if (stack_low()) return on_new_stack([&] { return f2(v17, v18); });  // deep recursion
+    while (true) {  // self tail calls continue here
+      int32_t v19;  // match
+      if (tag(v17) == -2013265920) {  // Cons(%h, %t)
+        int32_t v20 = unbox<int32_t>(field(v17, 0));  // %h
+        ADT v21 = as<ADT>(field(v17, 1));  // %t
+        int32_t v22 = static_cast<int32_t>(v18 + v20);  // kernel: add (k3)
+        {  // self tail call
+          ADT t0 = std::move(v21);
+          int32_t t1 = v22;
+          v17 = std::move(t0);
+          v18 = std::move(t1);
+        }
+        continue;
+      } else if (tag(v17) == -2013265919) {  // Nil
+        v19 = v18;
+      } else {
+        raise_match_failure("@sum");
+      }
+      return v19;
+    }
+  }
+}  // namespace golden_relay_aot
 
 // ===== exports.map =====
 /* Generated by relay_aot: the symbols the library of model golden exports. */

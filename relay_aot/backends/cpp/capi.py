@@ -10,7 +10,7 @@ Every library whose ``@main`` takes and returns only tensors of static shape (a 
 tuple of them, nested) gets the entry; the header is written on request
 (``CompiledModule.export_library(path, c_header=...)``, ``relay-aot compile --c-header``), which
 raises :class:`~relay_aot.errors.UnsupportedError` naming the parameter or result that a C
-struct cannot carry. The header is also one of the generated sources, and ``unit0.cc`` includes
+struct cannot carry. The header is also one of the generated sources, and ``entry.cc`` includes
 it, so the C++ compiler checks it against the definition and it is part of the build's key.
 
 The generated code here is the C side of the library: the typed entry calls ``@main``'s C++
@@ -32,7 +32,7 @@ from ...errors import UnsupportedError
 from ...ir.signature import Signature
 from ...kernels.scalars import NATIVE_DTYPES, is_native_scalar
 from ..emitter import Emitter, cpp_string_literal, escape_comment
-from .emit import VERSION_SCRIPT, CppSources, ctype, dtype_literal, path_expr, version_script
+from .emit import ENTRY_UNIT, VERSION_SCRIPT, CppSources, ctype, dtype_literal, path_expr, version_script
 
 #: What each of TVM's slots holds: the runtime function a loader would store (C++ expression).
 _SLOT_VALUES = {
@@ -62,7 +62,7 @@ _STDINT_MACRO = re.compile(r"U?INT(_LEAST|_FAST)?(8|16|32|64|MAX|PTR)_(MIN|MAX|C
                            r"(SIZE|PTRDIFF|SIG_ATOMIC|WCHAR|WINT)_(MIN|MAX)\Z")
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 
-#: Generated names of unit0.cc's C side.
+#: Generated names of entry.cc's C side.
 _RUN = "run_c"  #: the entry's body, in the model's namespace
 _RESULT = "result"
 _INPUT = "in"  #: converted inputs: in0, in1, ...
@@ -252,8 +252,7 @@ def add_c_api(sources: CppSources, program: ir.Program, model: str) -> CppSource
         files[api.header_name] = header_text(api)
         _emit_entry(e, program, api)
         exported = [names.c_api(model, "run"), names.c_api(model, "last_error")]
-    entry_unit = sources.units[0]
-    files[entry_unit] += e.text()
+    files[ENTRY_UNIT] += e.text()
     files[VERSION_SCRIPT] = version_script(model, sources.exports + exported)
     return CppSources(files, sources.units, sources.exports)
 

@@ -2,10 +2,14 @@
 
 Output layout (see :class:`CppSources`):
 
-* ``program.h`` -- kernel symbols, closure classes, function prototypes; included by every unit;
+* ``program.h`` -- kernel symbols, closure classes, function prototypes; included by the
+  function units;
 * ``unit<N>.cc`` -- the functions, one C++ function per Relay function (global or lifted
-  closure), in groups so that large programs compile in parallel; ``unit0.cc`` also holds the
-  exported entry points and the constant table;
+  closure), in groups so that large programs compile in parallel;
+* ``entry.cc`` -- the constant, shape and type tables, the signature and the exported entry
+  points: everything that depends on the program's interface and data rather than on its
+  control code, in a unit of its own that includes nothing generated but the C API's header,
+  so a program whose functions change reuses its object file from the cache;
 * ``exports.map`` -- the linker version script listing the exported symbols (see
   :func:`version_script`).
 
@@ -47,6 +51,9 @@ _DL_CODES = {0: "kDLInt", 1: "kDLUInt", 2: "kDLFloat", 4: "kDLBfloat"}
 
 #: Functions per translation unit: enough that small programs are one unit.
 FUNCTIONS_PER_UNIT = 48
+
+#: The unit holding the tables and entry points (:meth:`CppEmitter.entry_unit`).
+ENTRY_UNIT = "entry.cc"
 
 
 def ctype(ty: ir.Type) -> str:
@@ -279,27 +286,47 @@ class CppEmitter:
         e.decl(f"}}  // namespace {self.namespace}")
         return e.declarations
 
-    def unit(self, banner: str, functions: list[ir.Function], with_entry: bool) -> str:
-        """One translation unit holding ``functions`` (and the entry points if ``with_entry``)."""
-        self.out = Emitter()
-        e = self.out
+    def _begin_unit(self, banner: str, include: str) -> Emitter:
+        """Start a translation unit: its banner, its one ``#include``, the model's namespace."""
+        self.out = e = Emitter()
         for line in banner.splitlines():
             e.decl(line)
-        e.decl('#include "program.h"')
+        e.decl(f"#include {include}")
         e.line(f"namespace {self.namespace} {{")
-        if with_entry:
-            self.emit_constants()
-            self.emit_shapes()
-        for f in functions:
-            e.line()
-            self.emit_function(f)
-        if with_entry:
-            self.emit_main_adapter()
-            if self.profile is not None:
-                self.emit_profile_names()
+        return e
+
+    def entry_unit(self, banner: str) -> str:
+        """``entry.cc``: the constant and shape tables, the type table, the entry points.
+
+        It does not include ``program.h``: what it needs of the functions is ``@main``'s
+        prototype, written here. So its text, and its object file, stay the same when only
+        the functions change (same constants, shapes, types and ``@main`` signature), and the
+        build cache reuses the object (``units/`` in the cache, see ``relay_aot.build``).
+        """
+        e = self._begin_unit(banner, "<relay_aot/runtime.h>")
+        e.line("using namespace relay_aot;")
+        e.line()
+        e.line(f"extern const TypeDesc {names.TYPE_TABLE}[];", comment="defined below, used by every unit")
+        main = self.functions[self.program.main]
+        e.line(f"{self.prototype(main)};", comment=escape_comment(main.hint))
+        e.line()
+        self.emit_constants()
+        self.emit_shapes()
+        self.emit_main_adapter()
+        if self.profile is not None:
+            self.emit_profile_names()
         e.line(f"}}  // namespace {self.namespace}")
-        if with_entry:
-            self.emit_entry_points()
+        self.emit_entry_points()
+        return e.text()
+
+    def unit(self, banner: str, functions: list[ir.Function]) -> str:
+        """One translation unit holding ``functions``."""
+        e = self._begin_unit(banner, '"program.h"')
+        for index, f in enumerate(functions):
+            if index:
+                e.line()
+            self.emit_function(f)
+        e.line(f"}}  // namespace {self.namespace}")
         return e.text()
 
     # -- functions -----------------------------------------------------------------------
@@ -850,12 +877,12 @@ def emit_cpp(
     """
     emitter = CppEmitter(program, model, constants_file, profile)
     files = {"program.h": emitter.header(banner("program.h"))}
+    files[ENTRY_UNIT] = emitter.entry_unit(banner(ENTRY_UNIT))
+    units = [ENTRY_UNIT]
     funcs = program.functions
-    groups = [funcs[i : i + functions_per_unit] for i in range(0, len(funcs), functions_per_unit)] or [[]]
-    units = []
-    for index, group in enumerate(groups):
+    for index, start in enumerate(range(0, len(funcs), functions_per_unit)):
         name = f"unit{index}.cc"
-        files[name] = emitter.unit(banner(name), group, with_entry=index == 0)
+        files[name] = emitter.unit(banner(name), funcs[start : start + functions_per_unit])
         units.append(name)
     exports = [names.profile_symbol(model)] if profile else []
     files[VERSION_SCRIPT] = version_script(model, exports)
