@@ -534,6 +534,8 @@ def test_a_unit_compiled_before_from_the_same_inputs_is_not_compiled_again(env, 
     for obj in (env.cache / "units").rglob("*.o"):
         obj.write_bytes(b"not an object file")
     assert check([5.0, 6.0, 7.0, 8.0], nested=False) == (["entry.cc", "unit0.cc"], 0)
+    relay_aot.clear_cache()
+    assert not (env.cache / "units").exists()
 
 
 def test_unit_inputs_follow_includes_and_incbin():
