@@ -542,3 +542,20 @@ def test_unit_inputs_follow_includes_and_incbin():
     files = {"a.cc": '#include "h.h"\n#include <vector>\nasm(".incbin \\"c.bin\\"");', "h.h": '#include "g.h"',
              "g.h": "", "b.cc": "int x;"}
     assert build.unit_inputs(files, {"c.bin": b""}, ["a.cc", "b.cc"]) == {"a.cc": ["c.bin", "g.h", "h.h"], "b.cc": []}
+
+
+def test_link_flags_key_the_library_not_the_objects():
+    """Objects (the PCH, the runtime object, units) depend on compile flags only: a build that
+    links differently (``ld.gold`` on ``PATH`` or not) shares them, and has its own library."""
+    import dataclasses
+
+    from relay_aot.build.toolchain import runtime_object_identity
+    from relay_aot.config import Config
+
+    config = Config.from_environment()
+    flags = build.BuildFlags.default(config)
+    relinked = dataclasses.replace(flags, ldflags=flags.ldflags + ("-Wl,-O1",))
+    assert relinked.identity() != flags.identity()
+    assert relinked.compile_identity() == flags.compile_identity()
+    assert build.pch_directory(relinked, config) == build.pch_directory(flags, config)
+    assert runtime_object_identity(relinked) == runtime_object_identity(flags)

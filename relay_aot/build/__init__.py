@@ -263,7 +263,7 @@ def _unit_identity(inputs: BuildInputs, unit: str, reads: list[str], runtime_sou
     """What a unit's object file is made from: this relay_aot and TVM, the toolchain, the
     runtime headers, the exact command, the unit's text and what it reads (by digest)."""
     command = command_line(inputs.flags.compile_command(unit, object_name(unit), runtime_source))
-    lines = [f"relay_aot {__version__}", package_digest(), f"tvm {tvm.__version__}", inputs.flags.identity(),
+    lines = [f"relay_aot {__version__}", package_digest(), f"tvm {tvm.__version__}", inputs.flags.compile_identity(),
              runtime_sources_digest(), command]
     for name in [unit, *reads]:
         data = inputs.files[name].encode() if name in inputs.files else inputs.blobs[name]

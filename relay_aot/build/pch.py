@@ -55,7 +55,7 @@ def pch_directory(flags: BuildFlags, config: Config) -> Optional[Path]:
     if not pch_enabled(flags, config):
         return None
     digest = hashlib.sha256()
-    for part in (flags.identity(), runtime_sources_digest(), tvm.__version__, *tvm_include_dirs()):
+    for part in (flags.compile_identity(), runtime_sources_digest(), tvm.__version__, *tvm_include_dirs()):
         digest.update(part.encode() + b"\0")
     return config.cache_dir / "pch" / digest.hexdigest()[:32]
 

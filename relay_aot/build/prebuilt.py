@@ -100,7 +100,7 @@ def build(out: Path) -> None:
     files = sorted({dep for name in ("runtime.d", "pch.d") for dep in _dependencies(out / name)} - {str(stub)})
     manifest = {
         "format": _FORMAT,
-        "identity": portable(flags.identity()),
+        "identity": portable(flags.compile_identity()),
         "runtime_sources": runtime_sources_digest(),
         "tvm": tvm.__version__,
         "files": {portable(str(Path(f).resolve())): file_digest(Path(f)) for f in files},
@@ -125,7 +125,7 @@ def _mismatch(flags: BuildFlags, directory: Path) -> Optional[str]:
     if manifest.get("format") != _FORMAT:
         return "prebuilt by another relay_aot"
     for what, theirs, ours in (
-        ("compiler or flags", manifest.get("identity"), portable(flags.identity())),
+        ("compiler or flags", manifest.get("identity"), portable(flags.compile_identity())),
         ("runtime sources", manifest.get("runtime_sources"), runtime_sources_digest()),
         ("TVM version", manifest.get("tvm"), tvm.__version__),
     ):

@@ -78,7 +78,7 @@ def _compiler_info(cxx: str) -> tuple[str, str]:
 def runtime_object_identity(flags: "BuildFlags") -> str:
     """What the runtime object is built from: the toolchain (without the PCH, which only makes
     compiling it faster), the runtime sources and TVM. Its cache key is this text's hash."""
-    return "\n".join([flags.with_pch(None).identity(), runtime_sources_digest(), f"tvm {tvm.__version__}"])
+    return "\n".join([flags.with_pch(None).compile_identity(), runtime_sources_digest(), f"tvm {tvm.__version__}"])
 
 
 def compiler_version(cxx: str) -> str:
@@ -204,6 +204,12 @@ class BuildFlags:
         """The command linking ``objects`` into the shared library ``output``."""
         return [self.cxx, *self.ldflags, "-o", output, *objects]
 
+    def compile_identity(self) -> str:
+        """Everything about the toolchain that changes an object file (the PCH directory
+        included; not the link flags, so the PCH, the runtime object and unit objects are
+        shared by builds that link differently, e.g. with or without ``ld.gold`` on ``PATH``)."""
+        return "\n".join([compiler_version(self.cxx), *self.cxxflags, f"pch {self.pch_dir}"])
+
     def identity(self) -> str:
-        """Everything about the toolchain that changes the output (the PCH directory included)."""
-        return "\n".join([compiler_version(self.cxx), *self.cxxflags, "--", *self.ldflags, f"pch {self.pch_dir}"])
+        """Everything about the toolchain that changes the library: compile and link flags."""
+        return "\n".join([self.compile_identity(), "--", *self.ldflags])
