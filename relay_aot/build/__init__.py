@@ -31,16 +31,14 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-import tvm
-
 from ..config import Config
 from ..errors import CompileError
-from ..version import __version__
 from .cache import (
     Entry,
     IndexEntry,
     Lock,
     clear_cache,
+    code_identity,
     evict,
     index_key,
     keep_until_exit,
@@ -146,9 +144,7 @@ class BuildInputs:
 
         digest = hashlib.sha256()
         parts = [
-            f"relay_aot {__version__}",
-            package_digest(),
-            f"tvm {tvm.__version__}",
+            *code_identity(),
             self.flags.identity(),
             self.config.output_key(),
             runtime_sources_digest(),
@@ -234,6 +230,11 @@ def _kernels(build_dir: Path, inputs: BuildInputs, root: Path, share: bool, repo
     reporter.phase("kernels", "done")
 
 
+def _object_key(identity: str) -> str:
+    """Cache key of an object file (runtime or unit): the hash of what it is built from."""
+    return hashlib.sha256(identity.encode()).hexdigest()
+
+
 #: How a generated file names another one it reads: ``#include "program.h"``, and the
 #: assembler's ``.incbin \"constants.bin\"`` (escaped inside the C++ string of an ``asm``).
 _READS = re.compile(r'#include "([^"]+)"|\.incbin \\"([^"\\]+)\\"')
@@ -260,11 +261,10 @@ def unit_inputs(files: dict[str, str], blobs: dict[str, bytes], units: list[str]
 
 
 def _unit_identity(inputs: BuildInputs, unit: str, reads: list[str], runtime_source: Optional[str]) -> str:
-    """What a unit's object file is made from: this relay_aot and TVM, the toolchain, the
-    runtime headers, the exact command, the unit's text and what it reads (by digest)."""
+    """What a unit's object file is made from: this relay_aot (the runtime headers included)
+    and TVM, the toolchain, the exact command, the unit's text and what it reads (by digest)."""
     command = command_line(inputs.flags.compile_command(unit, object_name(unit), runtime_source))
-    lines = [f"relay_aot {__version__}", package_digest(), f"tvm {tvm.__version__}", inputs.flags.compile_identity(),
-             runtime_sources_digest(), command]
+    lines = [*code_identity(), inputs.flags.compile_identity(), command]
     for name in [unit, *reads]:
         data = inputs.files[name].encode() if name in inputs.files else inputs.blobs[name]
         lines.append(f"{name} {hashlib.sha256(data).hexdigest()}")
@@ -284,10 +284,6 @@ def _combine_first_units(build_dir: Path, reads: dict[str, list[str]]) -> dict[s
     return {COMBINED_UNIT: sorted({first, second, *first_reads, *second_reads}), **dict(rest)}
 
 
-def _object_key(identity: str) -> str:
-    return hashlib.sha256(identity.encode()).hexdigest()
-
-
 def _reuse_unit_object(root: Path, obj: Path, identity: str) -> bool:
     """Copy the object an earlier build compiled from the same unit and inputs to ``obj``."""
     return lookup_object(root, "units", _object_key(identity), obj, identity.__eq__)
@@ -305,7 +301,7 @@ def _runtime_object(build_dir: Path, flags: BuildFlags, root: Path, reporter: Re
     ones too) reads and fills it. A damaged or mismatching entry is compiled again.
     """
     identity = runtime_object_identity(flags)
-    key = hashlib.sha256(identity.encode()).hexdigest()
+    key = _object_key(identity)
     if lookup_object(root, "runtime", key, build_dir / RUNTIME_OBJECT, identity.__eq__):
         return None
     if use_prebuilt and prebuilt.mismatch(flags) is None:
@@ -343,10 +339,12 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
             # Without the precompiled header every unit parses TVM's headers again (about 1 s
             # of CPU): the entry unit, which is small, is compiled inside the first one after it.
             reads = _combine_first_units(build_dir, reads)
+        # Unit objects are read and kept only where the cache is shared (not combined.cc, which
+        # is written here and has no identity of its own).
         identities = {unit: _unit_identity(inputs, unit, reads[unit], runtime_source)
-                      for unit in reads if unit in inputs.files}
-        reused = [unit for unit in identities
-                  if share and _reuse_unit_object(root, build_dir / object_name(unit), identities[unit])]
+                      for unit in reads if share and unit in inputs.files}
+        reused = [unit for unit, identity in identities.items()
+                  if _reuse_unit_object(root, build_dir / object_name(unit), identity)]
         (build_dir / "build.ninja").write_text(
             ninja_file(inputs.flags, reads, inputs.has_kernels, library, runtime_source, reused)
         )
@@ -359,10 +357,9 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
         units.wait(build_dir)
         units = None
         stats.unit_builds += len(reads) - len(reused)
-        if share:
-            for unit, identity in identities.items():
-                if unit not in reused:
-                    record_object(root, "units", _object_key(identity), build_dir / object_name(unit), identity)
+        for unit, identity in identities.items():
+            if unit not in reused:
+                record_object(root, "units", _object_key(identity), build_dir / object_name(unit), identity)
         final = NinjaRun(build_dir, jobs, [], reporter)
         try:
             final.wait(build_dir)

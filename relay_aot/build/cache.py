@@ -342,12 +342,17 @@ def package_digest() -> str:
     return digest.hexdigest()
 
 
+def code_identity() -> tuple[str, str, str]:
+    """The code that turns inputs into outputs, first in every key of the cache: this
+    relay_aot (its version, its Python and C++ sources) and TVM's version."""
+    return f"relay_aot {__version__}", package_digest(), f"tvm {tvm.__version__}"
+
+
 def index_key(parts: Iterable[str], flags: BuildFlags, config: Config) -> str:
     """Key of an input (``parts``: the module's fingerprint, parameters, options) under
     ``flags`` and the output-changing settings of ``config``."""
     digest = hashlib.sha256()
-    head = (f"relay_aot {__version__}", package_digest(), f"tvm {tvm.__version__}", flags.identity(),
-            config.output_key())
+    head = (*code_identity(), flags.identity(), config.output_key())
     for part in (*head, *parts):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()
@@ -441,7 +446,7 @@ def kernel_key(kernel_digest: str) -> str:
     """Key of a kernels' object file: their digest (functions, symbols, target, settings,
     tuning) under this relay_aot's code and TVM. No C++ flag changes TVM's output."""
     digest = hashlib.sha256()
-    for part in (f"relay_aot {__version__}", package_digest(), f"tvm {tvm.__version__}", kernel_digest):
+    for part in (*code_identity(), kernel_digest):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()
 
