@@ -28,6 +28,7 @@ from tvm import relay
 from ..errors import RelayAotError, UnsupportedError
 from .te_compiler_speed import cached_libinfo, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
+from . import dense_transposes
 
 
 def reachable_globals(mod: tvm.IRModule, root: str = "main") -> list[relay.GlobalVar]:
@@ -300,6 +301,16 @@ def alter_layout(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return mod
 
 
+def _dense_of_transposes(pack: bool) -> tvm.transform.Pass:
+    """:func:`dense_transposes.rewrite` as a pass (see that module)."""
+
+    def apply(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        with cached_libinfo():  # the packed layout asks the TE compiler for the dense strategy
+            return dense_transposes.rewrite(mod, pack)
+
+    return tvm.transform.module_pass(apply, opt_level=0, name="DenseOfTransposes")
+
+
 def _simplify_post_alter_op() -> tvm.transform.Pass:
     """TVM's ``SimplifyExprPostAlterOp`` (registered, but not exported to Python in 0.19)."""
     return tvm.get_global_func("relay._transform.SimplifyExprPostAlterOp")()
@@ -376,10 +387,11 @@ def prepare(
         sequence += [fold_constants, *_graph_simplifications(opt_level)]
     if alters_layout:
         sequence += [alter_layout, relay.transform.InferType()]
+    sequence += [relay.transform.ToANormalForm(), inline_pure_lets, relay.transform.InferType()]
+    if opt_level >= 2:
+        # after inlining: a transpose bound by a let is then an argument of the product again
+        sequence.append(_dense_of_transposes(pack=alters_layout))
     sequence += [
-        relay.transform.ToANormalForm(),
-        inline_pure_lets,
-        relay.transform.InferType(),
         relay.transform.FuseOps(fuse_level),
         relay.transform.InferType(),
         relay.transform.ToANormalForm(),
