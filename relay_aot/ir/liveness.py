@@ -36,6 +36,7 @@ def _rhs_uses(rhs: ir.Rhs) -> list[ir.Var]:
 class _Liveness:
     def __init__(self):
         self.last: LastUses = set()
+        self.used: set[int] = set()  # every variable read anywhere
         self._stmts = {ir.Let: self._let, ir.If: self._if, ir.Match: self._match}
 
     def block(self, block: ir.Block, live_out: set[int]) -> set[int]:
@@ -47,10 +48,12 @@ class _Liveness:
                 if counts[a.id] == 1:
                     self.last.add((block.result.uid, a.id))
             live = {a.id for a in block.result.args}  # the iteration ends: nothing else survives
+            self.used |= live
         else:
             if block.result.id not in live:
                 self.last.add((block.uid, block.result.id))
             live.add(block.result.id)
+            self.used.add(block.result.id)
         for stmt in reversed(block.stmts):
             live = method_for(self._stmts, stmt)(stmt, live)
         return live
@@ -58,6 +61,7 @@ class _Liveness:
     def _let(self, stmt: ir.Let, live: set[int]) -> set[int]:
         uses = _rhs_uses(stmt.rhs)
         counts = Counter(v.id for v in uses)
+        self.used |= counts.keys()
         for v in uses:
             if v.id not in live and counts[v.id] == 1:
                 self.last.add((stmt.uid, v.id))
@@ -66,6 +70,7 @@ class _Liveness:
     def _if(self, stmt: ir.If, live: set[int]) -> set[int]:
         after = live - {stmt.result.id}
         inside = self.block(stmt.then, after) | self.block(stmt.else_, after)
+        self.used.add(stmt.cond.id)
         return inside | {stmt.cond.id}
 
     def _match(self, stmt: ir.Match, live: set[int]) -> set[int]:
@@ -73,6 +78,7 @@ class _Liveness:
         inside: set[int] = set()
         for clause in stmt.clauses:
             inside |= self.block(clause.body, after) - {b.var.id for b in clause.binds}
+        self.used.add(stmt.scrutinee.id)
         return inside | {stmt.scrutinee.id}
 
 
@@ -81,3 +87,11 @@ def last_uses(func: ir.Function) -> LastUses:
     analysis = _Liveness()
     analysis.block(func.body, set())
     return analysis.last
+
+
+def used_variables(func: ir.Function) -> set[int]:
+    """Ids of the variables ``func``'s body reads: a variable bound but absent here is never
+    used (an emitter need not materialise the value of an effect, say)."""
+    analysis = _Liveness()
+    analysis.block(func.body, set())
+    return analysis.used

@@ -128,8 +128,7 @@ namespace golden_relay_aot {
     NDArray v4 = alloc_tensor(shapes()[0], DLDataType{kDLFloat, 32, 1});  // (3,)
     call_kernel(&golden_k0_fused_add, "golden_k0_fused_add", arg(v2), arg(v3), arg(v4));
     v2 = NDArray();  // last use
-    ref_write(v1, std::move(v4));
-    ADT v5 = unit();  // %u = ref write
+    ref_write(v1, std::move(v4));  // %u = ref write
     NDArray v6 = as<NDArray>(ref_read(v1));  // ref read
     const NDArray& v7 = constants()[1];  // constant
     // kernel: multiply, split (k1)

@@ -28,7 +28,7 @@ import tvm
 
 from ... import ir, names
 from ...dispatch import dispatch
-from ...ir.liveness import last_uses
+from ...ir.liveness import last_uses, used_variables
 from ...ir.profile import ProfileTable
 from ...ir.typetable import TypeTable
 from ...kernels.scalar_ops import SCALAR_OPS, spelling
@@ -197,6 +197,7 @@ class CppEmitter:
         self.out = Emitter()
         self.func: Optional[ir.Function] = None
         self.last: set = set()  # last uses in the function being printed (liveness.py)
+        self.used: set = set()  # variables it reads (liveness.py)
         #: ids of the printed function's variables bound by const reference (parameters,
         #: captures, shared constants: the caller, the closure or the program owns them), as
         #: far as it is printed
@@ -343,6 +344,7 @@ class CppEmitter:
         e = self.out
         self.func = f
         self.last = last_uses(f)
+        self.used = used_variables(f)
         self.borrowed = {c.id for c in f.captures} | {p.id for p in f.params if self.by_reference(f, p)}
         e.comment(f.signature or f.hint)
         e.line(self.prototype(f) + " {")
@@ -650,6 +652,16 @@ class CppEmitter:
         self.define(stmt, self.counted(f"make_adt({', '.join(['0'] + [self.use(f, stmt) for f in rhs.fields])})"))
 
     def _proj(self, rhs: ir.Proj, stmt: ir.Let) -> None:
+        v = stmt.var
+        if rhs.value.id in self.borrowed and not is_native_scalar(v.type):
+            # A field of a tuple that outlives the call (a parameter, a capture) lives as long,
+            # and tuples are immutable: a view of it, where a copy costs two atomic counts.
+            value = f"field({var(rhs.value)}, {rhs.index})"
+            if ctype(v.type) != "ObjectRef":
+                value = f"view<{ctype(v.type)}>({value})"
+            self.out.line(f"const {ctype(v.type)}& {var(v)} = {value};", comment=self.describe(v, stmt.note))
+            self.borrowed.add(v.id)
+            return
         self.define(stmt, f"field({var(rhs.value)}, {rhs.index})", ir.AnyType())
 
     def _make_adt(self, rhs: ir.MakeAdt, stmt: ir.Let) -> None:
@@ -708,8 +720,11 @@ class CppEmitter:
         self.define(stmt, f"ref_read({var(rhs.ref)})", ir.AnyType())
 
     def _ref_write(self, rhs: ir.RefWrite, stmt: ir.Let) -> None:
-        self.out.line(f"ref_write({var(rhs.ref)}, {self.use(rhs.value, stmt)});")
-        self.define(stmt, "unit()")
+        # Its value, the shared unit object, only when read: taking it costs two atomic count updates.
+        used = stmt.var.id in self.used
+        self.out.line(f"ref_write({var(rhs.ref)}, {self.use(rhs.value, stmt)});", comment="" if used else self.describe(stmt.var, stmt.note))
+        if used:
+            self.define(stmt, "unit()")
 
     # -- constants and entry points ------------------------------------------------------
 
