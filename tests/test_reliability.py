@@ -184,6 +184,34 @@ def test_deep_recursion_after_the_first_calling_thread_exits():
     assert result == [True] * 5
 
 
+def test_concurrent_calls_allocate_and_free_across_threads():
+    """Threads call one library at once (the GIL is released during a call), each building and
+    dropping lists; the first caller, which owns the process-wide block and cell caches
+    (memory.h's per_thread), exits midway, and lists made on one thread die on another."""
+    result = run_isolated(
+        f'''
+        import json, threading, numpy as np, tvm, relay_aot
+        compiled = relay_aot.compile(tvm.relay.parse({DEEP_PROGRAM!r}))
+        ok, kept = [], []
+        def work(rounds, n):
+            for i in range(rounds):
+                total, lst = compiled(np.int64(n + i))
+                ok.append(int(total.numpy()) == (n + i) * (n + i - 1) // 2)
+                kept.append(lst)  # freed later, by another thread
+        first = threading.Thread(target=work, args=(20, 3000))
+        first.start(); first.join()  # the owner of the process-wide caches exits
+        threads = [threading.Thread(target=work, args=(30, 2000 + 500 * k)) for k in range(4)]
+        for t in threads: t.start()
+        kept.clear()
+        work(30, 1000)
+        for t in threads: t.join()
+        kept.clear()
+        print(json.dumps([len(ok), all(ok)]))
+        '''
+    )
+    assert result == [170, True]
+
+
 def test_recursion_beyond_the_limit_raises():
     result = run_isolated(
         f'''

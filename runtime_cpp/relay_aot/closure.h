@@ -118,7 +118,7 @@ inline Closure make_closure(Args&&... args) {
   T* closure = new (detail::block_cache().Take(detail::rounded(sizeof(T)))) T(std::forward<Args>(args)...);
   ObjectAccess::SetType(closure, T::RuntimeTypeIndex());
   ObjectAccess::Set(closure, &detail::free_closure_iteratively<T>);
-  return adopt<Closure>(closure);
+  return own<Closure>(closure);
 }
 
 /*!

@@ -17,6 +17,9 @@
 #include <tvm/runtime/memory.h>
 #include <tvm/runtime/object.h>
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <initializer_list>
 #include <new>
@@ -32,6 +35,34 @@ using tvm::runtime::ObjectRef;
 using tvm::runtime::SimpleObjAllocator;
 
 namespace detail {
+
+/*!
+ * \brief The calling thread's instance of \p T (a cache of free blocks or cells, a queue),
+ *        reached by one thread without a thread-local access.
+ *
+ * In a shared library a thread_local is reached through a TLS descriptor call, twice for one
+ * with a constructor (its guard, then itself), and the call is the slow, dynamic kind in every
+ * library loaded after static TLS room ran out (about 512 bytes: the second model a process
+ * loads). Allocation and deletion reach these at every object, which cost a model loaded
+ * second 15% of a gradient program's time. The first thread to ask owns a process-wide
+ * instance, recognised by pthread_self() (a read of the thread pointer); a thread id is unique
+ * among live threads, so the instance is never used by two at once. Other threads have their
+ * own thread_local one. The process-wide instance is never destroyed: no destructor runs at
+ * exit after TVM is gone.
+ */
+template <typename T>
+T& per_thread() {
+  static std::atomic<pthread_t> owner{0};
+  alignas(T) static unsigned char shared[sizeof(T)];
+  pthread_t self = pthread_self();
+  pthread_t current = owner.load(std::memory_order_acquire);
+  if (current == self) return *reinterpret_cast<T*>(shared);
+  if (current == 0 && owner.compare_exchange_strong(current, self, std::memory_order_acq_rel)) {
+    return *new (shared) T();
+  }
+  static thread_local T local;
+  return local;
+}
 
 /*! \brief Gives a reference class \p T the pointer it holds (its data_ is protected). */
 template <typename T>
@@ -102,10 +133,7 @@ class BlockCache {
   size_t cached_bytes_ = 0;
 };
 
-inline BlockCache& block_cache() {
-  static thread_local BlockCache cache;
-  return cache;
-}
+inline BlockCache& block_cache() { return per_thread<BlockCache>(); }
 
 /*! \brief Bytes of a block holding \p bytes, rounded up to the alignment. */
 constexpr size_t rounded(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
@@ -130,10 +158,7 @@ struct DeletionQueue {
   std::vector<std::pair<Object*, Object::FDeleter>> pending;
 };
 
-inline DeletionQueue& deletion_queue() {
-  static thread_local DeletionQueue queue;
-  return queue;
-}
+inline DeletionQueue& deletion_queue() { return detail::per_thread<DeletionQueue>(); }
 
 /*! \brief Free \p obj with \p real_deleter, without nesting inside another such deletion
  *         (out of line: deleters, called through pointers, are its only callers). */
@@ -156,7 +181,23 @@ struct ObjectAccess : Object {
   static void SetType(const Object* obj, uint32_t type_index) {
     static_cast<ObjectAccess*>(const_cast<Object*>(obj))->type_index_ = type_index;
   }
+  static void SetFirstCount(const Object* obj) {
+    static_cast<ObjectAccess*>(const_cast<Object*>(obj))->ref_counter_.store(1, std::memory_order_relaxed);
+  }
 };
+
+/*!
+ * rief The first reference to \p fresh, an object just made here (count 0, seen by no other
+ *        thread): its count is set with a plain store, where adopt's increment is atomic. Every
+ *        tensor, tuple, closure and reference cell a program makes starts this way.
+ */
+template <typename T>
+inline T own(Object* fresh) {
+  ObjectAccess::SetFirstCount(fresh);
+  T out;
+  *reinterpret_cast<Object**>(&out) = fresh;  // a reference is one pointer (see view in values.h)
+  return out;
+}
 
 namespace detail {
 
@@ -197,7 +238,7 @@ inline ADT make_adt(int32_t tag, Fields&&... fields) {
   ADTObj* adt = detail::new_adt(tag, sizeof...(Fields));
   ObjectRef* slots = detail::adt_fields(adt);
   ((new (slots + adt->size) ObjectRef(std::forward<Fields>(fields)), ++adt->size), ...);
-  return adopt<ADT>(adt);
+  return own<ADT>(adt);
 }
 
 /*!
@@ -211,7 +252,7 @@ inline ADT make_adt_of(int32_t tag, std::vector<ObjectRef> fields) {
     new (slots + adt->size) ObjectRef(std::move(field));
     ++adt->size;
   }
-  return adopt<ADT>(adt);
+  return own<ADT>(adt);
 }
 
 }  // namespace relay_aot

@@ -51,10 +51,7 @@ struct CellCache {
 /*! \brief Cells kept per thread: a whole call's worth for the programs of the benchmarks. */
 constexpr size_t kCachedCells = 4096;
 
-inline CellCache& cell_cache() {
-  static thread_local CellCache cache;
-  return cache;
-}
+inline CellCache& cell_cache() { return per_thread<CellCache>(); }
 
 /*! \brief The one element of \p cell, writable (Array's copy-on-write and index check bypassed). */
 inline ObjectRef& cell_element(const ArrayNode* cell) { return *const_cast<ObjectRef*>(cell->begin()); }
@@ -81,7 +78,7 @@ inline Ref ref_new(ObjectRef value) {
     ArrayNode* cell = cells.back();
     cells.pop_back();
     detail::cell_element(cell) = std::move(value);
-    return adopt<Ref>(cell);
+    return own<Ref>(cell);  // a cached cell died with its count at zero
   }
   auto cell = ArrayNode::CreateRepeated(1, ObjectRef());
   detail::cell_element(cell.get()) = std::move(value);

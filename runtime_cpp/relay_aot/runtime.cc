@@ -718,7 +718,7 @@ RELAY_AOT_RUNTIME_LINKAGE NDArray alloc_tensor(const ShapeTuple& shape, DLDataTy
   char* data = static_cast<char*>(block) + detail::data_offset(probe);
   NDArray::Container* container = detail::ContainerAccess::make(block, data, shape, dtype);
   container->SetDeleter(&detail::free_tensor_block);
-  return adopt<NDArray>(container);
+  return own<NDArray>(container);
 }
 
 }  // namespace relay_aot

@@ -93,16 +93,20 @@ namespace detail {
  * default ShapeTuple is a new heap object: a malloc and a free around every tensor made, the
  * largest cost of boxing a scalar. Its (implicit) copy constructor shares the source's shape
  * instead, and Object's copy constructor gives the copy a fresh header (count 0, no deleter).
- * So a new tensor is a copy of one 0-d prototype, then given its data, dtype, type index and,
- * unless it is 0-d, its shape.
+ * So a new tensor is a copy of one prototype, then given its data, dtype, type index and shape
+ * (the prototype's is null: no count to take and drop again, each atomic).
  */
 struct ContainerAccess : NDArray::Container {
   static NDArray::Container* make(void* block, void* data, const ShapeTuple& shape, DLDataType dtype) {
-    static const NDArray::Container* prototype =  // never freed: outlives every tensor
-        new NDArray::Container(nullptr, scalar_shape(), DLDataType{kDLInt, 32, 1}, kDevice);
+    // Never freed: outlives every tensor. Its shape is null, so that copying it counts nothing.
+    static const NDArray::Container* prototype = [] {
+      auto* p = static_cast<ContainerAccess*>(new NDArray::Container(nullptr, scalar_shape(), DLDataType{kDLInt, 32, 1}, kDevice));
+      p->shape_ = ShapeTuple(tvm::runtime::ObjectPtr<Object>(nullptr));
+      return static_cast<const NDArray::Container*>(p);
+    }();
     auto* made = static_cast<ContainerAccess*>(new (block) NDArray::Container(*prototype));
     made->type_index_ = RuntimeTypeIndex();
-    if (!made->shape_.same_as(shape)) made->shape_ = shape;
+    made->shape_ = shape;
     made->dl_tensor.data = data;
     made->dl_tensor.ndim = static_cast<int>(shape.size());
     made->dl_tensor.shape = const_cast<int64_t*>(shape.data());
