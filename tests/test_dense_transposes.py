@@ -124,3 +124,17 @@ def test_mlp_gradient_runs_no_transpose_kernel():
     assert "transpose" not in ops, ops
     assert ops["transpose+layout_transform"] == 2 and ops["nn.contrib_dense_pack+add"] == 2, ops
     assert not any("dense" in k and "transpose" in k for k in ops), ops
+
+
+def test_a_deeply_nested_program_compiles():
+    """The rewrite walks expressions recursively; a dataflow chain 3,500 deep, inlined into one
+    expression before fusion, needs more Python frames than the default limit allows."""
+    a, b = relay.var("a", shape=(3, 1)), relay.var("b", shape=(4, 1))
+    first = relay.var("v0")
+    chain = [relay.var(f"v{i}") for i in range(1, 3500)]
+    body = chain[-1]
+    for i in reversed(range(len(chain))):
+        body = relay.Let(chain[i], relay.add(chain[i - 1] if i else first, first), body)
+    mod = tvm.IRModule.from_expr(relay.Function([a, b], relay.Let(first, relay.nn.dense(a, b), body)))
+    x, y = np.ones((3, 1), "float32"), np.arange(4, dtype="float32").reshape(4, 1)
+    testing.check_equivalence(mod, [x, y], backends=["cpp"], references=(), expected=x @ y.T * 3500, cache=False)

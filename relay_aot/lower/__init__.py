@@ -19,7 +19,6 @@ Evaluation order follows TVM's Relay interpreter: call arguments left to right, 
 from __future__ import annotations
 
 import re
-import sys
 from typing import Optional, Union
 
 import tvm
@@ -31,13 +30,11 @@ from ..dispatch import method_for
 from ..errors import RelayAotError, UnsupportedError
 from ..ir.escapes import mark_escapes
 from ..kernels import KernelTable
+from ..recursion import deep_recursion
 from .types import TypeLowering
 
 Binding = Union[ir.Var, ir.Kernel]
 Result = Union[ir.Var, ir.TailCall]
-
-#: Python frames needed per nesting level of a Relay expression (lowering recurses on nesting).
-_RECURSION_LIMIT = 20000
 
 # Relay passes (ANF) name new variables with TVM's Var::GenSym, "x_<n>" from a process-wide
 # counter. Kept as hints, they would make the generated source -- and so the build cache key --
@@ -151,15 +148,12 @@ class ProgramLowering:
         """Lower ``main`` and everything it reaches."""
         main = self.mod.get_global_var("main")
         main_id = self.global_id(main)
-        old_limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(old_limit, _RECURSION_LIMIT))
         try:
-            while self._pending:
-                self._lower_global(*self._pending.pop(0))
+            with deep_recursion():
+                while self._pending:
+                    self._lower_global(*self._pending.pop(0))
         except RecursionError:
             raise UnsupportedError("the Relay program is nested too deeply to lower") from None
-        finally:
-            sys.setrecursionlimit(old_limit)
         main_func = self.mod["main"]
         params = [ir.Param(p.name_hint, self.types.lower(p.checked_type)) for p in main_func.params]
         self.functions.sort(key=lambda f: int(f.id[len(names.FUNC):]))

@@ -27,6 +27,7 @@ from typing import Optional
 import tvm
 from tvm import relay, te
 
+from ..recursion import deep_recursion
 from .gradient_cleanup import static_tensor
 
 
@@ -114,7 +115,11 @@ def rewrite(mod: tvm.IRModule, pack: bool) -> tvm.IRModule:
         if not isinstance(func, relay.Function) or not _has_pattern(func):
             continue
         mutator = _Rewrite(pack)
-        new = mutator.visit(func)
+        try:
+            with deep_recursion():
+                new = mutator.visit(func)
+        except RecursionError:
+            continue  # only an optimisation: a program nested deeper still keeps its products
         if mutator.changed:
             mod[gvar] = new
             changed = True
