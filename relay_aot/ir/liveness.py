@@ -82,16 +82,15 @@ class _Liveness:
         return inside | {stmt.scrutinee.id}
 
 
+def liveness(func: ir.Function) -> tuple[LastUses, set[int]]:
+    """The last uses of variables in ``func``'s body, and the ids of the variables it reads at
+    all (a variable bound but never read: an emitter need not materialise the value of an
+    effect, say)."""
+    analysis = _Liveness()
+    analysis.block(func.body, set())
+    return analysis.last, analysis.used
+
+
 def last_uses(func: ir.Function) -> LastUses:
     """The last uses of variables in ``func``'s body."""
-    analysis = _Liveness()
-    analysis.block(func.body, set())
-    return analysis.last
-
-
-def used_variables(func: ir.Function) -> set[int]:
-    """Ids of the variables ``func``'s body reads: a variable bound but absent here is never
-    used (an emitter need not materialise the value of an effect, say)."""
-    analysis = _Liveness()
-    analysis.block(func.body, set())
-    return analysis.used
+    return liveness(func)[0]

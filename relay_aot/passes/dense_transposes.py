@@ -56,6 +56,21 @@ def _plain_dense(call: relay.Expr) -> bool:
     return dtype.startswith("float") and types[1].dtype == dtype and call.attrs.out_dtype in ("", dtype)
 
 
+#: The two rewrites: an outer product, and a product with a transposed weight (packed).
+_OUTER, _PACKED = "outer", "packed"
+
+
+def _form(node: relay.Expr, pack: bool) -> Optional[str]:
+    """Which rewrite applies to ``node`` (``pack``: the packed layout may be taken), if any."""
+    if not _plain_dense(node):
+        return None
+    if int(node.args[0].checked_type.shape[1]) == 1:
+        return _OUTER
+    if pack and _transposed_matrix(node.args[1]) is not None:
+        return _PACKED
+    return None
+
+
 class _Rewrite(relay.ExprMutator):
     def __init__(self, pack: bool):
         super().__init__()
@@ -64,14 +79,12 @@ class _Rewrite(relay.ExprMutator):
 
     def visit_call(self, call):
         new = super().visit_call(call)
-        if not _plain_dense(call):
-            return new
-        data, weight = call.args
-        if int(data.checked_type.shape[1]) == 1:
+        form = _form(call, self.pack)
+        if form == _OUTER:
             # contracted extent 1: out[i, j] = data[i, 0] * weight[j, 0]
             self.changed = True
-            return relay.multiply(new.args[0], relay.reshape(new.args[1], [1, int(weight.checked_type.shape[0])]))
-        if self.pack and _transposed_matrix(weight) is not None:
+            return relay.multiply(new.args[0], relay.reshape(new.args[1], [1, int(call.args[1].checked_type.shape[0])]))
+        if form == _PACKED:
             packed = _packed_dense(call, new.args[0], new.args[1])
             if packed is not None:
                 self.changed = True
@@ -95,13 +108,12 @@ def _packed_dense(call: relay.Call, data: relay.Expr, weight: relay.Expr) -> Opt
     )
 
 
-def _has_pattern(func: relay.Function) -> bool:
+def _has_pattern(func: relay.Function, pack: bool) -> bool:
     found = False
 
     def visit(node):
         nonlocal found
-        if not found and _plain_dense(node):
-            found = int(node.args[0].checked_type.shape[1]) == 1 or _transposed_matrix(node.args[1]) is not None
+        found = found or _form(node, pack) is not None
 
     relay.analysis.post_order_visit(func, visit)
     return found
@@ -112,7 +124,7 @@ def rewrite(mod: tvm.IRModule, pack: bool) -> tvm.IRModule:
     also the packed layout (needs the target as the current one)."""
     changed = False
     for gvar, func in list(mod.functions.items()):
-        if not isinstance(func, relay.Function) or not _has_pattern(func):
+        if not isinstance(func, relay.Function) or not _has_pattern(func, pack):
             continue
         mutator = _Rewrite(pack)
         try:

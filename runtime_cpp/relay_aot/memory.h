@@ -187,7 +187,7 @@ struct ObjectAccess : Object {
 };
 
 /*!
- * rief The first reference to \p fresh, an object just made here (count 0, seen by no other
+ * \brief The first reference to \p fresh, an object just made here (count 0, seen by no other
  *        thread): its count is set with a plain store, where adopt's increment is atomic. Every
  *        tensor, tuple, closure and reference cell a program makes starts this way.
  */

@@ -28,7 +28,7 @@ import tvm
 
 from ... import ir, names
 from ...dispatch import dispatch
-from ...ir.liveness import last_uses, used_variables
+from ...ir.liveness import liveness
 from ...ir.profile import ProfileTable
 from ...ir.typetable import TypeTable
 from ...kernels.scalar_ops import SCALAR_OPS, spelling
@@ -343,8 +343,7 @@ class CppEmitter:
         """Print ``f`` (and, for closures, its uniform entry)."""
         e = self.out
         self.func = f
-        self.last = last_uses(f)
-        self.used = used_variables(f)
+        self.last, self.used = liveness(f)
         self.borrowed = {c.id for c in f.captures} | {p.id for p in f.params if self.by_reference(f, p)}
         e.comment(f.signature or f.hint)
         e.line(self.prototype(f) + " {")
