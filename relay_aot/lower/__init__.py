@@ -480,6 +480,7 @@ class FunctionLowering:
         inner = FunctionLowering(self.prog, hint, self_closure=dest if recursive else None, subst=self.subst)
         captured_outer: list[ir.Var] = []
         captured_inner: list[ir.Var] = []
+        captured_by: dict = {}  # outer variable id -> its capture
         for free in relay.analysis.free_vars(func):
             if recursive and free.same_as(dest):
                 continue
@@ -487,7 +488,10 @@ class FunctionLowering:
             if isinstance(binding, ir.Kernel):
                 inner.env[free] = binding
                 continue
-            captured = self.prog.new_var(binding.type, binding.hint)
+            if binding.id in captured_by:  # two names for one value (copies): one capture
+                inner.env[free] = captured_by[binding.id]
+                continue
+            captured = captured_by[binding.id] = self.prog.new_var(binding.type, binding.hint)
             inner.env[free] = captured
             if binding.id in self.known:
                 inner.known[captured.id] = self.known[binding.id]
