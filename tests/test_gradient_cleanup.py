@@ -43,16 +43,44 @@ def _interpret(mod: tvm.IRModule, *args):
 
 X = np.array([1.5, -2.0], dtype="float32")
 
+# A cell paired with %x in a list, accumulated by a closure that matches on the list.
+_THROUGH_A_LIST = """
+type List[A] {
+  Cons(A, List[A]),
+  Nil,
+}
+
+def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+  let %l = Cons((%x, ref(zeros_like(%x))), Nil);
+  let %k = fn () -> () {
+    match (%l) { Cons(%p, _) => ref_write(%p.1, add(ref_read(%p.1), %p.0)), Nil => () }
+  };
+  let %v = %k();
+  let %v2 = %k();
+  RESULT
+}
+"""
+
 # Each: (program, whether a RefWrite must survive the cleanup).
 PROGRAMS = {
-    # read, accumulated into itself, then returned: observed.
+    # accumulated into itself by a closure (called twice: not inlined), then returned: observed.
     "returned": ("""
+def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+  let %r = ref(zeros_like(%x));
+  let %f = fn () -> () { ref_write(%r, add(ref_read(%r), %x)) };
+  let %u = %f();
+  let %u2 = %f();
+  ref_read(%r)
+}
+""", True),
+    # the same in one let chain: every read is of known contents, so the cell goes.
+    "known-contents": ("""
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %r = ref(zeros_like(%x));
   let %u = ref_write(%r, add(ref_read(%r), %x));
   ref_read(%r)
 }
-""", True),
+""", False),
     # only ever feeds itself: dead.
     "self-only": ("""
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
@@ -71,7 +99,8 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   %f(%r)
 }
 """, True),
-    # in a tuple, written and read in a closure: its value flows into another cell, returned.
+    # in a tuple, written and read in a closure (called twice): its value flows into another
+    # cell, returned.
     "read-into-another-cell": ("""
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %t = (%x, ref(zeros_like(%x)));
@@ -79,6 +108,7 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %k = fn () -> () { ref_write(%out, negative(ref_read(%t.1))) };
   let %u = ref_write(%t.1, add(ref_read(%t.1), %x));
   let %v = %k();
+  let %v2 = %k();
   ref_read(%out)
 }
 """, True),
@@ -91,12 +121,13 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   add(%t.0, %x)
 }
 """, False),
-    # a function writing a cell is called for its effect: the call stays.
+    # a function writing a cell is called (twice: not inlined) for its effect: the calls stay.
     "effectful-call": ("""
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %w = ref(%x);
   let %f = fn () -> () { ref_write(%w, multiply(%x, %x)) };
   let %u = %f();
+  let %u2 = %f();
   ref_read(%w)
 }
 """, True),
@@ -126,15 +157,33 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   add(%y, ref_read(%r))
 }
 """, True),
-    # stored in another cell, read through it: escapes.
+    # stored in another cell, accumulated by a closure (called twice), read through the other
+    # cell: escapes.
     "stored-in-a-cell": ("""
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %r = ref(zeros_like(%x));
   let %h = ref(%r);
-  let %u = ref_write(%r, add(ref_read(%r), %x));
+  let %f = fn () -> () { ref_write(%r, add(ref_read(%r), %x)) };
+  let %u = %f();
+  let %u2 = %f();
   ref_read(ref_read(%h))
 }
 """, True),
+    # a cell written under another name (a tuple's field) is not known after the write.
+    "aliased-write": ("""
+def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+  let %r = ref(%x);
+  let %t = (%x, %r);
+  let %s = %t.1;
+  let %w = ref_write(%s, add(%x, %x));
+  ref_read(%r)
+}
+""", False),
+    # in a list, written in a closure that matches on it: nothing reads it but itself, dead.
+    "through-a-list": (_THROUGH_A_LIST.replace("RESULT", "%x"), False),
+    # the same, and the cell read back through the list and returned: observed.
+    "through-a-list-observed": (
+        _THROUGH_A_LIST.replace("RESULT", "match (%l) { Cons(%q, _) => ref_read(%q.1), Nil => %x }"), True),
 }
 
 
@@ -241,14 +290,20 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
 """
 
 
-@pytest.mark.parametrize("between, writes_left", [
-    ("", 1),  # %k is %prev, and writing back what was just read changes nothing
-    ("let %w = ref_write(%bp, fn () -> () { ref_write(%out, add(ref_read(%out), %x)) });", 4),
-], ids=["write-back", "overwritten-between"])
-def test_forwarding_closures_and_write_backs(between, writes_left):
-    """A backpropagator step that only calls the previous one is the previous one; writing it
-    back is a no-op unless the cell was written in between."""
+_ADD_X = "fn () -> () { ref_write(%out, add(ref_read(%out), %x)) }"
+
+
+@pytest.mark.parametrize("between", [
+    "",
+    f"let %w = ref_write(%bp, {_ADD_X});",  # written, then written again before any read
+    f"let %w = ref_write(%bp, {_ADD_X}); let %g = ref_read(%bp); let %y = %g();",  # and called
+], ids=["write-back", "overwritten-between", "called-between"])
+def test_backpropagator_chain_becomes_dataflow(between):
+    """A chain of backpropagator steps in one ``let`` chain: each read of the cell holding the
+    chain is of known contents, each step is called once and inlined, and then every cell's
+    contents are known where they are read: no reference is left."""
     mod = relay.transform.InferType()(_parse(_BACKPROP.replace("BETWEEN", between)))
     cleaned = cleanup(mod)
     np.testing.assert_array_equal(_interpret(mod, X).numpy(), _interpret(cleaned, X).numpy())
-    assert _census(cleaned)["RefWrite"] == writes_left
+    census = _census(cleaned)
+    assert census["RefCreate"] == census["RefRead"] == census["RefWrite"] == 0, census

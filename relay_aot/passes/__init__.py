@@ -29,6 +29,7 @@ from ..errors import RelayAotError, UnsupportedError
 from .te_compiler_speed import cached_libinfo, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
 from . import dense_transposes
+from .walk import ChainMutator
 
 
 def reachable_globals(mod: tvm.IRModule, root: str = "main") -> list[relay.GlobalVar]:
@@ -129,7 +130,7 @@ class _UseScopes(relay.ExprVisitor):
             self.escapes.add(var)
 
 
-class InlinePureLets(relay.ExprMutator):
+class InlinePureLets(ChainMutator):
     """Substitute let-bound pure values (see ``_is_pure``) into their uses.
 
     Only bindings whose every use is in the same function are moved, so no computation moves
@@ -143,19 +144,12 @@ class InlinePureLets(relay.ExprMutator):
         self.escapes = escapes
         self.subst: dict[relay.Var, relay.Expr] = {}
 
-    def visit_let(self, let):
-        bindings = []
-        while isinstance(let, relay.Let):
-            value = self.visit(let.value)
-            if _is_pure(let.value) and let.var not in self.escapes:
-                self.subst[let.var] = value
-            else:
-                bindings.append((let.var, value))
-            let = let.body
-        body = self.visit(let)
-        for var, value in reversed(bindings):
-            body = relay.Let(var, value, body)
-        return body
+    def rebind(self, var, value):
+        new = self.visit(value)
+        if _is_pure(value) and var not in self.escapes:
+            self.subst[var] = new
+            return []
+        return [(var, new)]
 
     def visit_var(self, var):
         return self.subst.get(var, var)

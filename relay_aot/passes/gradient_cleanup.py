@@ -9,15 +9,27 @@ of inputs bound as a constant, a loop that scatters each step's gradient into a 
 the whole input. Neither TVM's ``DeadCodeElimination`` nor its ``FoldConstant`` removes it,
 because the dead computation ends in a write to a reference.
 
-:func:`cleanup` is a purely local analysis on the A-normal form of the function:
+:func:`cleanup` works on the A-normal form of the function, in rounds (at most 12) until nothing
+changes:
 
-* a **dead cell** is a reference created by a ``let`` whose every use is known -- through
-  variables, tuples and projections, also inside closures, and through the parameters of
-  let-bound functions that are only ever called (with every cell passed for that parameter
-  anywhere, as one group) -- and whose reads flow, through operator calls, tuples and
-  projections only, into writes to the same cells: nothing outside ever sees their contents. Its writes become ``()``, and a cell created holding
-  ``zeros_like(%x)`` is created holding ``%x`` (never read, its contents do not matter), so
-  that the ``zeros_like`` kernel goes too;
+* a **dead cell** is a reference nothing outside its own writes observes. Which cells each
+  variable may hold comes from a points-to analysis of the whole function (:class:`_PointsTo`):
+  cells are followed through tuples, constructors and ``match``, closures, calls and their
+  results, and other cells. A group of cells is dead when none escapes (to the result, to a
+  global function, into an unknown cell) and every read that may read one of them feeds,
+  through operator calls, tuples and projections only, writes into the group. Its writes
+  become ``()``, and a cell created holding ``zeros_like(%x)`` is created holding ``%x`` (never
+  read, its contents do not matter), so that the ``zeros_like`` kernel goes too. The
+  gradient of data bound as a constant is such a group, also when it travels in a list;
+* **known contents** (:class:`_Contents`): along a ``let`` chain, a read of a cell whose
+  contents are known there (from its creation, a write or a read, with no write into a cell
+  that may be the same and no call in between) is those contents; a write of what the cell
+  already holds is ``()``, and so is a write that another replaces before anything may read;
+* a function without parameters **called once** (and used for nothing else) is inlined at
+  its call. Together with known contents this undoes the backpropagator's indirection: each
+  step of it read the chain built so far from a cell and stored a closure calling it, so once
+  those reads are known, each step is called once, by the next, and the steps of one forward
+  call become one closure, in which the cells between steps are plain values;
 * then **dead bindings** go: a ``let`` whose variable is unused and whose value has no effect
   (operator calls, tuples, projections, functions, reference creation and reads, calls of
   let-bound functions that write no reference and call only such functions). A dropped call
@@ -26,11 +38,8 @@ because the dead computation ends in a write to a reference.
 * ``collapse_sum_like(%x, %y)`` where both have the same static type is ``%x`` (the gradients
   of ``nn.dense``, ``add`` and ``multiply`` emit it for every argument, broadcast or not), and
   ``strided_set`` into zeros with constant bounds and unit strides is ``nn.pad``;
-* a projection of a tuple literal is its field;
-* a closure ``fn () { %p() }`` is ``%p`` (the backpropagator step of a value whose gradient is
-  dead only calls the previous step), and ``ref_write(%r, %a)`` right after ``%a =
-  ref_read(%r)``, with nothing in between that can write a cell, is ``()``: the step is not
-  added to the backpropagator at all;
+* a projection of a tuple literal is its field, and a closure ``fn () { %p() }`` is ``%p``
+  (the backpropagator step of a value whose gradient is dead only calls the previous one);
 * last, ``zeros_like(%x)`` of a static type is a constant (one per type): every live cell
   starts at zero, and a kernel call that fills a new tensor with zeros costs a call and an
   allocation per cell and step, where a constant costs neither (tensors are immutable; a
@@ -48,6 +57,8 @@ from collections import defaultdict
 import numpy as np
 import tvm
 from tvm import relay
+
+from .walk import ChainMutator, pattern_vars
 
 def static_tensor(ty: relay.Type) -> bool:
     """Whether ``ty`` is a tensor type with every extent known (no ``?``); the passes' one test."""
@@ -102,15 +113,11 @@ class _Uses:
     def __init__(self, func: relay.Function):
         self.binding: dict[relay.Var, relay.Expr] = {}
         self.uses: dict[relay.Var, list] = defaultdict(list)
-        self.param_of: dict[relay.Var, tuple] = {}  # parameter of a let-bound function -> (its var, index)
         self._expr(func.body)
 
     def _expr(self, expr):
         while isinstance(expr, relay.Let):  # iterative: A-normal form chains are long
             self.binding[expr.var] = expr.value
-            if isinstance(expr.value, relay.Function):
-                for k, param in enumerate(expr.value.params):
-                    self.param_of[param] = (expr.var, k)
             self._value(expr.var, expr.value)
             expr = expr.body
         self._value(None, expr)
@@ -156,127 +163,198 @@ class _Uses:
             self._expr(value)
 
 
-def _known_function(fn: relay.Var, uses: _Uses) -> bool:
-    """Whether ``fn`` is bound to a function and only ever called (never passed or returned):
-    every argument its parameters can hold is then one of its call sites' arguments."""
-    if not isinstance(uses.binding.get(fn), relay.Function):
+_UNKNOWN = "unknown"  # the atom for cells and functions made outside the analysed function
+
+
+def _may_hold(ty) -> bool:
+    """Whether a value of type ``ty`` can contain a reference or a function (a tensor cannot)."""
+    if isinstance(ty, relay.TensorType):
         return False
-    return all(
-        owner is not None and isinstance(user, relay.Call) and user.op.same_as(fn)
-        and not any(a.same_as(fn) for a in user.args)
-        for owner, user in uses.uses.get(fn, [])
-    )
+    if isinstance(ty, relay.TupleType):
+        return any(_may_hold(field) for field in ty.fields)
+    return True  # references, functions, algebraic data types, type variables
 
 
-def _cell_accesses(cell: relay.Var, uses: _Uses):
-    """``(aliases, reads, writes, cells)`` of the cell bound to ``cell`` and of every cell that
-    shares a function parameter with it, or None if one of them escapes.
+class _PointsTo:
+    """Which cells and functions each variable of a function may hold.
 
-    Aliases are the variables that hold one of the cells; reads and writes are the let
-    variables bound to ``ref_read`` / ``ref_write`` of an alias. A cell (or a tuple holding it)
-    passed to a function that is only ever called makes that parameter an alias (a holder):
-    then every argument passed there, at every call site, must be a cell of the group too --
-    a tuple literal holding a cell made by a ``let``, or another such parameter.
+    A flow- and context-insensitive (0-CFA) analysis, fields not told apart: atoms are the
+    ``let`` variables bound to ``ref(...)`` (the cell made there), function nodes (the
+    closures made from them), and ``_UNKNOWN``; nodes are variables, the contents of each cell
+    (``("contents", atom)``), the result of each function (``("result", fn)``), one node per
+    nested expression, and :attr:`escaped`, what code outside can see: the function's result,
+    the arguments of global functions and unknown closures, what is written into unknown cells;
+    closed under reading (an escaped cell's contents escape) and calling (an escaped closure's
+    result escapes, its parameters are unknown). Cells follow values everywhere: through
+    tuples, constructors and ``match``, closures, calls and results, other cells.
+
+    :attr:`reads` and :attr:`writes` map the ``let`` variable of each ``ref_read`` /
+    ``ref_write`` to the node of its reference operand; ``None`` keys the nested ones.
     """
-    aliases, holders, reads, writes, cells = set(), {}, [], [], set()
-    work: list = []  # (var, indices): the var holds a cell (indices None) or a tuple of them
 
-    def add(var, indices, known: bool = False) -> bool:
-        """Make ``var`` part of the group; False if it may hold something else. ``known``: it
-        was reached from the group (a copy, a projection, a parameter at a call site of it)."""
-        if indices is None:
-            if var in aliases:
-                return True
-            value = uses.binding.get(var)
-            if isinstance(value, relay.RefCreate):
-                cells.add(var)
-            elif isinstance(value, relay.Var) and not known:
-                if not add(value, None):
-                    return False
-            elif not known and var not in uses.param_of:
-                return False
-            aliases.add(var)
-        else:
-            if indices <= holders.get(var, set()):
-                return True
-            value = uses.binding.get(var)
-            if isinstance(value, relay.Tuple) and not known:
-                if not all(isinstance(value.fields[i], relay.Var) and add(value.fields[i], None) for i in indices):
-                    return False
-            elif isinstance(value, relay.Var) and not known:
-                if not add(value, indices):
-                    return False
-            elif not known and var not in uses.param_of:
-                return False
-            holders[var] = holders.get(var, set()) | indices
-        if var in uses.param_of:  # every argument passed for it joins the group
-            fn, k = uses.param_of[var]
-            if not _known_function(fn, uses):
-                return False
-            for owner, call in uses.uses.get(fn, []):
-                arg = call.args[k]
-                if not (isinstance(arg, relay.Var) and add(arg, indices)):
-                    return False
-        work.append((var, indices))
-        return True
+    def __init__(self, func: relay.Function):
+        self.sets: dict = defaultdict(set)
+        self.reads: dict = defaultdict(list)
+        self.writes: dict = defaultdict(list)
+        self.escaped = ("escaped",)
+        self._edges: dict = defaultdict(set)
+        self._rules: dict = defaultdict(list)
+        self._pending: list = []
+        self._holds: dict = {}
+        self._fresh = 0
+        self._add(("contents", _UNKNOWN), {_UNKNOWN})
+        self._flow(("contents", _UNKNOWN), self.escaped)
+        self._watch(self.escaped, self._escape)
+        for param in func.params:
+            self._add(param, {_UNKNOWN})
+        self._flow(self._eval(func.body), self.escaped)
+        while self._pending:
+            node, atoms = self._pending.pop()
+            for target in list(self._edges[node]):
+                self._add(target, atoms)
+            for rule in list(self._rules[node]):
+                for atom in atoms:
+                    rule(atom)
 
-    def passed(var, indices, owner, user) -> bool:
-        """``var`` is an argument of ``user``: fine if the callee is a known function."""
-        if not (isinstance(user.op, relay.Var) and _known_function(user.op, uses)):
-            return False
-        params = uses.binding[user.op].params
-        return all(add(params[k], indices, known=True) for k, a in enumerate(user.args) if a.same_as(var))
+    def cells(self, node) -> set:
+        """The cells ``node`` may hold (``_UNKNOWN`` among them when it may hold others)."""
+        return {a for a in self.sets.get(node, ()) if not isinstance(a, relay.Function)}
 
-    if not add(cell, None, known=True):
-        return None
-    done = set()
-    while work:
-        var, indices = work.pop()
-        if (var, None if indices is None else frozenset(indices)) in done:
-            continue
-        done.add((var, None if indices is None else frozenset(indices)))
-        for owner, user in uses.uses.get(var, []):
-            if owner is None:
-                return None
-            if isinstance(user, relay.Call) and not user.op.same_as(var):
-                if not passed(var, indices, owner, user):
-                    return None
-            elif indices is not None:  # a tuple holding cells
-                if isinstance(user, relay.Var):
-                    if not add(owner, indices, known=True):
-                        return None
-                elif isinstance(user, relay.TupleGetItem):
-                    if user.index in indices and not add(owner, None, known=True):
-                        return None
+    # -- the solver: sets grow along edges, and rules run once per atom a node gets ----------
+
+    def _accepts(self, node) -> bool:
+        if not isinstance(node, relay.Var):
+            return True
+        if node not in self._holds:
+            try:
+                self._holds[node] = _may_hold(node.checked_type)
+            except ValueError:  # no type inferred: assume the worst
+                self._holds[node] = True
+        return self._holds[node]
+
+    def _add(self, node, atoms) -> None:
+        if node is None or not self._accepts(node):
+            return
+        new = set(atoms) - self.sets[node]
+        if new:
+            self.sets[node] |= new
+            self._pending.append((node, new))
+
+    def _flow(self, source, target) -> None:
+        if source is None or target is None or target in self._edges[source]:
+            return
+        self._edges[source].add(target)
+        if self.sets.get(source):
+            self._add(target, self.sets[source])
+
+    def _watch(self, node, rule) -> None:
+        if node is None:
+            return
+        self._rules[node].append(rule)
+        for atom in list(self.sets.get(node, ())):
+            rule(atom)
+
+    def _node(self):
+        self._fresh += 1
+        return ("expr", self._fresh)
+
+    def _escape(self, atom) -> None:
+        if isinstance(atom, relay.Function):
+            for param in atom.params:
+                self._add(param, {_UNKNOWN})
+            self._flow(("result", atom), self.escaped)
+        elif atom is not _UNKNOWN:
+            self._flow(("contents", atom), self.escaped)
+
+    # -- constraints from the program ----------------------------------------------------------
+
+    def _eval(self, expr, owner=None):
+        """The node holding ``expr``'s value (None when it holds no cell or function);
+        ``owner`` is the ``let`` variable ``expr`` is bound to."""
+        if isinstance(expr, relay.Var):
+            return expr
+        if isinstance(expr, relay.Let):
+            while isinstance(expr, relay.Let):  # iterative: A-normal form chains are long
+                if isinstance(expr.value, relay.RefCreate):  # the cell is named by its variable
+                    self._add(expr.var, {expr.var})
+                    self._flow(self._eval(expr.value.value), ("contents", expr.var))
                 else:
-                    return None
-            elif isinstance(user, relay.Var):
-                if not add(owner, None, known=True):
-                    return None
-            elif isinstance(user, relay.RefRead):
-                reads.append(owner)
-            elif isinstance(user, relay.RefWrite) and user.ref.same_as(var) and not user.value.same_as(var):
-                writes.append(owner)
-            elif isinstance(user, relay.Tuple):
-                if not add(owner, {i for i, f in enumerate(user.fields) if f.same_as(var)}, known=True):
-                    return None
-            else:
-                return None
-    return aliases, reads, writes, cells
+                    self._flow(self._eval(expr.value, expr.var), expr.var)
+                expr = expr.body
+            return self._eval(expr)
+        if isinstance(expr, (relay.Constant, tvm.ir.Op, relay.Constructor)):
+            return None
+        node = self._node()
+        if isinstance(expr, relay.GlobalVar):
+            self._add(node, {_UNKNOWN})
+        elif isinstance(expr, relay.Tuple):
+            for field in expr.fields:
+                self._flow(self._eval(field), node)
+        elif isinstance(expr, relay.TupleGetItem):
+            self._flow(self._eval(expr.tuple_value), node)
+        elif isinstance(expr, relay.RefCreate):
+            self._add(node, {expr})
+            self._flow(self._eval(expr.value), ("contents", expr))
+        elif isinstance(expr, relay.RefRead):
+            ref = self._eval(expr.ref)
+            self.reads[owner].append(ref)
+            self._watch(ref, lambda atom: self._flow(("contents", atom), node))
+        elif isinstance(expr, relay.RefWrite):
+            ref, value = self._eval(expr.ref), self._eval(expr.value)
+            self.writes[owner].append(ref)
+            self._watch(ref, lambda atom: self._flow(value, ("contents", atom)))
+            return None
+        elif isinstance(expr, relay.Function):
+            self._add(node, {expr})
+            self._flow(self._eval(expr.body), ("result", expr))
+        elif isinstance(expr, relay.Call):
+            args = [self._eval(arg) for arg in expr.args]
+            if isinstance(expr.op, tvm.ir.Op):
+                return None  # operators take and make tensors
+            if isinstance(expr.op, relay.Constructor):
+                for arg in args:
+                    self._flow(arg, node)
+                return node
+            self._watch(self._eval(expr.op), lambda atom: self._call(atom, args, node))
+        elif isinstance(expr, relay.If):
+            self._eval(expr.cond)
+            self._flow(self._eval(expr.true_branch), node)
+            self._flow(self._eval(expr.false_branch), node)
+        elif isinstance(expr, relay.Match):
+            data = self._eval(expr.data)
+            for clause in expr.clauses:
+                for var in pattern_vars(clause.lhs):
+                    self._flow(data, var)
+                self._flow(self._eval(clause.rhs), node)
+        else:
+            self._add(node, {_UNKNOWN})
+        return node
+
+    def _call(self, callee, args, result) -> None:
+        if callee is _UNKNOWN:
+            for arg in args:
+                self._flow(arg, self.escaped)
+            self._add(result, {_UNKNOWN})
+        elif isinstance(callee, relay.Function) and len(callee.params) == len(args):
+            for param, arg in zip(callee.params, args):
+                self._flow(arg, param)
+            self._flow(("result", callee), result)
+        # a cell in callee position is an imprecision: the closure called is among the others
 
 
-def _only_feeds_itself(aliases: set, reads: list, uses: _Uses) -> bool:
-    """Whether the values read from the cell reach nothing but writes to the same cell."""
-    seen = set(reads)
-    work = list(reads)
+def _written_by(read: relay.Var, uses: _Uses):
+    """The ``ref_write``s (their ``let`` variables) that the value read into ``read`` reaches
+    through operator calls, tuples and projections; None if it reaches anything else."""
+    seen, work, writes = {read}, [read], []
     while work:
         value = work.pop()
         for owner, user in uses.uses.get(value, []):
             if owner is None:
-                return False
+                return None
             if isinstance(user, relay.RefWrite):
-                if not (user.value.same_as(value) and user.ref in aliases):
-                    return False
+                if not user.value.same_as(value) or user.ref.same_as(value):
+                    return None  # a cell read from the cell chooses what is written: observed
+                writes.append(owner)
             elif isinstance(user, (relay.Var, relay.Tuple, relay.TupleGetItem)) or (
                 isinstance(user, relay.Call) and isinstance(user.op, tvm.ir.Op)
             ):
@@ -284,27 +362,58 @@ def _only_feeds_itself(aliases: set, reads: list, uses: _Uses) -> bool:
                     seen.add(owner)
                     work.append(owner)
             else:
-                return False
-    return True
+                return None
+    return writes
 
 
-class _Rebind(relay.ExprMutator):
+def _dead_cells(points: "_PointsTo", uses: _Uses) -> tuple[set, list]:
+    """The cells whose contents nothing observes, and the writes that only go into them.
+
+    A cell is dead with its group: every cell that a value read from one of them can be
+    written into. A group is dead when none of its cells escapes and every read that may read
+    one of them feeds only writes (see :func:`_written_by`) that may write only into the group.
+    """
+    escaped = points.cells(points.escaped)
+    readers: dict = defaultdict(list)  # cell -> the reads that may read it
+    for owner, refs in points.reads.items():
+        for ref in refs:
+            for cell in points.cells(ref):
+                readers[cell].append(owner)
+    targets = {owner: set().union(*(points.cells(ref) for ref in refs)) for owner, refs in points.writes.items()}
+
+    def closed_group(site):
+        group, work = {site}, [site]
+        while work:
+            cell = work.pop()
+            if cell in escaped or not isinstance(cell, relay.Var) or cell not in uses.binding:
+                return None  # seen outside, made outside, or made by a nested ref()
+            for read in readers[cell]:
+                writes = None if read is None else _written_by(read, uses)
+                if writes is None:
+                    return None
+                for write in writes:
+                    new = targets.get(write, {_UNKNOWN}) - group
+                    group |= new
+                    work.extend(new)
+        return group
+
+    dead: set = set()
+    for site, value in uses.binding.items():
+        if isinstance(value, relay.RefCreate) and site not in dead:
+            dead |= closed_group(site) or set()
+    writes = [owner for owner, cells in targets.items() if owner is not None and cells and cells <= dead]
+    return dead, writes
+
+
+class _Rebind(ChainMutator):
     """Replace the values bound to some let variables."""
 
     def __init__(self, values: dict):
         super().__init__()
         self.values = values
 
-    def visit_let(self, let):
-        bindings = []
-        while isinstance(let, relay.Let):
-            value = self.values.get(let.var, let.value)
-            bindings.append((let.var, self.visit(value)))
-            let = let.body
-        body = self.visit(let)
-        for var, value in reversed(bindings):
-            body = relay.Let(var, value, body)
-        return body
+    def rebind(self, var, value):
+        return [(var, self.visit(self.values.get(var, value)))]
 
 
 def _tuple_literal(var, uses: _Uses):
@@ -377,31 +486,85 @@ def _forwarder(var, fn: relay.Function):
     return call.op
 
 
-class _WriteBacks(relay.ExprVisitor):
-    """``ref_write(%r, %a)`` where ``%a = ref_read(%r)`` earlier in the same ``let`` chain, with
-    nothing in between that can write a cell: the write changes nothing."""
+def _cell_key(var, uses: _Uses):
+    """What names one cell in a ``let`` chain: the variable (through copies), or for a
+    projection of a variable, that variable's key and the index; None for anything else."""
+    var = _resolve(var, uses)
+    value = uses.binding.get(var)
+    if isinstance(value, relay.TupleGetItem) and isinstance(value.tuple_value, relay.Var):
+        inner = _cell_key(value.tuple_value, uses)
+        return None if inner is None else (inner, value.index)
+    return var
 
-    def __init__(self, uses: _Uses, pure_functions: set):
+
+class _Contents(relay.ExprVisitor):
+    """What each cell holds along a ``let`` chain, as far as it is known there.
+
+    A cell's contents are known from its ``ref(%v)``, a ``ref_write(%r, %v)`` or a
+    ``ref_read(%r)`` earlier in the same chain, until something may change them: a write into a
+    cell that may be the same (per :class:`_PointsTo`), or a call of anything but an operator or
+    a constructor (a function or closure may write any cell). Then:
+
+    * :attr:`forwarded` -- a read of known contents is those contents (a variable);
+    * :attr:`noops` -- a write of what the cell is known to hold changes nothing;
+    * :attr:`overwritten` -- a write that another write into the same cell replaces before
+      anything may read it (a read of a cell that may be the same, or a call) is unobserved.
+
+    Each chain starts knowing nothing, branches and function bodies included.
+    """
+
+    def __init__(self, uses: _Uses, points: "_PointsTo"):
         super().__init__()
         self.uses = uses
-        self.pure_functions = pure_functions
+        self.points = points
+        self.forwarded: dict = {}
         self.noops: list = []
+        self.overwritten: list = []
+
+    def _aliases(self, ref_a, ref_b) -> bool:
+        a, b = self.points.cells(ref_a), self.points.cells(ref_b)
+        return not a or not b or bool(a & b) or _UNKNOWN in a or _UNKNOWN in b
 
     def visit_let(self, let):
-        last_read: dict = {}
+        known: dict = {}  # cell key -> (a variable naming the cell, the variable it holds)
+        unread: dict = {}  # cell key -> (a variable naming the cell, the write not yet read)
         while isinstance(let, relay.Let):
-            value = let.value
+            var, value = let.var, let.value
             self.visit(value)
-            if isinstance(value, relay.RefRead) and isinstance(value.ref, relay.Var):
-                last_read[_resolve(value.ref, self.uses)] = let.var
-            elif isinstance(value, relay.RefWrite) and isinstance(value.ref, relay.Var) and isinstance(
-                value.value, relay.Var
-            ) and last_read.get(_resolve(value.ref, self.uses)) is not None and _resolve(
-                value.value, self.uses
-            ).same_as(last_read[_resolve(value.ref, self.uses)]):
-                self.noops.append(let.var)
-            elif not isinstance(value, relay.Function) and not _effect_free(value, self.pure_functions):
-                last_read.clear()
+            if isinstance(value, relay.RefCreate) and isinstance(value.value, relay.Var):
+                known[var] = (var, value.value)
+            elif isinstance(value, relay.RefRead) and isinstance(value.ref, relay.Var):
+                key = _cell_key(value.ref, self.uses)
+                if key in known:
+                    self.forwarded[var] = known[key][1]
+                else:
+                    for other in [k for k, (ref, _) in unread.items() if self._aliases(ref, value.ref)]:
+                        del unread[other]
+                    if key is not None:
+                        known[key] = (value.ref, var)
+            elif isinstance(value, relay.RefWrite) and isinstance(value.ref, relay.Var):
+                key = _cell_key(value.ref, self.uses)
+                held = known.get(key)
+                if held is not None and isinstance(value.value, relay.Var) and _resolve(
+                    held[1], self.uses
+                ).same_as(_resolve(value.value, self.uses)):
+                    self.noops.append(var)
+                else:
+                    for other in [k for k, (ref, _) in known.items() if self._aliases(ref, value.ref)]:
+                        del known[other]
+                    if key in unread:
+                        self.overwritten.append(unread.pop(key)[1])
+                    if key is not None and isinstance(value.value, relay.Var):
+                        known[key] = (value.ref, value.value)
+                    if key is not None:
+                        unread[key] = (value.ref, var)
+            elif isinstance(value, relay.Call) and isinstance(value.op, (tvm.ir.Op, relay.Constructor)) and all(
+                isinstance(arg, (relay.Var, relay.Constant)) for arg in value.args
+            ):
+                pass
+            elif isinstance(value, (relay.Call, relay.If, relay.Match, relay.Let, relay.RefRead, relay.RefWrite)):
+                known.clear()  # it may read and write any cell
+                unread.clear()
             let = let.body
         self.visit(let)
 
@@ -431,42 +594,87 @@ def _drop_dead_cells(func: relay.Function) -> tuple[relay.Function, int]:
             if pad is not None:
                 values[var] = pad
                 changed += 1
-    for var, value in uses.binding.items():
-        if not isinstance(value, relay.RefCreate):
-            continue
-        if var in values:
-            continue  # dead already, with the group of an earlier cell
-        found = _cell_accesses(var, uses)
-        if found is None:
-            continue
-        aliases, reads, writes, cells = found
-        if not _only_feeds_itself(aliases, reads, uses):
-            continue
-        for write in writes:
-            values[write] = relay.Tuple([])  # a fresh node each: a shared one would be bound once, outside
-        for member in cells:
-            init = uses.binding[member].value
-            made = uses.binding.get(init) if isinstance(init, relay.Var) else None
-            if (
-                isinstance(made, relay.Call)
-                and isinstance(made.op, tvm.ir.Op)
-                and made.op.name == "zeros_like"
-                and isinstance(made.args[0], (relay.Var, relay.Constant))
-            ):
-                values[member] = relay.RefCreate(made.args[0])
-            else:
-                values[member] = uses.binding[member]
-        changed += bool(writes) or any(not values[m].same_as(uses.binding[m]) for m in cells)
-    write_backs = _WriteBacks(uses, _pure_functions(uses))
-    write_backs.visit(func.body)
-    for var in write_backs.noops:
+    points = _PointsTo(func)
+    dead, writes = _dead_cells(points, uses)
+    for write in writes:
+        values[write] = relay.Tuple([])  # a fresh node each: a shared one would be bound once, outside
+    for member in dead:
+        init = uses.binding[member].value
+        made = uses.binding.get(init) if isinstance(init, relay.Var) else None
+        if (
+            isinstance(made, relay.Call)
+            and isinstance(made.op, tvm.ir.Op)
+            and made.op.name == "zeros_like"
+            and isinstance(made.args[0], (relay.Var, relay.Constant))
+        ):
+            values[member] = relay.RefCreate(made.args[0])
+            changed += 1
+    changed += len(writes)
+    contents = _Contents(uses, points)
+    contents.visit(func.body)
+    for var in contents.noops + contents.overwritten:
         if var not in values:
             values[var] = relay.Tuple([])
+            changed += 1
+    for var, held in contents.forwarded.items():
+        if var not in values:
+            values[var] = held
             changed += 1
     if not changed:
         return func, 0
     return relay.Function(func.params, _Rebind(values).visit(func.body), func.ret_type, func.type_params,
                           func.attrs), changed
+
+
+class _Inline(ChainMutator):
+    """Replace each call bound by a ``let`` in :attr:`at` by the body of the function called,
+    its bindings spliced into the chain (so that what follows in the chain sees them)."""
+
+    def __init__(self, at: dict):
+        super().__init__()
+        self.at = at
+
+    def rebind(self, var, value):
+        if var not in self.at:
+            return super().rebind(var, value)
+        body, bindings = self.visit(self.at[var].body), []
+        while isinstance(body, relay.Let):
+            bindings.append((body.var, body.value))
+            body = body.body
+        return bindings + [(var, body)]
+
+
+def _inline_once_called(func: relay.Function) -> tuple[relay.Function, int]:
+    """Inline each ``let``-bound function without parameters that is called exactly once and
+    used for nothing else (through copies): a backpropagator step, once the cell that held it
+    is gone (see :class:`_Contents`), is called only by the next step. The steps of one forward
+    call become one closure; the cells between them, one chain. Returns the function and how
+    many calls were inlined (the functions themselves are then unused)."""
+    uses = _Uses(func)
+    at: dict = {}
+    for var, value in uses.binding.items():
+        if not isinstance(value, relay.Function) or value.params or value.type_params:
+            continue
+        if value.attrs is not None and len(value.attrs.keys()) > 0:
+            continue
+        if any(free.same_as(var) for free in relay.analysis.free_vars(value)):
+            continue  # recursive
+        names, work, calls, other = {var}, [var], [], False
+        while work:
+            for owner, user in uses.uses.get(work.pop(), []):
+                if isinstance(user, relay.Var) and owner is not None and owner not in names:
+                    names.add(owner)
+                    work.append(owner)
+                elif isinstance(user, relay.Call) and owner is not None and not user.args and user.op in names:
+                    calls.append(owner)
+                elif not isinstance(user, relay.Var):
+                    other = True
+        if len(calls) == 1 and not other and calls[0] not in at:
+            at[calls[0]] = value
+    if not at:
+        return func, 0
+    return relay.Function(func.params, _Inline(at).visit(func.body), func.ret_type, func.type_params,
+                          func.attrs), len(at)
 
 
 def _effect_free(expr: relay.Expr, pure_functions: set) -> bool:
@@ -486,27 +694,36 @@ def _effect_free(expr: relay.Expr, pure_functions: set) -> bool:
     return clean
 
 
-def _pure_functions(uses: _Uses) -> set:
-    """Let-bound functions (and variables bound to them) whose calls have no effect."""
+def _copies(uses: _Uses) -> list:
+    """``(copy, original)`` for every variable bound to a variable (through chains of them)."""
+    original: dict = {}
 
     def resolve(var):
-        seen = set()
-        while var in uses.binding and isinstance(uses.binding[var], relay.Var) and var not in seen:
-            seen.add(var)
+        chain = []
+        while var not in original and isinstance(uses.binding.get(var), relay.Var) and len(chain) <= len(uses.binding):
+            chain.append(var)
             var = uses.binding[var]
-        return var
+        root = original.get(var, var)
+        for link in chain:
+            original[link] = root
+        return root
 
-    functions = {v for v, value in uses.binding.items() if isinstance(value, relay.Function)}
-    pure = set(functions)
+    return [(v, resolve(v)) for v, value in uses.binding.items() if isinstance(value, relay.Var)]
+
+
+def _pure_functions(uses: _Uses) -> set:
+    """Let-bound functions (and variables bound to them) whose calls have no effect."""
+    copies = _copies(uses)
+    pure = {v for v, value in uses.binding.items() if isinstance(value, relay.Function)}
     changed = True
     while changed:  # optimistic: a recursive function is pure unless something else is not
         changed = False
-        names = pure | {v for v in uses.binding if resolve(v) in pure}
+        names = pure | {copy for copy, original in copies if original in pure}
         for var in list(pure):
             if not _effect_free(uses.binding[var].body, names):
                 pure.discard(var)
                 changed = True
-    return pure | {v for v in uses.binding if resolve(v) in pure}
+    return pure | {copy for copy, original in copies if original in pure}
 
 
 class _DeadBindings(relay.ExprMutator):
@@ -555,13 +772,14 @@ def cleanup(mod: tvm.IRModule, name: str = "main") -> tvm.IRModule:
     mod[name] = func
     mod = relay.transform.ToANormalForm()(mod)
     func = mod[name]
-    for _ in range(6):  # a cell's writes gone can leave another cell's reads unobserved
+    for _ in range(12):  # a cell's writes gone can leave another cell's reads unobserved, ...
         mod[name] = func
         func = relay.transform.InferType()(mod)[name]  # the rules read the types of new nodes
         func, changed = _drop_dead_cells(func)
+        func, inlined = _inline_once_called(func)
         dce = _DeadBindings(_pure_functions(_Uses(func)))
         func = relay.Function(func.params, dce.visit(func.body), func.ret_type, func.type_params, func.attrs)
-        if not changed and not dce.dropped:
+        if not changed and not inlined and not dce.dropped:
             break
     mod[name] = relay.Function(func.params, _ZerosAsConstants().visit(func.body), func.ret_type, func.type_params,
                                func.attrs)
