@@ -28,7 +28,7 @@ from tvm import relay
 from ..errors import RelayAotError, UnsupportedError
 from .te_compiler_speed import cached_libinfo, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
-from . import dense_transposes
+from . import dense_transposes, invariants
 from .walk import ChainMutator
 
 
@@ -305,6 +305,12 @@ def _dense_of_transposes(pack: bool) -> tvm.transform.Pass:
     return tvm.transform.module_pass(apply, opt_level=0, name="DenseOfTransposes")
 
 
+@tvm.transform.module_pass(opt_level=0, name="HoistInvariants")
+def hoist_invariants(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`invariants.hoist` as a pass (see that module)."""
+    return invariants.hoist(mod)
+
+
 def _simplify_post_alter_op() -> tvm.transform.Pass:
     """TVM's ``SimplifyExprPostAlterOp`` (registered, but not exported to Python in 0.19)."""
     return tvm.get_global_func("relay._transform.SimplifyExprPostAlterOp")()
@@ -385,6 +391,8 @@ def prepare(
     if opt_level >= 2:
         # after inlining: a transpose bound by a let is then an argument of the product again
         sequence.append(_dense_of_transposes(pack=alters_layout))
+        # after the products' rewrite: a weight's packing is then invariant with its transpose
+        sequence.append(hoist_invariants)
     sequence += [
         relay.transform.FuseOps(fuse_level),
         relay.transform.InferType(),
