@@ -113,7 +113,22 @@ class _Uses:
     def __init__(self, func: relay.Function):
         self.binding: dict[relay.Var, relay.Expr] = {}
         self.uses: dict[relay.Var, list] = defaultdict(list)
+        self._original: dict = {}
         self._expr(func.body)
+
+    def resolve(self, var):
+        """The variable ``var`` is a copy of (through ``let %a = %b`` bindings), or ``var``;
+        memoized, since copy chains are long and hashing a variable is a call into TVM."""
+        chain = []
+        while var not in self._original and isinstance(self.binding.get(var), relay.Var) and len(chain) <= len(
+            self.binding
+        ):
+            chain.append(var)
+            var = self.binding[var]
+        root = self._original.get(var, var)
+        for link in chain:
+            self._original[link] = root
+        return root
 
     def _expr(self, expr):
         while isinstance(expr, relay.Let):  # iterative: A-normal form chains are long
@@ -418,11 +433,7 @@ class _Rebind(ChainMutator):
 
 def _tuple_literal(var, uses: _Uses):
     """The tuple literal bound to ``var`` (through variables bound to variables), or None."""
-    seen = set()
-    value = uses.binding.get(var)
-    while isinstance(value, relay.Var) and value not in seen:
-        seen.add(value)
-        value = uses.binding.get(value)
+    value = uses.binding.get(uses.resolve(var))
     return value if isinstance(value, relay.Tuple) else None
 
 
@@ -458,15 +469,6 @@ def _zero_pad(value: relay.Call, uses: _Uses):
     return relay.nn.pad(update, [(b, d - e) for b, e, d in zip(begin, end, dims)])
 
 
-def _resolve(var, uses: _Uses):
-    """The variable ``var`` is a copy of (through ``let %a = %b`` bindings), or ``var``."""
-    seen = set()
-    while isinstance(uses.binding.get(var), relay.Var) and var not in seen:
-        seen.add(var)
-        var = uses.binding[var]
-    return var
-
-
 def _forwarder(var, fn: relay.Function):
     """``%p`` if ``fn`` is ``fn () { %p() }`` (up to copies of the result), else None: the
     backpropagator step of a value whose gradient is dead, which only calls the previous one."""
@@ -489,7 +491,7 @@ def _forwarder(var, fn: relay.Function):
 def _cell_key(var, uses: _Uses):
     """What names one cell in a ``let`` chain: the variable (through copies), or for a
     projection of a variable, that variable's key and the index; None for anything else."""
-    var = _resolve(var, uses)
+    var = uses.resolve(var)
     value = uses.binding.get(var)
     if isinstance(value, relay.TupleGetItem) and isinstance(value.tuple_value, relay.Var):
         inner = _cell_key(value.tuple_value, uses)
@@ -545,9 +547,9 @@ class _Contents(relay.ExprVisitor):
             elif isinstance(value, relay.RefWrite) and isinstance(value.ref, relay.Var):
                 key = _cell_key(value.ref, self.uses)
                 held = known.get(key)
-                if held is not None and isinstance(value.value, relay.Var) and _resolve(
-                    held[1], self.uses
-                ).same_as(_resolve(value.value, self.uses)):
+                if held is not None and isinstance(value.value, relay.Var) and self.uses.resolve(
+                    held[1]
+                ).same_as(self.uses.resolve(value.value)):
                     self.noops.append(var)
                 else:
                     for other in [k for k, (ref, _) in known.items() if self._aliases(ref, value.ref)]:
@@ -694,26 +696,9 @@ def _effect_free(expr: relay.Expr, pure_functions: set) -> bool:
     return clean
 
 
-def _copies(uses: _Uses) -> list:
-    """``(copy, original)`` for every variable bound to a variable (through chains of them)."""
-    original: dict = {}
-
-    def resolve(var):
-        chain = []
-        while var not in original and isinstance(uses.binding.get(var), relay.Var) and len(chain) <= len(uses.binding):
-            chain.append(var)
-            var = uses.binding[var]
-        root = original.get(var, var)
-        for link in chain:
-            original[link] = root
-        return root
-
-    return [(v, resolve(v)) for v, value in uses.binding.items() if isinstance(value, relay.Var)]
-
-
 def _pure_functions(uses: _Uses) -> set:
     """Let-bound functions (and variables bound to them) whose calls have no effect."""
-    copies = _copies(uses)
+    copies = [(v, uses.resolve(v)) for v, value in uses.binding.items() if isinstance(value, relay.Var)]
     pure = {v for v, value in uses.binding.items() if isinstance(value, relay.Function)}
     changed = True
     while changed:  # optimistic: a recursive function is pure unless something else is not

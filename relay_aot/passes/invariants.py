@@ -184,10 +184,12 @@ class _HoistOut(relay.ExprMutator):
         return relay.bind(expr, inner) if inner else expr
 
     def visit(self, expr):
-        has_op = isinstance(expr, relay.Call) or (
-            isinstance(expr, (relay.Tuple, relay.TupleGetItem)) and _calls_an_op(expr)
-        )
-        if has_op and self.invariant(expr):
+        # invariant first (memoized): looking for an operator call walks the whole subexpression
+        if (
+            isinstance(expr, (relay.Call, relay.Tuple, relay.TupleGetItem))
+            and self.invariant(expr)
+            and (isinstance(expr, relay.Call) or _calls_an_op(expr))
+        ):
             if expr not in self.memo_map:
                 var = relay.var(f"invariant{len(self.hoisted)}", type_annotation=expr.checked_type)
                 self.hoisted.append((var, self._outside(expr)))
@@ -220,27 +222,38 @@ class _Hoist(ChainMutator):
         return [(v, self.visit(expr)) for v, expr in out.hoisted] + [(var, self.visit(value))]
 
 
+def _loops(func) -> set:
+    """The repeatedly called functions of a global function (none if it is not one, is
+    primitive, or is too deeply nested to walk)."""
+    if not isinstance(func, relay.Function) or (func.attrs and "Primitive" in func.attrs.keys()):
+        return set()
+    try:
+        with deep_recursion():
+            functions = _Functions()
+            functions.visit(func)
+            return functions.repeated()
+    except RecursionError:
+        return set()
+
+
 def hoist(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with the invariants of its repeatedly called functions moved out (see the module
     docstring); type-checked. A function too deeply nested to walk is left as it is."""
-    mod = relay.transform.InferType()(mod)
+    # a module without loops (most static models) is returned without a type inference
+    names = [g.name_hint for g, f in mod.functions.items() if _loops(f)]
+    if not names:
+        return mod
+    mod = relay.transform.InferType()(mod)  # the rewrite reads types; loops found again in it
     updates = {}
-    for gvar, func in mod.functions.items():
-        if not isinstance(func, relay.Function) or func.attrs and "Primitive" in func.attrs.keys():
-            continue
+    for name in names:
         try:
             with deep_recursion():
-                functions = _Functions()
-                functions.visit(func)
-                repeated = functions.repeated()
-                if not repeated:
-                    continue
-                hoisting = _Hoist(repeated)
-                new = hoisting.visit(func)
+                hoisting = _Hoist(_loops(mod[name]))
+                new = hoisting.visit(mod[name])
         except RecursionError:
             continue
         if hoisting.count:
-            updates[gvar] = new
-    for gvar, func in updates.items():
-        mod[gvar] = func
+            updates[name] = new
+    for name, func in updates.items():
+        mod[name] = func
     return relay.transform.InferType()(mod) if updates else mod
