@@ -47,3 +47,8 @@ class RecursionDepthError(tvm.error.TVMError):
 @tvm.error.register_error("ZeroDivisionError")
 class IntegerDivisionByZero(tvm.error.TVMError, ZeroDivisionError):
     """Integer ``divide``/``mod`` by zero in 0-d arithmetic (TVM's kernels would trap instead)."""
+
+
+@tvm.error.register_error("MemoryError")
+class OutOfMemoryError(tvm.error.TVMError, MemoryError):
+    """A tensor could not be allocated (the message names its shape, dtype and size in bytes)."""

@@ -253,6 +253,14 @@ py::object empty(const std::vector<int64_t>& shape, int code, int bits, const py
 
 // --- 2. checks and rules ----------------------------------------------------------------------
 
+/*! \brief shape.h's check of a shape a shape function computed (\p expected: the static shape, or None). */
+void check_computed_shape(const std::string& kernel, const std::vector<int64_t>& dims, const py::object& expected) {
+  std::vector<int64_t> static_shape;
+  if (!expected.is_none()) static_shape = expected.cast<std::vector<int64_t>>();
+  relay_aot::check_computed_shape(kernel.c_str(), dims.data(), static_cast<int>(dims.size()),
+                                  expected.is_none() ? nullptr : static_shape.data());
+}
+
 /*!
  * \brief A type table (check.h's TypeDesc array) built from the rows of relay_aot/ir/typetable.py,
  *        owning every array and string its descriptors point to.
@@ -444,6 +452,7 @@ PYBIND11_MODULE(_fastcall, m) {
   m.def("call_packed", &call_packed, py::arg("handle"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
         py::arg("raise_error"));
   m.def("empty", &empty, py::arg("shape"), py::arg("code"), py::arg("bits"), py::arg("make_result"));
+  m.def("check_computed_shape", &check_computed_shape, py::arg("kernel"), py::arg("dims"), py::arg("expected"));
   m.def("make_adt", &make_adt, py::arg("tag"), py::arg("fields"), py::arg("kinds"), py::arg("make_result"));
   m.def("parts", &parts, py::arg("value"), py::arg("of_constructor_value"), py::arg("make_result"));
   m.def("integer", &integer, py::arg("op"), py::arg("code"), py::arg("bits"), py::arg("a"), py::arg("b"));

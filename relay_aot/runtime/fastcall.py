@@ -55,9 +55,11 @@ def plain_errors():
     try:
         yield
     except Exception as err:  # noqa: BLE001 - re-raised, as is or without its prefix
-        prefix = type(err).__name__ + ": "
         text = str(err)
-        if not text.startswith(prefix):
+        # the class's own name, or the kind it is registered under (OutOfMemoryError: MemoryError)
+        kinds = [type(err).__name__, *(k for k, c in tvm._ffi.base.ERROR_TYPE.items() if c is type(err))]
+        prefix = next((k + ": " for k in kinds if text.startswith(k + ": ")), None)
+        if prefix is None:
             raise
         raise type(err)(text[len(prefix):]) from None
 
@@ -103,6 +105,9 @@ def integer_op(op: str, dtype: str):
 
 #: The profiler of compiled code (``runtime_cpp/relay_aot/profile.h``) on the calling thread,
 #: which the Python backend's profiled code drives (one aggregation for both backends).
+#: shape.h's check of a shape a shape function computed (kernel name, extents, static shape or None).
+check_computed_shape = _fastcall.check_computed_shape
+
 profile_enter = _fastcall.profile_enter
 profile_exit = _fastcall.profile_exit
 profile_clock = _fastcall.profile_clock

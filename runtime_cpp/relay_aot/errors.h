@@ -10,6 +10,7 @@
 #ifndef RELAY_AOT_ERRORS_H_
 #define RELAY_AOT_ERRORS_H_
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -29,6 +30,13 @@ class Error : public std::runtime_error {
 
 /*! \brief A caller handed a value that does not fit the program's types. */
 [[noreturn]] void raise_type_error(const std::string& message);
+
+namespace detail {
+
+/*! \brief A shape as messages write it: "(2, 3)", "(4,)", "()". */
+std::string shape_text(const int64_t* dims, int rank);
+
+}  // namespace detail
 
 }  // namespace relay_aot
 

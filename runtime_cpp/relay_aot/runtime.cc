@@ -44,6 +44,12 @@ RELAY_AOT_RUNTIME_LINKAGE void raise_type_error(const std::string& message) {
   throw Error("TypeError", message);
 }
 
+RELAY_AOT_RUNTIME_LINKAGE std::string detail::shape_text(const int64_t* dims, int rank) {
+  std::string out = "(";
+  for (int i = 0; i < rank; ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  return out + (rank == 1 ? ",)" : ")");
+}
+
 }  // namespace relay_aot
 
 // ---- scalar.h ----------------------------------------------------------------------------------
@@ -105,12 +111,7 @@ namespace relay_aot::detail {
 
 RELAY_AOT_RUNTIME_LINKAGE void raise_kernel_failure_on(const char* name, DLTensor* const* tensors, int count) {
   std::string shapes;
-  for (int i = 0; i < count; ++i) {
-    const DLTensor* t = tensors[i];
-    shapes += i ? ", (" : "(";
-    for (int d = 0; d < t->ndim; ++d) shapes += (d ? ", " : "") + std::to_string(t->shape[d]);
-    shapes += t->ndim == 1 ? ",)" : ")";
-  }
+  for (int i = 0; i < count; ++i) shapes += (i ? ", " : "") + shape_text(tensors[i]->shape, tensors[i]->ndim);
   const char* detail = TVMGetLastError();
   throw Error("KernelError", std::string("kernel ") + name + " failed on arguments of shapes " + shapes + ": " +
                                  (detail != nullptr ? detail : "(no message)"));
@@ -690,6 +691,31 @@ RELAY_AOT_RUNTIME_LINKAGE void run_on_segment(void (*run)(void*), void* frame) {
 }  // namespace detail
 }  // namespace relay_aot
 
+// ---- shape.h -----------------------------------------------------------------------------------
+
+namespace relay_aot {
+
+RELAY_AOT_RUNTIME_LINKAGE void check_computed_shape(const char* kernel, const int64_t* dims, int rank,
+                                                    const int64_t* expected) {
+  bool bad = false, empty = false;
+  uint64_t elements = 1;
+  bool overflow = false;
+  for (int i = 0; i < rank; ++i) {
+    bad = bad || dims[i] < 0 || (expected != nullptr && expected[i] != dims[i]);
+    empty = empty || dims[i] == 0;
+    if (dims[i] > 0) overflow = overflow || __builtin_mul_overflow(elements, static_cast<uint64_t>(dims[i]), &elements);
+  }
+  const std::string made = std::string("kernel ") + kernel + " would make a tensor of shape " + detail::shape_text(dims, rank);
+  if (bad) {
+    throw Error("ValueError", made + (expected != nullptr ? " where its type says " + detail::shape_text(expected, rank) : ""));
+  }
+  if (!empty && (overflow || elements > static_cast<uint64_t>(INT64_MAX))) {
+    throw Error("ValueError", made + ", whose number of elements does not fit in 64 bits");
+  }
+}
+
+}  // namespace relay_aot
+
 // ---- tensor.h ----------------------------------------------------------------------------------
 
 namespace relay_aot {
@@ -714,7 +740,24 @@ RELAY_AOT_RUNTIME_LINKAGE void free_inline_shape(tvm::runtime::Object* obj) {
 RELAY_AOT_RUNTIME_LINKAGE NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype) {
   DLTensor probe{nullptr, kDevice, static_cast<int>(shape.size()), dtype,
                  const_cast<int64_t*>(shape.data()), nullptr, 0};
-  void* block = detail::block_cache().Take(detail::block_bytes(probe));
+  // Shapes made at run time are checked to have a representable element count
+  // (check_computed_shape); the bytes may still be too many, or more than there is.
+  uint64_t elements = 1;
+  for (int64_t d : shape) elements *= static_cast<uint64_t>(d);
+  const uint64_t element_bytes = (dtype.bits * dtype.lanes + 7) / 8;
+  auto what = [&] {
+    return "a tensor of shape " + detail::shape_text(shape.data(), static_cast<int>(shape.size())) + " and dtype " +
+           tvm::runtime::DLDataType2String(dtype);
+  };
+  if (element_bytes != 0 && elements > (uint64_t(1) << 61) / element_bytes) {
+    throw Error("ValueError", what() + " is too big: its size in bytes exceeds the largest possible allocation");
+  }
+  void* block;
+  try {
+    block = detail::block_cache().Take(detail::block_bytes(probe));
+  } catch (const std::bad_alloc&) {
+    throw Error("MemoryError", "unable to allocate " + std::to_string(elements * element_bytes) + " bytes for " + what());
+  }
   char* data = static_cast<char*>(block) + detail::data_offset(probe);
   NDArray::Container* container = detail::ContainerAccess::make(block, data, shape, dtype);
   container->SetDeleter(&detail::free_tensor_block);

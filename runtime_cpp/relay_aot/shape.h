@@ -67,6 +67,16 @@ class ShapeInput {
 inline ShapeInput shape_of(const DLTensor* tensor) { return ShapeInput(tensor); }
 
 /*!
+ * \brief Check a shape a shape function wrote (\p rank extents at \p dims) for the kernel named
+ *        \p kernel: a negative extent (which TVM's shape functions compute for some arguments
+ *        they do not check), an element count beyond int64 (an allocation or reshape to it would
+ *        wrap) and, if \p expected is given, a shape other than that one (the output's static
+ *        shape, when its type has no `?`) raise ValueError naming the kernel. Both backends check
+ *        with this function (the Python one through the _fastcall extension).
+ */
+void check_computed_shape(const char* kernel, const int64_t* dims, int rank, const int64_t* expected);
+
+/*!
  * \brief A shape a shape function writes: int64[Rank] on the stack, then the shape of a new
  *        tensor.
  */
@@ -78,13 +88,10 @@ class ShapeOutput {
   /*! \brief The shape function's output argument. */
   DLTensor* arg() { return &tensor_; }
   /*!
-   * \brief The shape written, checked: a negative extent (which TVM's shape functions compute
-   *        for some arguments they do not check, e.g. `arange` with a step of the wrong sign)
-   *        raises ValueError naming the kernel, and so does a shape other than \p expected
-   *        (the output's static shape, when its type has no `?`).
+   * \brief The shape written, checked (check_computed_shape, against \p expected when not null).
    */
   ShapeTuple shape(const char* kernel, const ShapeTuple* expected = nullptr) const {
-    check(kernel, expected);
+    check_computed_shape(kernel, dims_, Rank, expected != nullptr ? expected->data() : nullptr);
     return expected != nullptr ? *expected : make_shape(dims_, Rank);
   }
 
@@ -93,31 +100,33 @@ class ShapeOutput {
    *        compact tensor: then a kernel that would only copy \p tensor may return it instead.
    */
   bool is_shape_of(const NDArray& tensor, const char* kernel, const ShapeTuple* expected = nullptr) const {
-    check(kernel, expected);
+    check_computed_shape(kernel, dims_, Rank, expected != nullptr ? expected->data() : nullptr);
     return detail::is_compact_of_shape(tensor.operator->(), dims_, Rank);
   }
 
- private:
-  void check(const char* kernel, const ShapeTuple* expected) const {
-    bool bad = false;
-    for (int i = 0; i < Rank; ++i) bad = bad || dims_[i] < 0 || (expected != nullptr && (*expected)[i] != dims_[i]);
-    if (bad) {
-      std::string message = std::string("kernel ") + kernel + " would make a tensor of shape " + text(dims_);
-      if (expected != nullptr) message += " where its type says " + text(expected->data());
-      throw Error("ValueError", message);
+  /*! \brief Whether the shape written has no elements (a zero extent). */
+  bool empty() const {
+    for (int i = 0; i < Rank; ++i) {
+      if (dims_[i] == 0) return true;
     }
+    return false;
   }
 
-  static std::string text(const int64_t* dims) {
-    std::string out = "(";
-    for (int j = 0; j < Rank; ++j) out += (j ? ", " : "") + std::to_string(dims[j]);
-    return out + (Rank == 1 ? ",)" : ")");
-  }
-
+ private:
   int64_t dims_[Rank > 0 ? Rank : 1] = {};
   int64_t rank_ = Rank;
   DLTensor tensor_;
 };
+
+/*!
+ * \brief Whether every one of \p outputs (ShapeOutputs) has no elements: then the kernel that
+ *        would write them is not called. It has nothing to write, and TVM's kernels over `?`
+ *        dimensions divide their loop indices by the output's extents, zero among them.
+ */
+template <typename... Outputs>
+inline bool all_empty(const Outputs&... outputs) {
+  return (outputs.empty() && ...);
+}
 
 /*!
  * \brief Write \p pieces one after another into \p out (a concatenate whose output holds its

@@ -140,23 +140,23 @@ namespace golden_relay_aot {
     ShapeOutput<2> v5_shape;
     call_shape_function(&golden_k1_fused_nn_dense_shape, "golden_k1_fused_nn_dense", {arg(v4), arg(v1)}, shape_of(arg(v4)).get(), shape_of(arg(v1)).get(), v5_shape.arg());
     NDArray v5 = alloc_tensor(v5_shape.shape("golden_k1_fused_nn_dense"), DLDataType{kDLFloat, 32, 1});  // Tensor[(?, 3), float32]
-    call_kernel(&golden_k1_fused_nn_dense, "golden_k1_fused_nn_dense", arg(v4), arg(v1), arg(v5));
+    if (!all_empty(v5_shape)) call_kernel(&golden_k1_fused_nn_dense, "golden_k1_fused_nn_dense", arg(v4), arg(v1), arg(v5));
     // kernel: greater (k2)
     ShapeOutput<2> v6_shape;
     call_shape_function(&golden_k2_fused_greater_shape, "golden_k2_fused_greater", {arg(v0)}, shape_of(arg(v0)).get(), v6_shape.arg());
     NDArray v6 = alloc_tensor(v6_shape.shape("golden_k2_fused_greater"), DLDataType{kDLUInt, 1, 1});  // Tensor[(?, 2), bool]
-    call_kernel(&golden_k2_fused_greater, "golden_k2_fused_greater", arg(v0), arg(v6));
+    if (!all_empty(v6_shape)) call_kernel(&golden_k2_fused_greater, "golden_k2_fused_greater", arg(v0), arg(v6));
     // kernel: argwhere (k3)
     ShapeOutput<2> v7_shape;
     call_shape_function(&golden_k3_fused_argwhere_shape, "golden_k3_fused_argwhere", {arg(v6)}, arg(v6), v7_shape.arg());
     NDArray v7 = alloc_tensor(v7_shape.shape("golden_k3_fused_argwhere"), DLDataType{kDLInt, 32, 1});  // Tensor[(?, 2), int32]
-    call_kernel(&golden_k3_fused_argwhere, "golden_k3_fused_argwhere", arg(v6), arg(v7));
+    if (!all_empty(v7_shape)) call_kernel(&golden_k3_fused_argwhere, "golden_k3_fused_argwhere", arg(v6), arg(v7));
     v6 = NDArray();  // last use
     // kernel: sum (k4)
     ShapeOutput<0> v8_shape;
     call_shape_function(&golden_k4_fused_sum_shape, "golden_k4_fused_sum", {arg(v4)}, shape_of(arg(v4)).get(), v8_shape.arg());
     float v8;
-    call_kernel(&golden_k4_fused_sum, "golden_k4_fused_sum", arg(v4), scalar_arg(&v8).get());
+    if (!all_empty(v8_shape)) call_kernel(&golden_k4_fused_sum, "golden_k4_fused_sum", arg(v4), scalar_arg(&v8).get());
     v4 = NDArray();  // last use
     ADT v9 = make_adt(0, std::move(v5), std::move(v7), box(v8));  // tuple
     return v9;
@@ -175,7 +175,7 @@ namespace golden_relay_aot {
         ShapeOutput<2> v15_shape;
         call_shape_function(&golden_k6_fused_concatenate_shape, "golden_k6_fused_concatenate", {arg(v10), arg(v11)}, shape_of(arg(v10)).get(), shape_of(arg(v11)).get(), v15_shape.arg());
         NDArray v15 = alloc_tensor(v15_shape.shape("golden_k6_fused_concatenate"), DLDataType{kDLFloat, 32, 1});  // Tensor[(?, 2), float32]
-        if (!concat_flat(arg(v15), {arg(v10), arg(v11)})) call_kernel(&golden_k6_fused_concatenate, "golden_k6_fused_concatenate", arg(v10), arg(v11), arg(v15));
+        if (!all_empty(v15_shape) && !concat_flat(arg(v15), {arg(v10), arg(v11)})) call_kernel(&golden_k6_fused_concatenate, "golden_k6_fused_concatenate", arg(v10), arg(v11), arg(v15));
         v10 = NDArray();  // last use
         int32_t v16 = static_cast<int32_t>(v12 - int32_t(1LL));  // kernel: subtract (k7)
         {  // self tail call

@@ -568,13 +568,13 @@ class CppEmitter:
                 e.line(f"NDArray {name} = {self.counted(f'alloc_tensor({shape}, {dtype_literal(out.dtype)})')};", comment=str(out.shape) if out.is_static else ir.format_type(out, ()))
                 out_args.append(f"arg({name})")
         call = f"{self.kernel_call(kernel, inputs + out_args)};"
-        if kernel.copy is None:
-            e.line(call)
-        else:  # data movement: memcpy where the form applies at run time, else the kernel
+        conditions = [] if kernel.shape_func is None else [self.not_all_empty(outputs)]
+        if kernel.copy is not None:  # data movement: memcpy where the form applies at run time, else the kernel
             pieces = [per_param[i][0] for i in kernel.copy.params]
             copied = (f"concat_flat({out_args[0]}, {{{', '.join(pieces)}}})" if kernel.copy.kind == CONCAT_FLAT
                       else f"copy_if_same_shape({out_args[0]}, {pieces[0]})")
-            e.line(f"if (!{copied}) {call}")
+            conditions.append(f"!{copied}")
+        e.line(f"if ({' && '.join(conditions)}) {call}" if conditions else call)
         if not single:
             rest = iter(zip(outputs, kernel.outputs))
             e.line(f"ADT {var(v)} = {self.counted(self.rebuild(kernel.result, rest))};")
@@ -605,8 +605,14 @@ class CppEmitter:
         e.line(f"{name} = {var(source)};", comment="the same shape: nothing to broadcast")
         e.line("} else {")
         e.line(f"{name} = {self.counted(f'alloc_tensor({name}_shape.shape({check}), {dtype_literal(out.dtype)})')};")
-        e.line(f"{self.kernel_call(kernel, inputs + [f'arg({name})'])};")
+        e.line(f"if ({self.not_all_empty([name])}) {self.kernel_call(kernel, inputs + [f'arg({name})'])};")
         e.line("}")
+
+    @staticmethod
+    def not_all_empty(outputs: list[str]) -> str:
+        """Whether a kernel with ``?`` dimensions has anything to write (``shape.h``'s
+        ``all_empty``: a kernel whose outputs are all empty is not called)."""
+        return f"!all_empty({', '.join(f'{name}_shape' for name in outputs)})"
 
     def shape_check(self, kernel: ir.Kernel, out: ir.TensorType) -> str:
         """The arguments with which a computed shape is checked (``ShapeOutput::shape``): the

@@ -32,7 +32,7 @@ from ..emitter import Emitter
 
 #: Runtime helpers the generated source imports from ``relay_aot.backends.python.runtime``.
 _HELPERS = (
-    "Adt", "box", "call_guarded", "call_kernel", "copy_tensor", "empty", "export_value", "import_value", "integer",
+    "Adt", "all_empty", "box", "call_guarded", "call_kernel", "copy_tensor", "empty", "export_value", "import_value", "integer",
     "match_failure", "output_shapes", "shape_of", "truthy", "unbox", "zero_tensor",
 )
 
@@ -291,7 +291,9 @@ class PythonEmitter:
         call = "call_kernel("
         if self.profile is not None:
             call = f"profiled_call_kernel({self.profile.kernel_ids[kernel.index]}, "
-        e.line(f"{call}{names.KERNEL}{kernel.index}, {kernel.symbol!r}, {', '.join(inputs + tensors)})")
+        call = f"{call}{names.KERNEL}{kernel.index}, {kernel.symbol!r}, {', '.join(inputs + tensors)})"
+        # a kernel whose outputs are all empty is not called (shape.h's all_empty)
+        e.line(f"if not all_empty({var(v)}_shapes): {call}" if kernel.shape_func is not None else call)
         for name, tensor, out in zip(outputs, tensors, kernel.outputs):
             if name != tensor:
                 e.line(f"{name} = unbox({tensor})")

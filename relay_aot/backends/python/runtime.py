@@ -158,12 +158,13 @@ def output_shapes(shape_func: Callable, kernel: str, inputs: list, args: list, t
         raise _kernel_failure(kernel, inputs, err) from None
     shapes = [tuple(int(d) for d in out.numpy()) for out in outs]
     for shape, expected in zip(shapes, types):
-        if any(d < 0 or (e != -1 and d != e) for d, e in zip(shape, expected)):
-            message = f"kernel {kernel} would make a tensor of shape {shape}"
-            if -1 not in expected:
-                message += f" where its type says {expected}"
-            raise ValueError(message)
+        fastcall.check_computed_shape(kernel, shape, None if -1 in expected else expected)
     return shapes
+
+
+def all_empty(shapes: list) -> bool:
+    """Whether every output shape has no elements: the kernel is then not called (``shape.h``)."""
+    return all(0 in shape for shape in shapes)
 
 
 # ----------------------------------------------------------------------------------------
