@@ -27,6 +27,7 @@ from ..config import Config
 from ..errors import CompileError, UnsupportedError
 from .scalars import is_native_scalar, scalar_kernel
 from .copies import copy_form
+from .divisions import guard_divisions
 from .shape_funcs import ShapeFunc, make_shape_func
 from . import tuning
 
@@ -235,8 +236,11 @@ class KernelTable:
                 te_compiler.get().clear()
                 raise UnsupportedError(f"TVM could not lower the {what}: {_lowering_error(err)}") from None
             untuned.kernel_lowered(tvm.ir.structural_hash(func))
+            dynamic = not all(t.is_static for t in kernel.inputs + kernel.outputs)
             for gvar, prim in cached.funcs.functions.items():
                 name = kernel.symbol if gvar.same_as(cached.prim_fn_var) else f"{kernel.symbol}_{gvar.name_hint}"
+                if dynamic:  # it divides by extents only known at run time
+                    prim = guard_divisions(prim)
                 merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim, self.config.parallel_threshold).with_attr("global_symbol", name)
             if kernel.shape_func is not None:
                 prim = self._shape_funcs[kernel.index].prim_func

@@ -22,7 +22,9 @@ from typing import Callable, Sequence
 import tvm
 from tvm import relay, te
 from tvm.relay.op._tensor import elemwise_shape_func
-from tvm.te.hybrid import script
+
+from .divisions import guard_divisions
+from .shape_rules import CHECKS, REPLACED, constant_tensor
 
 #: Bits of a parameter's state, as TVM's ``ShapeFuncParamState``.
 NEED_DATA = 1
@@ -132,10 +134,10 @@ class _Builder:
             if dependent:
                 # TVM reads only scalar constants' data; a data-dependent operator reading a
                 # constant tensor (e.g. dyn.reshape to a constant shape) gets its values.
-                tensor = te.compute(value.shape, lambda *i: _const_element(value, i), "data_const")
+                tensor = constant_tensor(value.flat, str(value.dtype), "data_const", value.shape)
             else:
                 dims = value.shape
-                tensor = te.compute((len(dims),), lambda i: _select_dim(dims, i), "shape_const")
+                tensor = constant_tensor(dims, "int64", "shape_const")
         elif dependent:
             tensor = te.compute((), lambda: tvm.tir.const(value.item(), str(value.dtype)), "data_const")
         else:
@@ -154,7 +156,7 @@ class _Builder:
         if self.dependent and self.dependent[-1]:
             raise ValueError(f"{op.name}'s shape is needed as data by a data-dependent operator; "
                              "TVM's fusion should not have put them in one kernel")
-        shape_func = op.get_attr("FShapeFunc")
+        shape_func = REPLACED.get(op.name) or op.get_attr("FShapeFunc")
         spec = op.get_attr("TShapeDataDependent")
         if shape_func is None and _is_unary_elementwise(op, call):
             # TVM registers no shape function for some elementwise operators (abs, sin, erf,
@@ -196,100 +198,12 @@ class _Builder:
         with tvm.transform.PassContext():
             lowered = tvm.lower(schedule, inputs + outputs, name=name)
         prim = lowered["main"] if "main" in [g.name_hint for g in lowered.get_global_vars()] else lowered[name]
-        return ShapeFunc(prim, tuple(states))
+        return ShapeFunc(guard_divisions(prim, everywhere=True), tuple(states))
 
 
 def _is_unary_elementwise(op: tvm.ir.Op, call: relay.Call) -> bool:
     return (op.get_attr("TOpPattern") == 0 and len(call.args) == 1 and isinstance(call.checked_type, relay.TensorType)
             and len(call.checked_type.shape) == len(call.args[0].checked_type.shape))
-
-
-def _select_dim(dims, i):
-    value = tvm.tir.const(0, "int64")
-    for index, dim in enumerate(dims):
-        value = tvm.tir.if_then_else(i == index, tvm.tir.const(dim, "int64"), value)
-    return value
-
-
-def _const_element(value, index):
-    flat = 0
-    for i, n in zip(index, value.shape):
-        flat = flat * n + i
-    result = tvm.tir.const(value.flat[0].item(), str(value.dtype))
-    for k in range(1, value.size):
-        result = tvm.tir.if_then_else(flat == k, tvm.tir.const(value.flat[k].item(), str(value.dtype)), result)
-    return result
-
-
-# -- checks TVM's shape functions leave out ------------------------------------------------------
-#
-# TVM's VM trusts that the shapes of an operator's inputs fit together where its shape function
-# does not check them; the kernel then reads out of bounds or computes garbage. Each check below
-# takes what the operator's shape function took and made, asserts what the kernel assumes, and
-# passes the output shape through (an assertion fails the shape function with its message).
-
-
-@script
-def _same_size(in_shape, out_shape):
-    out = output_tensor((out_shape.shape[0],), "int64")
-    count = allocate((2,), "int64")
-    count[0] = int64(1)
-    count[1] = int64(1)
-    for i in const_range(in_shape.shape[0]):
-        count[0] = count[0] * in_shape[i]
-    for i in const_range(out_shape.shape[0]):
-        count[1] = count[1] * out_shape[i]
-        out[i] = out_shape[i]
-    assert count[0] == count[1], "reshape would change the number of elements"
-    return out
-
-
-@script
-def _same_inner_dim(data_shape, weight_shape, out_shape):
-    out = output_tensor((out_shape.shape[0],), "int64")
-    for i in const_range(out_shape.shape[0]):
-        out[i] = out_shape[i]
-    assert data_shape[data_shape.shape[0] - 1] == weight_shape[1], "dense: the inner dimensions differ"
-    return out
-
-
-@script
-def _same_other_dims(first, other, out_shape, axis):
-    out = output_tensor((out_shape.shape[0],), "int64")
-    for i in const_range(out_shape.shape[0]):
-        out[i] = out_shape[i]
-        if i != axis:
-            assert first[i] == other[i], "concatenate: the tensors differ in a dimension other than the axis"
-    return out
-
-
-def _check_reshape(attrs, inputs, outputs):
-    if len(inputs[0].shape) == 0:  # a 0-d input: its shape tensor is 0-d
-        return outputs
-    return [_same_size(inputs[0], outputs[0])]
-
-
-def _check_dense(attrs, inputs, outputs):
-    return [_same_inner_dim(inputs[0], inputs[1], outputs[0])]
-
-
-def _check_concatenate(attrs, inputs, outputs):
-    axis = int(attrs.axis)
-    if axis < 0:
-        axis += int(inputs[0].shape[0])
-    out = outputs[0]
-    for other in inputs[1:]:
-        out = _same_other_dims(inputs[0], other, out, tvm.tir.const(axis, "int32"))
-    return [out]
-
-
-#: Relay operator -> check(attrs, shape function inputs, outputs) -> outputs.
-CHECKS = {
-    "reshape": _check_reshape,
-    "dyn.reshape": _check_reshape,
-    "nn.dense": _check_dense,
-    "concatenate": _check_concatenate,
-}
 
 
 def make_shape_func(func: relay.Function, name: str) -> ShapeFunc:

@@ -1,0 +1,113 @@
+"""Integer divisions by zero in generated kernels become errors instead of ``SIGFPE``.
+
+A TVM kernel over ``?`` dimensions divides by its extents to turn flat loop indices back into
+coordinates, and a shape function divides by values it reads (``arange``'s step, the product
+that a reshape's ``-1`` is inferred from). An integer division by zero traps and kills the
+process. :func:`guard_divisions` puts an assertion before each such division of a lowered
+``PrimFunc``, which fails the call with a message -- raised by the generated code as
+``KernelError`` -- instead:
+
+* a divisor that depends only on what is known on entry (shape variables, scalar parameters)
+  is checked once, at the top of the function;
+* with ``everywhere=True`` (shape functions, which run once per call and loop over ranks), every
+  other divisor too, just before the statement that divides -- in a kernel that would be a test
+  per element, so kernels keep only the checks on entry. Their remaining divisions are by values
+  they load (integer ``divide`` of tensors), documented in docs/guarantees.md.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import tir
+
+_DIVISIONS = (tir.Div, tir.Mod, tir.FloorDiv, tir.FloorMod)
+
+#: The message of a failed check; the generated code names the kernel and its arguments' shapes.
+MESSAGE = "division by zero: an extent, step or other divisor of the computation is 0"
+
+
+def _divisors(expr) -> list[tir.PrimExpr]:
+    """Integer divisors in ``expr`` that are not constants."""
+    found: list[tir.PrimExpr] = []
+
+    def visit(node):
+        if isinstance(node, _DIVISIONS) and node.dtype.startswith(("int", "uint")):
+            # vector divisors are by lanes of constants (vectorised loops over static extents)
+            if not isinstance(node.b, tir.IntImm) and tvm.DataType(node.b.dtype).lanes == 1:
+                found.append(node.b)
+
+    tir.stmt_functor.post_order_visit(tir.Evaluate(expr) if isinstance(expr, tir.PrimExpr) else expr, visit)
+    return found
+
+
+def _loads(expr: tir.PrimExpr) -> bool:
+    found = []
+    tir.stmt_functor.post_order_visit(tir.Evaluate(expr), lambda n: found.append(n) if isinstance(n, tir.BufferLoad) else None)
+    return bool(found)
+
+
+def _check(divisors: list[tir.PrimExpr], body: tir.Stmt) -> tir.Stmt:
+    condition = None
+    for d in divisors:
+        nonzero = tir.NE(d, tir.const(0, d.dtype))
+        condition = nonzero if condition is None else tir.And(condition, nonzero)
+    return tir.AssertStmt(condition, tir.StringImm(MESSAGE), body)
+
+
+def _entry_vars(func: tir.PrimFunc) -> set:
+    """The variables bound when ``func`` is entered: parameters, buffer shapes and strides."""
+    bound = set(func.params)
+    for buf in func.buffer_map.values():
+        for d in list(buf.shape) + list(buf.strides) + [buf.elem_offset]:
+            if isinstance(d, tir.Var):
+                bound.add(d)
+    return bound
+
+
+def _known_on_entry(expr: tir.PrimExpr, bound: set) -> bool:
+    if _loads(expr):
+        return False
+    free = tvm.tir.analysis.undefined_vars(expr, [])
+    return all(v in bound for v in free)
+
+
+#: Statements whose own expressions (not their bodies) may divide.
+_OWN_EXPRESSIONS = {
+    "tir.BufferStore": lambda s: [s.value, *s.indices],
+    "tir.LetStmt": lambda s: [s.value],
+    "tir.IfThenElse": lambda s: [s.condition],
+    "tir.For": lambda s: [s.min, s.extent],
+    "tir.Evaluate": lambda s: [s.value],
+    "tir.Allocate": lambda s: list(s.extents),
+}
+
+
+def guard_divisions(func: tir.PrimFunc, everywhere: bool = False) -> tir.PrimFunc:
+    """``func`` with a check before each integer division by a non-constant (module docstring)."""
+    bound = _entry_vars(func)
+    on_entry: list[tir.PrimExpr] = []
+    seen: set = set()
+
+    def guard(stmt):
+        divisors = [d for e in _OWN_EXPRESSIONS[_key(stmt)](stmt) for d in _divisors(e)]
+        inner = []
+        for d in divisors:
+            if _known_on_entry(d, bound):
+                key = str(d)
+                if key not in seen:
+                    seen.add(key)
+                    on_entry.append(d)
+            elif everywhere:
+                inner.append(d)
+        return _check(inner, stmt) if inner else None
+
+    body = tir.stmt_functor.ir_transform(func.body, None, guard, list(_OWN_EXPRESSIONS))
+    if on_entry:
+        body = _check(on_entry, body)
+    if body.same_as(func.body):
+        return func
+    return func.with_body(body)
+
+
+def _key(stmt) -> str:
+    return "tir." + type(stmt).__name__

@@ -1,0 +1,60 @@
+"""Operators whose TVM kernels would read outside a tensor on some arguments, rewritten so that
+they cannot (docs/guarantees.md).
+
+``dyn.strided_slice`` reads ``x[begin + i * stride]`` with the ``begin`` it is given, as is: a
+negative begin is not counted from the end and an out-of-range one is not clamped, so a begin of
+-100 on an axis of 10 reads 100 elements before the tensor. Its begin is made numpy's here
+(negative counts from the end, then clamped into the axis), from the data's shape at run time;
+the output length follows numpy's rules too (``kernels/shape_rules.py``). A begin that selects
+nothing for a negative stride (numpy's -1) is written as ``-1 - extent``, which counts from the
+end to the same -1, so that the shape function, which applies numpy's rules again, agrees.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relay
+
+
+class _NumpySliceBegin(relay.ExprMutator):
+    def visit_call(self, call):
+        types = [arg.checked_type for arg in call.args] if _is_dynamic_slice(call) else None
+        call = super().visit_call(call)
+        if types is None:
+            return call
+        data, begin, end, strides = call.args
+        dtype, stride_dtype = types[1].dtype, types[3].dtype
+        count = int(types[1].shape[0])
+        zero, one = relay.const(0, dtype), relay.const(1, dtype)
+        extent = relay.strided_slice(relay.shape_of(data, dtype), [0], [count])
+        counted = relay.where(relay.less(begin, zero), relay.add(begin, extent), begin)
+        forward = relay.minimum(relay.maximum(counted, zero), extent)
+        backward = relay.minimum(relay.maximum(counted, relay.negative(one)), relay.subtract(extent, one))
+        backward = relay.where(relay.less(backward, zero), relay.subtract(backward, extent), backward)
+        if call.attrs.slice_mode == "size":  # the shape function steps by 1 there: so must the kernel
+            strides = relay.ones_like(strides)
+        numpy_begin = relay.where(relay.less(strides, relay.const(0, stride_dtype)), backward, forward)
+        return relay.Call(call.op, [data, numpy_begin, end, strides], call.attrs, call.type_args, call.span)
+
+
+def _is_dynamic_slice(call: relay.Call) -> bool:
+    return isinstance(call.op, tvm.ir.Op) and call.op.name == "dyn.strided_slice"
+
+
+@tvm.transform.module_pass(opt_level=0, name="NumpySliceBegin")
+def numpy_slice_begin(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:class:`_NumpySliceBegin` on every function of ``mod`` that has a ``dyn.strided_slice``
+    (type-checked: the rewrite reads the begin's type)."""
+    updates = {}
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relay.Function) and _has_dynamic_slice(func):
+            updates[gvar] = _NumpySliceBegin().visit(func)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
+def _has_dynamic_slice(func: relay.Function) -> bool:
+    found = []
+    relay.analysis.post_order_visit(func, lambda n: found.append(n) if isinstance(n, relay.Call) and _is_dynamic_slice(n) else None)
+    return bool(found)

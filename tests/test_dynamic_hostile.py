@@ -1,0 +1,250 @@
+"""Dynamic shapes under hostile arguments: zero extents, zero steps, out-of-range bounds, ``k``
+beyond the axis, extents whose product overflows, allocations that cannot succeed.
+
+Each case is a program over ``?`` dimensions, the arguments, and what numpy says: a result, or
+an error (the exception class and a phrase of its message). Every case runs on both backends;
+none may crash the process, read outside a tensor or return unwritten memory. TVM's VM gets
+several of these wrong (it reads past tensors or divides by zero); numpy is the reference.
+Issue 28's table is cases 1-11 below, in its order.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+import relay_aot
+from relay_aot.errors import KernelError, OutOfMemoryError
+from relay_aot.kernels.shape_rules import CHECKS, REPLACED
+
+A = relay.Any()
+BACKENDS = ["cpp", "python"]
+
+
+def _var(name, shape, dtype="float32"):
+    return relay.var(name, shape=shape, dtype=dtype)
+
+
+def _i64(name, shape=()):
+    return _var(name, shape, "int64")
+
+
+def _module(params, body) -> tvm.IRModule:
+    mod = tvm.IRModule()
+    mod["main"] = relay.Function(params, body)
+    return relay.transform.InferType()(mod)
+
+
+def _dense():
+    x, w = _var("x", (A, A)), _var("w", (A, A))
+    return [x, w], relay.nn.dense(x, w)
+
+
+def _arange(dtype):
+    def build():
+        a, b, s = _var("a", (), dtype), _var("b", (), dtype), _var("s", (), dtype)
+        return [a, b, s], relay.arange(a, b, s, dtype=dtype)
+    return build
+
+
+def _dyn_reshape():
+    x, s = _var("x", (A,)), _i64("s", (2,))
+    return [x, s], relay.reshape(x, s)
+
+
+def _reshape_static(newshape):
+    def build():
+        x = _var("x", (A, A))
+        return [x], relay.reshape(x, newshape)
+    return build
+
+
+def _dyn_slice(mode="end"):
+    def build():
+        x, b, e, s = _var("x", (10,)), _i64("b", (1,)), _i64("e", (1,)), _i64("s", (1,))
+        return [x, b, e, s], relay.strided_slice(x, b, e, s, slice_mode=mode)
+    return build
+
+
+def _static_slice(begin, end, strides):
+    def build():
+        x = _var("x", (A,))
+        return [x], relay.strided_slice(x, begin, end, strides)
+    return build
+
+
+def _dyn_broadcast_to():
+    x, s = _var("x", (A,)), _i64("s", (2,))
+    return [x, s], relay.broadcast_to(x, s)
+
+
+def _batch_matmul():
+    x, y = _var("x", (A, A, A)), _var("y", (A, A, A))
+    return [x, y], relay.nn.batch_matmul(x, y)
+
+
+def _stack():
+    x, y = _var("x", (A,)), _var("y", (A,))
+    return [x, y], relay.stack([x, y], 0)
+
+
+def _dyn_zeros():
+    s = _i64("s", (2,))
+    return [s], relay.zeros(s, "float32")
+
+
+def _dyn_topk():
+    x, k = _var("x", (A,)), _var("k", (), "int32")
+    return [x, k], relay.topk(x, k, ret_type="values")
+
+
+def _static_topk(k):
+    def build():
+        x = _var("x", (A,))
+        return [x], relay.topk(x, k, ret_type="values")
+    return build
+
+
+def _add():
+    x, y = _var("x", (A, 4)), _var("y", (A, 4))
+    return [x, y], relay.add(x, y)
+
+
+def _sum_rows():
+    x = _var("x", (A, A))
+    return [x], relay.sum(x, axis=1)
+
+
+def _f32(*shape):
+    return np.arange(int(np.prod(shape)), dtype="float32").reshape(shape)
+
+
+def _np_topk(x, k):
+    return np.sort(x)[::-1][:k]
+
+
+#: (name, program builder, arguments, numpy's result or (exception class, message phrase)).
+CASES = [
+    # 1: a kernel over an empty output divides by its extents
+    ("dense of an empty batch", _dense, (_f32(0, 3), _f32(5, 3)), np.zeros((0, 5), "float32")),
+    ("dense over an empty inner dimension", _dense, (_f32(3, 0), _f32(5, 0)), np.zeros((3, 5), "float32")),
+    # 2
+    ("int64 arange with a zero step", _arange("int64"), (np.int64(0), np.int64(5), np.int64(0)),
+     (KernelError, "arange: the step is zero")),
+    ("float32 arange with a zero step", _arange("float32"), (np.float32(0), np.float32(5), np.float32(0)),
+     (KernelError, "arange: the step is zero")),
+    ("float32 arange with a fractional step", _arange("float32"), (np.float32(0), np.float32(1), np.float32(0.25)),
+     np.arange(0, 1, 0.25, dtype="float32")),
+    ("float32 arange with a NaN bound", _arange("float32"), (np.float32("nan"), np.float32(1), np.float32(1)),
+     (KernelError, "not finite")),
+    ("int32 arange over an empty range", _arange("int32"), (np.int32(5), np.int32(0), np.int32(1)),
+     np.arange(5, 0, 1, dtype="int32")),
+    ("int32 arange downwards", _arange("int32"), (np.int32(5), np.int32(0), np.int32(-2)),
+     np.arange(5, 0, -2, dtype="int32")),
+    # 3
+    ("dyn.reshape of an empty tensor to [-1, 0]", _dyn_reshape, (_f32(0), np.array([-1, 0])),
+     (KernelError, "copies a dimension the input does not have")),
+    ("dyn.reshape of an empty tensor to [-1, 5]", _dyn_reshape, (_f32(0), np.array([-1, 5])), np.zeros((0, 5), "float32")),
+    ("reshape (-1, 0) of an empty tensor", _reshape_static((-1, 0)), (_f32(0, 0),),
+     (KernelError, "-1 cannot be inferred")),
+    ("reshape (0, -1) of a (2, 0) tensor", _reshape_static((0, -1)), (_f32(2, 0),), np.zeros((2, 0), "float32")),
+    ("reshape (-1,) of a (2, 3) tensor", _reshape_static((-1,)), (_f32(2, 3),), _f32(6)),
+    # 4
+    ("dyn.strided_slice from -100 to 100 by 3", _dyn_slice(), (_f32(10), np.array([-100]), np.array([100]), np.array([3])),
+     _f32(10)[-100:100:3]),
+    ("dyn.strided_slice from -3 to the end", _dyn_slice(), (_f32(10), np.array([-3]), np.array([10]), np.array([1])),
+     _f32(10)[-3:10]),
+    ("dyn.strided_slice backwards from 100 to -100", _dyn_slice(), (_f32(10), np.array([100]), np.array([-100]), np.array([-2])),
+     _f32(10)[100:-100:-2]),
+    ("dyn.strided_slice backwards from -100", _dyn_slice(), (_f32(10), np.array([-100]), np.array([0]), np.array([-1])),
+     _f32(10)[-100:0:-1]),
+    ("dyn.strided_slice by the most negative stride", _dyn_slice(),
+     (_f32(10), np.array([5]), np.array([-100]), np.array([-(2**63)])), _f32(10)[5:-100:-(2**63)]),
+    ("dyn.strided_slice with a zero stride", _dyn_slice(), (_f32(10), np.array([0]), np.array([5]), np.array([0])),
+     (KernelError, "a stride is zero")),
+    ("dyn.strided_slice by size from -2", _dyn_slice("size"), (_f32(10), np.array([-2]), np.array([5]), np.array([1])),
+     _f32(10)[-2:]),
+    ("strided_slice from -100 on a ? axis", _static_slice([-100], [100], [3]), (_f32(10),), _f32(10)[-100:100:3]),
+    ("strided_slice backwards from -100 on a ? axis", _static_slice([-100], [-200], [-1]), (_f32(10),),
+     _f32(10)[-100:-200:-1]),
+    ("strided_slice past the end on a ? axis", _static_slice([20], [30], [1]), (_f32(10),), _f32(10)[20:30]),
+    # 5
+    ("dyn.broadcast_to (3,) to (2, 4)", _dyn_broadcast_to, (_f32(3), np.array([2, 4])),
+     (KernelError, "does not broadcast to the target shape")),
+    ("dyn.broadcast_to (1,) to (2, 4)", _dyn_broadcast_to, (_f32(1), np.array([2, 4])), np.zeros((2, 4), "float32")),
+    # 6
+    ("batch_matmul with inner extents 4 and 5", _batch_matmul, (_f32(2, 3, 4), _f32(2, 6, 5)),
+     (KernelError, "inner dimensions differ")),
+    ("batch_matmul with batches 2 and 3", _batch_matmul, (_f32(2, 3, 4), _f32(3, 6, 4)),
+     (KernelError, "batch dimensions differ")),
+    ("batch_matmul with batches 0 and 1", _batch_matmul, (_f32(0, 3, 4), _f32(1, 6, 4)), np.zeros((0, 3, 6), "float32")),
+    ("batch_matmul with batches 1 and 2", _batch_matmul, (_f32(1, 3, 4), _f32(2, 6, 4)),
+     np.matmul(_f32(1, 3, 4), _f32(2, 6, 4).transpose(0, 2, 1))),
+    # 7
+    ("stack of extents 3 and 4", _stack, (_f32(3), _f32(4)), (KernelError, "stack: the tensors differ in shape")),
+    # 8
+    ("dyn.zeros of (2^32, 2^32)", _dyn_zeros, (np.array([2**32, 2**32]),), (ValueError, "does not fit in 64 bits")),
+    ("dyn.reshape of an empty tensor to (2^32, 2^32)", _dyn_reshape, (_f32(0), np.array([2**32, 2**32])),
+     (ValueError, "does not fit in 64 bits")),
+    ("int64 arange to 2^62", _arange("int64"), (np.int64(0), np.int64(2**62), np.int64(1)),
+     (KernelError, "the range is too large")),
+    ("dyn.zeros of (2^40, 2^22)", _dyn_zeros, (np.array([2**40, 2**22]),), (ValueError, "too big")),
+    # 9
+    ("dyn.topk with k=2 on an empty tensor", _dyn_topk, (_f32(0), np.int32(2)), (KernelError, "k is larger than the axis")),
+    ("dyn.topk with k=9 on 5 elements", _dyn_topk, (_f32(5), np.int32(9)), (KernelError, "k is larger than the axis")),
+    ("dyn.topk with k=0 (all)", _dyn_topk, (_f32(5), np.int32(0)), _np_topk(_f32(5), 5)),
+    ("topk with k=3 on 2 elements", _static_topk(3), (_f32(2),), (KernelError, "k is larger than the axis")),
+    # 10
+    ("int64 arange to 2^40", _arange("int64"), (np.int64(0), np.int64(2**40), np.int64(1)),
+     (MemoryError, "unable to allocate 8796093022208 bytes for a tensor of shape (1099511627776,) and dtype int64")),
+    # 11
+    ("add of (0, 4) and (1, 4)", _add, (_f32(0, 4), _f32(1, 4)), np.zeros((0, 4), "float32")),
+    ("sum of rows of a (3, 0) tensor", _sum_rows, (_f32(3, 0),), np.zeros(3, "float32")),
+]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """One compile per program and backend, shared by its cases."""
+    cache: dict = {}
+
+    def get(build, backend):
+        key = (build, backend)
+        if key not in cache:
+            cache[key] = relay_aot.compile(_module(*build()), backend=backend)
+        return cache[key]
+
+    return get
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name, build, args, expected", CASES, ids=[c[0] for c in CASES])
+def test_numpy_result_or_a_clear_error(compiled, backend, name, build, args, expected):
+    run = compiled(build, backend)
+    if isinstance(expected, tuple):
+        error, phrase = expected
+        with pytest.raises(error, match=re.escape(phrase)):
+            run(*args)
+        return
+    result = run(*args).numpy()
+    assert result.shape == expected.shape and result.dtype == expected.dtype
+    np.testing.assert_array_equal(result, expected)
+
+
+def test_an_allocation_failure_is_a_memory_error():
+    """OutOfMemoryError is what TVM's FFI raises for the kind "MemoryError", and a MemoryError."""
+    assert issubclass(OutOfMemoryError, MemoryError) and issubclass(OutOfMemoryError, tvm.error.TVMError)
+
+
+def test_the_guarantees_list_the_checked_shape_functions():
+    """docs/guarantees.md names every operator whose shape function relay_aot replaces or checks."""
+    text = (Path(__file__).parent.parent / "docs" / "guarantees.md").read_text()
+    section = text[text.index("### Shapes computed at run time"):]
+    section = section[:section.index("\n## ")]
+    listed = set(re.findall(r"`([a-z_.0-9]+)`", section))
+    assert set(REPLACED) | set(CHECKS) <= listed
