@@ -204,6 +204,10 @@ def test_interpreter_reference_values_where_the_interpreter_takes_them(backend):
     ref = RefValue(tvm.nd.array(np.arange(3, dtype="float32")))
     for arg in (ref, (np.int32(1), ref)):
         testing.check_equivalence(mod, [arg], backends=[backend], references=["interpreter"])
+    # ... and gets a reference value back, as the interpreter's test reads it (res.value)
+    result = relay_aot.compile(mod, backend=backend)(ref)
+    assert isinstance(result, relay_aot.runtime.Ref)
+    np.testing.assert_array_equal(result.value.numpy(), np.arange(3, dtype="float32"))
 
 
 KINDS = '''
@@ -220,7 +224,14 @@ ARGUMENT_KINDS = [
     ("1 for a bool", (1, 2.5, 1, 1), TypeError),
     ("a float for an int32", (1.5, 2.5, True, 1), TypeError),
     ("np.bool_ for an int32", (np.bool_(True), 2.5, True, 1), TypeError),
-    ("np.int64 for an int32", (np.int64(1), 2.5, True, 1), TypeError),
+    ("np.int64 holding an int32", (np.int64(1), 2.5, True, 1), None),
+    ("np.int64 beyond an int32", (np.int64(2**40), 2.5, True, 1), TypeError),
+    ("np.float64 holding a float32", (1, np.float64(2.5), True, 1), None),
+    ("np.float64 beyond a float32's precision", (1, np.float64(0.1), True, 1), TypeError),
+    ("a whole float for an int32", (7.0, 2.5, True, 1), None),
+    ("a whole float beyond an int32", (2.0**40, 2.5, True, 1), ValueError),
+    ("a whole float beyond an int64", (1, 2.5, True, 2.0**70), ValueError),
+    ("NaN for an int32", (float("nan"), 2.5, True, 1), TypeError),
     ("2**31 for an int32", (2**31, 2.5, True, 1), ValueError),
     ("2**64 for an int64", (1, 2.5, True, 2**64), ValueError),
     ("1e39 for a float32", (1, 1e39, True, 1), ValueError),
@@ -237,6 +248,41 @@ def test_one_rule_for_the_kinds_of_numbers(backend, what, args, error):
         return
     with pytest.raises(error):
         compiled(*args)
+
+
+ARRAYS = '''
+#[version = "0.0.5"]
+def @main(%u: Tensor[(3), uint8], %f: Tensor[(2), float32]) { (%u, %f) }
+'''
+
+#: (description, uint8 argument, float32 argument, expected error or None).
+ARRAY_DTYPES = [
+    ("int64 array of bytes", np.array([0, 7, 255]), np.ones(2, "float32"), None),
+    ("int64 NDArray of bytes", tvm.nd.array(np.array([1, 2, 3])), np.ones(2, "float32"), None),
+    ("float16 for float32", np.zeros(3, "uint8"), np.array([0.5, np.inf], "float16"), None),
+    ("float64 holding float32 values, NaN included", np.zeros(3, "uint8"), np.array([0.25, np.nan]), None),
+    ("int64 array beyond a byte", np.array([0, 7, 256]), np.ones(2, "float32"), TypeError),
+    ("negative int32 for uint8", np.array([0, -1, 2], "int32"), np.ones(2, "float32"), TypeError),
+    ("float64 beyond float32's precision", np.zeros(3, "uint8"), np.array([0.1, 1.0]), TypeError),
+    ("bool array for uint8", np.array([True, False, True]), np.ones(2, "float32"), TypeError),
+]
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+@pytest.mark.parametrize("what,u,f,error", ARRAY_DTYPES, ids=[k[0] for k in ARRAY_DTYPES])
+def test_arrays_of_another_dtype_are_taken_when_every_value_is_kept(backend, what, u, f, error):
+    """As TVM's executors take them (their tests pass int64 arrays for uint8 parameters); a
+    conversion that would change a value is refused, naming both dtypes (docs/guarantees.md)."""
+    compiled = relay_aot.compile(tvm.relay.parse(ARRAYS), backend=backend)
+    if error is not None:
+        with pytest.raises(error, match="does not hold exactly"):
+            compiled(u, f)
+        return
+    out_u, out_f = compiled(u, f)
+    expect_u = u.numpy() if isinstance(u, tvm.nd.NDArray) else u
+    assert out_u.dtype == "uint8" and out_f.dtype == "float32"
+    np.testing.assert_array_equal(out_u.numpy(), expect_u.astype("uint8"))
+    np.testing.assert_array_equal(out_f.numpy(), f.astype("float32"))
 
 
 def test_the_raw_packed_func_follows_the_rule_where_tvm_passes_the_kind():

@@ -16,10 +16,11 @@ import struct
 from pathlib import Path
 from typing import Callable, Optional
 
+import numpy as np
 import tvm
 from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 
-from .. import names
+from .. import ir, names
 from ..backends.cpp.capi import c_api, header_text
 from ..build.cache import write_atomic
 from . import fastcall, profiling
@@ -29,6 +30,9 @@ from .values import Converter
 #: TVM objects the fast call path must not pass by handle: the interpreter's values, which
 #: relay_aot converts in Python.
 _FAST_EXCLUDED = (ConstructorValue, RefValue)
+
+#: Arguments that have a dtype.
+_ARRAYS = (np.ndarray, np.generic, tvm.nd.NDArray)
 
 
 def entry_address(library_path, symbol: str) -> Optional[int]:
@@ -92,6 +96,7 @@ class CompiledModule:
         self.entry = entry if entry is not None else module[name]
         # A library checks every value that enters it; Python-backend code gets the same checks here.
         self._converter = Converter(signature, checks=library_path is None)
+        self._dtypes = tuple(p.type.dtype if isinstance(p.type, ir.TensorType) else None for p in signature.params)
         self._address = None
         if library_path is not None and entry is None:
             self._address = entry_address(library_path, name)
@@ -113,8 +118,17 @@ class CompiledModule:
         convert = self._converter.to_runtime
         return [convert(a, p.type, f"argument {i} (%{p.name})") for i, (a, p) in enumerate(zip(args, params))]
 
+    def _fast(self, args) -> bool:
+        """Whether ``args`` can go straight to the library: not the interpreter's values, and
+        no array of another dtype than its parameter's (those are converted here, when every
+        value is kept: values.py)."""
+        for arg, dtype in zip(args, self._dtypes):
+            if isinstance(arg, _FAST_EXCLUDED) or (dtype is not None and isinstance(arg, _ARRAYS) and arg.dtype != dtype):
+                return False
+        return True
+
     def __call__(self, *args):
-        if self._address is not None and not any(isinstance(a, _FAST_EXCLUDED) for a in args):
+        if self._address is not None and self._fast(args):
             # Tensors, numpy arrays, numbers and TVM objects go straight to the library, which
             # checks them against the program's types (check.h); anything else is converted here.
             result = fastcall.call_entry(self._address, args)

@@ -26,6 +26,7 @@ from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 from tvm.runtime.container import ADT
 
 from .. import ir
+from ..backends.python.runtime import ExportedCell
 from ..dispatch import method_for
 from ..ir import format_type, instantiate
 from ..ir.typetable import TypeTable
@@ -101,7 +102,7 @@ class Converter:
             ir.RefType: self._ref_in,
             ir.AnyType: self._any_in,
         }
-        self._from = {ir.FuncType: self._func_out, ir.RefType: self._ref_out}
+        self._from = {ir.FuncType: self._func_out, ir.RefType: self._ref_out, ir.AnyType: self._any_out}
         self._ctor_fields: dict = {}
 
     def _index_all(self, ty: ir.Type) -> None:
@@ -163,6 +164,14 @@ class Converter:
         handler = method_for(self._from, ty)
         return handler(value, ty) if handler is not None else value
 
+    def _any_out(self, value, ty: ir.AnyType):
+        """A result whose static type is a type variable: a reference cell (the only runtime
+        Array a program makes) is returned as a :class:`Ref`, as a reference of known type is;
+        other values as they are."""
+        if isinstance(value, (tvm.ir.container.Array, ExportedCell)):
+            return Ref(value, ir.RefType(ty), self)
+        return value
+
     def _mismatch(self, value, ty, where):
         self._checker.mismatch(self._table.index(ty), str(where), _kind(value))
 
@@ -170,11 +179,15 @@ class Converter:
 
     def _tensor_in(self, value, ty: ir.TensorType, where):
         if isinstance(value, tvm.nd.NDArray):
-            return value
+            if value.dtype == ty.dtype or value.device.device_type != tvm.cpu().device_type:
+                return value  # check.h names what does not fit
+            return self._tensor_in(value.numpy(), ty, where)
         if isinstance(value, (np.ndarray, np.generic)):
             array = np.asarray(value)
             if array.dtype.kind not in "biuf":
                 return self._mismatch(array, ty, where)
+            if array.dtype != ty.dtype:
+                array = _exactly(array, ty.dtype, where)
             return tvm.nd.array(np.asarray(array, order="C"), device=tvm.cpu())
         if isinstance(value, (bool, int, float)):
             # check.h's rule for numbers (scalar_of_dtype), run by the extension
@@ -258,6 +271,24 @@ class Converter:
 
     def _ref_out(self, value, ty: ir.RefType):
         return Ref(value, ty, self)
+
+
+def _exactly(array: np.ndarray, dtype: str, where) -> np.ndarray:
+    """``array`` as ``dtype`` when every element keeps its value (an int64 array of small
+    integers for a uint8 parameter, float16 data for float32), as TVM's executors take them;
+    ``TypeError`` naming both dtypes when some element would change."""
+    try:
+        target = np.dtype(dtype)
+    except TypeError:
+        return array  # a dtype numpy does not have (bfloat16...): check.h refuses the array
+    with np.errstate(all="ignore"):
+        converted = array.astype(target)
+        back = converted.astype(array.dtype)
+    same = np.array_equal(back, array, equal_nan=array.dtype.kind == "f" and target.kind == "f")
+    if not same or (array.dtype.kind == "b") != (target.kind == "b"):
+        raise TypeError(f"{where}: expected a tensor of dtype {dtype}, got {_kind(array)} whose values "
+                        f"{dtype} does not hold exactly")
+    return converted
 
 
 class Closure:

@@ -84,7 +84,13 @@ RELAY_AOT_RUNTIME_LINKAGE NDArray scalar_of_dtype(DLDataType dtype, NumberKind k
     if (dtype.bits == 64) return box(value);
     return mismatch();
   }
-  if (kind == NumberKind::kFloat) return mismatch();  // no silent truncation of a float to an integer tensor
+  if (kind == NumberKind::kFloat) {
+    // a whole number stands for itself (0.0 for an int32 pad value, as TVM's executors take it);
+    // anything else would be truncated, silently
+    if (!std::isfinite(real) || real != std::trunc(real)) return mismatch();
+    if (real < -9223372036854775808.0 || real >= 9223372036854775808.0) return fail();
+    integer = static_cast<int64_t>(real);
+  }
   auto in_range = [&](auto typed) {
     using T = decltype(typed);
     return integer >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
