@@ -1,9 +1,20 @@
 """Exceptions raised by relay_aot.
 
-Compile-time problems derive from :class:`RelayAotError`. Run-time failures of compiled code
-surface as :class:`MatchError` (no match clause fitted) and :class:`KernelError` (a TVM kernel
-reported an error); TVM's FFI maps the error kind at the start of a message from native code
-to these classes, which is why they are registered with ``tvm.error.register_error``.
+Compile-time problems derive from :class:`RelayAotError`. Everything a *call* of a compiled
+program raises derives from ``tvm.error.TVMError``, as what TVM's executors raise does, so code
+written for them catches it; each is also the builtin exception it stands for:
+
+* :class:`ArgumentTypeError` (a ``TypeError``), :class:`ArgumentValueError` (a ``ValueError``):
+  a value from outside does not fit the program's types;
+* :class:`ShapeError` (a ``ValueError``): a shape computed at run time is invalid;
+* :class:`KernelError`: a TVM kernel or shape function reported an error;
+* :class:`MatchError`, :class:`RecursionDepthError`;
+* :class:`IntegerDivisionByZero` (a ``ZeroDivisionError``), :class:`OutOfMemoryError` (a
+  ``MemoryError``).
+
+Native code reports an error as ``"<Kind>: <message>"``; TVM's FFI maps the kind to the class
+registered under it with ``tvm.error.register_error``. (An exception raised by a Python function
+the program called keeps its own class.)
 """
 
 import tvm
@@ -52,3 +63,18 @@ class IntegerDivisionByZero(tvm.error.TVMError, ZeroDivisionError):
 @tvm.error.register_error("MemoryError")
 class OutOfMemoryError(tvm.error.TVMError, MemoryError):
     """A tensor could not be allocated (the message names its shape, dtype and size in bytes)."""
+
+
+@tvm.error.register_error
+class ArgumentTypeError(tvm.error.TVMError, TypeError):
+    """A value from outside (an argument, a callback's result) has the wrong kind or dtype."""
+
+
+@tvm.error.register_error
+class ArgumentValueError(tvm.error.TVMError, ValueError):
+    """A value from outside has the wrong shape, arity or tag, or a number does not fit its dtype."""
+
+
+@tvm.error.register_error
+class ShapeError(tvm.error.TVMError, ValueError):
+    """A shape computed at run time is negative, disagrees with the static type, or is too big."""

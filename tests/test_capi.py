@@ -377,8 +377,8 @@ def test_failed_run_returns_nonzero_and_the_process_goes_on(libs, tmp_path):
     lines = done.stdout.splitlines()
     assert lines[0] == "status nonzero: MatchError: no clause matched the value in @unwrap: out -1"
     assert lines[1] == "status 0: -: out 0"
-    assert lines[2] == "status nonzero: TypeError: inputs is NULL: out -1"
-    assert lines[3] == "null input: TypeError: input i (%i) is NULL"
+    assert lines[2] == "status nonzero: ArgumentTypeError: inputs is NULL: out -1"
+    assert lines[3] == "null input: ArgumentTypeError: input i (%i) is NULL"
 
 
 UNSUPPORTED = """#[version = "0.0.5"]

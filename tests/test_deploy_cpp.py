@@ -39,7 +39,7 @@ def test_cpp_result_matches_interpreter(deploy, model, tmp_path):
 @pytest.mark.parametrize("inputs,message", [
     (["missing.npy"], "missing.npy: cannot open"),
     (["notnpy.npy"], "notnpy.npy: not a .npy file"),
-    (["x.npy"], "TypeError: the program takes 2 arguments, got 1"),
+    (["x.npy"], "ArgumentTypeError: the program takes 2 arguments, got 1"),
 ])
 def test_cpp_errors_are_one_line(deploy, inputs, message, tmp_path):
     library = export("structures", "structures", tmp_path)

@@ -22,11 +22,11 @@ MALFORMED = [
     ("None for a tensor", "[None, good['t'], good['l'], good['f'], good['b']]"),
     ("a string for a tensor", "['x', good['t'], good['l'], good['f'], good['b']]"),
     ("a Python list for a tensor", "[[[1.0] * 3] * 2, good['t'], good['l'], good['f'], good['b']]"),
-    ("wrong dtype", "[np.zeros((2, 3), 'float64'), good['t'], good['l'], good['f'], good['b']]"),
+    ("wrong dtype", "[np.full((2, 3), 0.1), good['t'], good['l'], good['f'], good['b']]"),
     ("wrong rank", "[np.zeros((6,), 'float32'), good['t'], good['l'], good['f'], good['b']]"),
     ("wrong shape", "[np.zeros((3, 2), 'float32'), good['t'], good['l'], good['f'], good['b']]"),
     ("tuple of the wrong arity", "[good['x'], (np.int32(1),), good['l'], good['f'], good['b']]"),
-    ("tuple with a wrong field", "[good['x'], (np.int32(1), np.zeros(2, 'int32')), good['l'], good['f'], good['b']]"),
+    ("tuple with a wrong field", "[good['x'], (np.int32(1), np.array([0.5, 1.0])), good['l'], good['f'], good['b']]"),
     ("nested tuple for a tensor", "[((good['x'],),), good['t'], good['l'], good['f'], good['b']]"),
     ("a tensor for a tuple", "[good['x'], good['x'], good['l'], good['f'], good['b']]"),
     ("ADT with a foreign tag", "[good['x'], good['t'], ADT(12345, []), good['f'], good['b']]"),
@@ -99,10 +99,10 @@ def test_malformed_call_messages_name_the_parameter():
     via_packed = {name: dict(outcomes)["raw PackedFunc"] for name, outcomes in results.items()}
     assert "%x" in via_python["wrong shape"] and "(3, 2)" in via_python["wrong shape"]
     assert "%x" in via_packed["wrong shape"] and "(3, 2)" in via_packed["wrong shape"]
-    assert via_packed["ADT with a wrong field deep inside"].startswith("ValueError")
+    assert via_packed["ADT with a wrong field deep inside"].startswith("ArgumentValueError")
     assert ".Cons[1].Cons[1].Cons[0]" in via_packed["ADT with a wrong field deep inside"]
     assert "%l" in via_python["ADT with a foreign tag"]
-    assert "TypeError" in via_packed["a function returning None"]
+    assert "ArgumentTypeError" in via_packed["a function returning None"]
 
 
 def test_kernel_failures_surface_as_kernel_error():

@@ -366,3 +366,48 @@ def test_reference_cells_are_reused_without_sharing_contents():
         assert total.numpy() == n * (n + 1) // 2
         kept.append((n, cell))
     assert [cell[0].numpy().item() for _, cell in kept] == [n for n, _ in kept]
+
+
+HIERARCHY = '''
+#[version = "0.0.5"]
+type T { A, B }
+def @pick(%t: T) -> int32 { match? (%t) { A => 1 } }
+'''
+
+
+def _hierarchy_module() -> tvm.IRModule:
+    mod = tvm.relay.parse(HIERARCHY)
+    t_type = relay.TypeCall(mod.get_global_type_var("T"), [])
+    x, n, t = relay.var("x", shape=(relay.Any(),)), relay.var("n", shape=(), dtype="int32"), relay.var("t", t_type)
+    s = relay.var("s", shape=(2,), dtype="int64")
+    body = relay.Tuple([relay.add(x, relay.ones((1,), "float32")), n, relay.Call(mod.get_global_var("pick"), [t]),
+                        relay.reshape(x, [2, -1]), relay.zeros(s, "float32")])
+    mod["main"] = relay.Function([x, n, t, s], body)
+    return relay.transform.InferType()(mod)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+def test_every_error_of_a_call_is_a_tvm_error_and_the_builtin_one(backend):
+    """Code written for TVM's executors catches tvm.error.TVMError; relay_aot's classes are that
+    and the builtin exception they stand for (relay_aot/errors.py, docs/guarantees.md)."""
+    from relay_aot import errors
+
+    mod = _hierarchy_module()
+    compiled = relay_aot.compile(mod, backend=backend)
+    a, b = mod.get_type("T")[1:]
+    good = [np.ones(6, "float32"), 1, tvm.runtime.container.ADT(a.tag, []), np.array([1, 1])]
+    cases = [
+        (0, np.ones(3, "float64") + 0.1, errors.ArgumentTypeError, TypeError),
+        (0, np.ones((3, 1), "float32"), errors.ArgumentValueError, ValueError),
+        (1, 2**40, errors.ArgumentValueError, ValueError),
+        (0, np.ones(5, "float32"), errors.KernelError, RuntimeError),
+        (2, tvm.runtime.container.ADT(b.tag, []), errors.MatchError, RuntimeError),
+        (3, np.array([-2, 3]), errors.ShapeError, ValueError),  # zeros of a negative extent
+    ]
+    compiled(*good)
+    for index, value, cls, builtin in cases:
+        args = list(good)
+        args[index] = value
+        with pytest.raises(tvm.error.TVMError) as info:
+            compiled(*args)
+        assert isinstance(info.value, cls) and isinstance(info.value, builtin), (index, info.value)

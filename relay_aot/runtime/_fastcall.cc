@@ -303,7 +303,7 @@ class TypeTable {
         unsigned long long big = PyLong_AsUnsignedLongLong(number.ptr());
         if (PyErr_Occurred() || desc.dtype.code != kDLUInt || desc.dtype.bits != 64) {
           PyErr_Clear();
-          throw relay_aot::Error("ValueError", what + ": the number does not fit in dtype " +
+          throw relay_aot::Error("ArgumentValueError", what + ": the number does not fit in dtype " +
                                                    tvm::runtime::DLDataType2String(desc.dtype));
         }
         return to_python(relay_aot::box(static_cast<uint64_t>(big)), make_result);

@@ -23,6 +23,7 @@ from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 from .. import ir, names
 from ..backends.cpp.capi import c_api, header_text
 from ..build.cache import write_atomic
+from ..errors import ArgumentTypeError
 from . import fastcall, profiling
 from ..ir.signature import Signature
 from .values import Converter
@@ -114,7 +115,7 @@ class CompiledModule:
         """Convert Python arguments to runtime values, checking them against the signature."""
         params = self.signature.params
         if len(args) != len(params):
-            raise TypeError(f"{self.name}: @main takes {len(params)} arguments, got {len(args)}")
+            raise ArgumentTypeError(f"{self.name}: @main takes {len(params)} arguments, got {len(args)}")
         convert = self._converter.to_runtime
         return [convert(a, p.type, f"argument {i} (%{p.name})") for i, (a, p) in enumerate(zip(args, params))]
 

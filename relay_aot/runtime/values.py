@@ -28,6 +28,7 @@ from tvm.runtime.container import ADT
 from .. import ir
 from ..backends.python.runtime import ExportedCell
 from ..dispatch import method_for
+from ..errors import ArgumentTypeError
 from ..ir import format_type, instantiate
 from ..ir.typetable import TypeTable
 from . import fastcall
@@ -286,7 +287,7 @@ def _exactly(array: np.ndarray, dtype: str, where) -> np.ndarray:
         back = converted.astype(array.dtype)
     same = np.array_equal(back, array, equal_nan=array.dtype.kind == "f" and target.kind == "f")
     if not same or (array.dtype.kind == "b") != (target.kind == "b"):
-        raise TypeError(f"{where}: expected a tensor of dtype {dtype}, got {_kind(array)} whose values "
+        raise ArgumentTypeError(f"{where}: expected a tensor of dtype {dtype}, got {_kind(array)} whose values "
                         f"{dtype} does not hold exactly")
     return converted
 
@@ -304,7 +305,7 @@ class Closure:
 
     def __call__(self, *args):
         if len(args) != len(self.type.params):
-            raise TypeError(f"the function takes {len(self.type.params)} arguments, got {len(args)}")
+            raise ArgumentTypeError(f"the function takes {len(self.type.params)} arguments, got {len(args)}")
         converted = [
             self._converter.to_runtime(a, t, f"argument {i}") for i, (a, t) in enumerate(zip(args, self.type.params))
         ]

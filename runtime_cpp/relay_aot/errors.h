@@ -3,9 +3,10 @@
  * \brief Errors raised by compiled Relay programs at run time.
  *
  * Messages start with an error kind ("MatchError: ...") because TVM's Python FFI turns that
- * prefix into the Python exception class registered under the same name; relay_aot registers
- * MatchError, KernelError and RecursionDepthError, and the builtin TypeError and ValueError
- * are recognised by TVM itself.
+ * prefix into the Python exception class registered under the same name: relay_aot registers
+ * one for each kind its runtime raises (relay_aot/errors.py: ArgumentTypeError,
+ * ArgumentValueError, ShapeError, KernelError, MatchError, RecursionDepthError,
+ * ZeroDivisionError, MemoryError), every one a tvm.error.TVMError.
  */
 #ifndef RELAY_AOT_ERRORS_H_
 #define RELAY_AOT_ERRORS_H_

@@ -41,7 +41,7 @@ RELAY_AOT_RUNTIME_LINKAGE void raise_match_failure(const char* where) {
 }
 
 RELAY_AOT_RUNTIME_LINKAGE void raise_type_error(const std::string& message) {
-  throw Error("TypeError", message);
+  throw Error("ArgumentTypeError", message);
 }
 
 RELAY_AOT_RUNTIME_LINKAGE std::string detail::shape_text(const int64_t* dims, int rank) {
@@ -62,7 +62,7 @@ RELAY_AOT_RUNTIME_LINKAGE void raise_zero_division(const char* op) {
 
 RELAY_AOT_RUNTIME_LINKAGE NDArray scalar_of_dtype(DLDataType dtype, NumberKind kind, double real, int64_t integer, const char* what) {
   auto fail = [&]() -> NDArray {  // a number of the right kind, out of range
-    throw Error("ValueError", std::string(what) + ": the number does not fit in dtype " +
+    throw Error("ArgumentValueError", std::string(what) + ": the number does not fit in dtype " +
                                   tvm::runtime::DLDataType2String(dtype));
   };
   auto mismatch = [&]() -> NDArray {
@@ -186,39 +186,39 @@ RELAY_AOT_RUNTIME_LINKAGE void check_value(const ObjectRef& value, int type, con
       case Kind::kAny:
         break;
       case Kind::kTensor: {
-        if (obj == nullptr || !obj->IsInstance<NDArray::Container>()) fail("TypeError", detail::describe(obj));
+        if (obj == nullptr || !obj->IsInstance<NDArray::Container>()) fail("ArgumentTypeError", detail::describe(obj));
         const DLTensor& dl = static_cast<const NDArray::Container*>(obj)->dl_tensor;
-        if (dl.device.device_type != kDLCPU) fail("ValueError", "a tensor on a device other than the CPU");
+        if (dl.device.device_type != kDLCPU) fail("ArgumentValueError", "a tensor on a device other than the CPU");
         if (dl.dtype.code != desc.dtype.code || dl.dtype.bits != desc.dtype.bits ||
             dl.dtype.lanes != desc.dtype.lanes) {
-          fail("TypeError", detail::describe(obj));
+          fail("ArgumentTypeError", detail::describe(obj));
         }
         bool same = dl.ndim == desc.ndim;
         // A ? dimension (kAnyDim) accepts every extent; a static one must match.
         for (int i = 0; same && i < desc.ndim; ++i) same = desc.shape[i] == kAnyDim || dl.shape[i] == desc.shape[i];
-        if (!same) fail("ValueError", detail::describe(obj));
+        if (!same) fail("ArgumentValueError", detail::describe(obj));
         break;
       }
       case Kind::kTuple: {
-        if (obj == nullptr || !obj->IsInstance<ADTObj>()) fail("TypeError", detail::describe(obj));
+        if (obj == nullptr || !obj->IsInstance<ADTObj>()) fail("ArgumentTypeError", detail::describe(obj));
         const auto* a = static_cast<const ADTObj*>(obj);
-        if (a->tag != 0) fail("TypeError", detail::describe(obj));
-        if (static_cast<int>(a->size) != desc.num_fields) fail("ValueError", detail::describe(obj));
+        if (a->tag != 0) fail("ArgumentTypeError", detail::describe(obj));
+        if (static_cast<int>(a->size) != desc.num_fields) fail("ArgumentValueError", detail::describe(obj));
         for (int i = 0; i < desc.num_fields; ++i) {
           seen.push_back({(*a)[i].get(), desc.fields[i], here, i, nullptr, false});
         }
         break;
       }
       case Kind::kAdt: {
-        if (obj == nullptr || !obj->IsInstance<ADTObj>()) fail("TypeError", detail::describe(obj));
+        if (obj == nullptr || !obj->IsInstance<ADTObj>()) fail("ArgumentTypeError", detail::describe(obj));
         const auto* a = static_cast<const ADTObj*>(obj);
         const CtorDesc* ctor = nullptr;
         for (int c = 0; c < desc.num_ctors; ++c) {
           if (desc.ctors[c].tag == a->tag) ctor = &desc.ctors[c];
         }
-        if (ctor == nullptr) fail("ValueError", detail::describe(obj) + " (no constructor has that tag)");
+        if (ctor == nullptr) fail("ArgumentValueError", detail::describe(obj) + " (no constructor has that tag)");
         if (static_cast<int>(a->size) != ctor->num_fields) {
-          fail("ValueError", detail::describe(obj) + " (" + ctor->name + " has " +
+          fail("ArgumentValueError", detail::describe(obj) + " (" + ctor->name + " has " +
                                  std::to_string(ctor->num_fields) + " fields)");
         }
         for (int i = 0; i < ctor->num_fields; ++i) {
@@ -228,13 +228,13 @@ RELAY_AOT_RUNTIME_LINKAGE void check_value(const ObjectRef& value, int type, con
       }
       case Kind::kFunc:
         if (obj == nullptr || !obj->IsInstance<tvm::runtime::PackedFuncObj>()) {
-          fail("TypeError", detail::describe(obj));
+          fail("ArgumentTypeError", detail::describe(obj));
         }
         break;
       case Kind::kRef: {
-        if (obj == nullptr || !obj->IsInstance<tvm::runtime::ArrayNode>()) fail("TypeError", detail::describe(obj));
+        if (obj == nullptr || !obj->IsInstance<tvm::runtime::ArrayNode>()) fail("ArgumentTypeError", detail::describe(obj));
         const auto* cell = static_cast<const tvm::runtime::ArrayNode*>(obj);
-        if (cell->size() != 1) fail("TypeError", detail::describe(obj));
+        if (cell->size() != 1) fail("ArgumentTypeError", detail::describe(obj));
         seen.push_back({(*cell)[0].get(), desc.fields[0], here, 0, nullptr, true});
         break;
       }
@@ -713,10 +713,10 @@ RELAY_AOT_RUNTIME_LINKAGE void check_computed_shape(const char* kernel, const in
   }
   const std::string made = std::string("kernel ") + kernel + " would make a tensor of shape " + detail::shape_text(dims, rank);
   if (bad) {
-    throw Error("ValueError", made + (expected != nullptr ? " where its type says " + detail::shape_text(expected, rank) : ""));
+    throw Error("ShapeError", made + (expected != nullptr ? " where its type says " + detail::shape_text(expected, rank) : ""));
   }
   if (!empty && (overflow || elements > static_cast<uint64_t>(INT64_MAX))) {
-    throw Error("ValueError", made + ", whose number of elements does not fit in 64 bits");
+    throw Error("ShapeError", made + ", whose number of elements does not fit in 64 bits");
   }
 }
 
@@ -756,7 +756,7 @@ RELAY_AOT_RUNTIME_LINKAGE NDArray alloc_tensor(const ShapeTuple& shape, DLDataTy
            tvm::runtime::DLDataType2String(dtype);
   };
   if (element_bytes != 0 && elements > (uint64_t(1) << 61) / element_bytes) {
-    throw Error("ValueError", what() + " is too big: its size in bytes exceeds the largest possible allocation");
+    throw Error("ShapeError", what() + " is too big: its size in bytes exceeds the largest possible allocation");
   }
   void* block;
   try {

@@ -32,7 +32,7 @@ import numpy as np
 import tvm
 from tvm.runtime.container import ADT
 
-from ...errors import KernelError, MatchError, RecursionDepthError
+from ...errors import ArgumentTypeError, KernelError, MatchError, RecursionDepthError
 from ...kernels.scalars import NATIVE_DTYPES
 from ...runtime import fastcall
 
@@ -341,13 +341,13 @@ def _import_leaf(value: Any) -> Any:
         return value.cell
     if isinstance(value, tvm.ir.container.Array):
         if len(value) != 1:
-            raise TypeError(f"expected a reference cell (a one-element Array), got an Array of {len(value)}")
+            raise ArgumentTypeError(f"expected a reference cell (a one-element Array), got an Array of {len(value)}")
         return [import_value(value[0])]
     if isinstance(value, ExportedClosure):
         return value.inner
     if callable(value):
         return ImportedFunction(value)
-    raise TypeError(f"a {type(value).__name__} is not a Relay runtime value")
+    raise ArgumentTypeError(f"a {type(value).__name__} is not a Relay runtime value")
 
 
 def import_value(value: Any) -> Any:
