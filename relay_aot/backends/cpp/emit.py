@@ -227,6 +227,24 @@ class CppEmitter:
                 if isinstance(stmt, ir.Let) and isinstance(stmt.rhs, ir.CallClosure):
                     self.types.index(stmt.var.type)
 
+    # -- value representation (the hooks a runtime profile overrides) ---------------------
+
+    def ctype(self, ty: ir.Type) -> str:
+        """The C++ type of values of static type ``ty`` (see :func:`ctype`)."""
+        return ctype(ty)
+
+    def convert(self, expr: str, src: ir.Type, dst: ir.Type) -> str:
+        """``expr`` of static type ``src`` used where ``dst`` is expected (see :func:`convert`)."""
+        return convert(expr, src, dst)
+
+    def moved(self, expr: str) -> str:
+        """``expr`` handed over at its last use."""
+        return f"std::move({expr})"
+
+    def match_failure(self, where: str) -> str:
+        """The statement run when no clause of a match in ``where`` fits."""
+        return f"raise_match_failure({cpp_string_literal(where)});"
+
     # -- files ---------------------------------------------------------------------------
 
     def header(self, banner: str) -> str:
@@ -450,10 +468,10 @@ class CppEmitter:
         e.line("{", comment="self tail call")
         for i, p, a in changed:
             moved = (call.uid, a.id) in self.last and not is_native_scalar(a.type)
-            value = f"std::move({var(a)})" if moved else var(a)
-            e.line(f"{ctype(p.type)} t{i} = {convert(value, a.type, p.type)};")
+            value = self.moved(var(a)) if moved else var(a)
+            e.line(f"{self.ctype(p.type)} t{i} = {self.convert(value, a.type, p.type)};")
         for i, p, a in changed:
-            e.line(f"{var(p)} = std::move(t{i});")
+            e.line(f"{var(p)} = {self.moved(f't{i}')};")
         e.line("}")
         e.line("continue;")
 
@@ -465,7 +483,7 @@ class CppEmitter:
     def _if(self, stmt: ir.If) -> None:
         e = self.out
         r = stmt.result
-        e.line(f"{ctype(r.type)} {var(r)};", comment=self.describe(r, "if"))
+        e.line(f"{self.ctype(r.type)} {var(r)};", comment=self.describe(r, "if"))
         cond = var(stmt.cond) if is_native_scalar(stmt.cond.type) else f"truthy({var(stmt.cond)})"
         e.line(f"if ({cond}) {{")
         self.emit_block(stmt.then, self.assign_to(r))
@@ -477,16 +495,16 @@ class CppEmitter:
         e = self.out
         r = stmt.result
         s = var(stmt.scrutinee)
-        e.line(f"{ctype(r.type)} {var(r)};", comment=self.describe(r, "match"))
+        e.line(f"{self.ctype(r.type)} {var(r)};", comment=self.describe(r, "match"))
         for i, clause in enumerate(stmt.clauses):
             tests = [f"tag({path_expr(s, t.path)}) == {t.tag}" for t in clause.tests]
             keyword = "if" if i == 0 else "} else if"
             e.line(f"{keyword} ({' && '.join(tests) or 'true'}) {{", comment=clause.note)
             for b in clause.binds:
-                value = convert(path_expr(s, b.path), ir.AnyType(), b.var.type)
-                e.line(f"{ctype(b.var.type)} {var(b.var)} = {value};", comment=f"%{b.var.hint}")
+                value = self.convert(path_expr(s, b.path), ir.AnyType(), b.var.type)
+                e.line(f"{self.ctype(b.var.type)} {var(b.var)} = {value};", comment=f"%{b.var.hint}")
             self.emit_block(clause.body, self.assign_to(r))
-        failure = f"raise_match_failure({cpp_string_literal(stmt.where)});"
+        failure = self.match_failure(stmt.where)
         if stmt.clauses:
             e.line("} else {")
             e.line(failure)
@@ -498,8 +516,8 @@ class CppEmitter:
         """A block-result printer assigning to ``result`` (moving the value if it dies here)."""
 
         def assign(v: ir.Var, moved: bool = False) -> None:
-            value = f"std::move({var(v)})" if moved else var(v)
-            self.out.line(f"{var(result)} = {convert(value, v.type, result.type)};")
+            value = self.moved(var(v)) if moved else var(v)
+            self.out.line(f"{var(result)} = {self.convert(value, v.type, result.type)};")
 
         return assign
 
@@ -515,8 +533,8 @@ class CppEmitter:
     def define(self, stmt: ir.Let, expr: str, src: Optional[ir.Type] = None) -> None:
         """Print ``T v = expr;`` converting from ``src`` (default: the variable's own type)."""
         v = stmt.var
-        value = convert(expr, src, v.type) if src is not None else expr
-        self.out.line(f"{ctype(v.type)} {var(v)} = {value};", comment=self.describe(v, stmt.note))
+        value = self.convert(expr, src, v.type) if src is not None else expr
+        self.out.line(f"{self.ctype(v.type)} {var(v)} = {value};", comment=self.describe(v, stmt.note))
 
     def _constant(self, rhs: ir.Constant, stmt: ir.Let) -> None:
         v = stmt.var
