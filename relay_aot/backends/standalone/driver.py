@@ -110,7 +110,7 @@ def export_standalone(
     elif kernel_object.exists():
         kernel_object.unlink()
     if emitter.plan is not None:
-        size = _kernel_workspace(kernels, row.alignment)
+        size = _kernel_workspace(kernels, row.alignment) if _asks_workspace(module) else 0
     else:
         size = DEFAULT_WORKSPACE_SIZE if workspace_size is None else workspace_size
 
@@ -134,6 +134,16 @@ def export_standalone(
     shutil.copyfile(runtime_include_dir() / "standalone" / RUNTIME_HEADER, out / RUNTIME_HEADER)
     written = tuple(sorted([*files, RUNTIME_HEADER] + (["kernels.o"] if module is not None else [])))
     return Package(out, name, row, size, emitter.plan.size if emitter.plan else 0, written, api)
+
+
+def _asks_workspace(module) -> bool:
+    """Whether the built kernels call the workspace hook (small scratch buffers are on the stack)."""
+    if module is None:
+        return False
+    try:
+        return "__TVMBackendAllocWorkspace" in module.get_source("ll")
+    except tvm.error.TVMError:
+        return True  # cannot tell: keep the arena
 
 
 def _kernel_workspace(kernels, alignment: int) -> int:
