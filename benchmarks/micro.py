@@ -74,6 +74,10 @@ def _link(objects: list[str], main: Path, out: Path, include: list[str]) -> Path
 _SECTION = re.compile(r"^ (\.[\w.$]+|COMMON)\s*(?:\n\s+|\s+)0x([0-9a-f]+)\s+0x([0-9a-f]+)\s+(\S+)", re.M)
 
 
+#: The loaded sections by kind: flash (code, constants, unwind tables), initialised RAM, zeroed RAM.
+_KINDS = {"text": (".text", ".rodata", ".ARM.exidx", ".ARM.extab"), "data": (".data", ".got"), "bss": (".bss", "COMMON")}
+
+
 def model_sizes(map_file: Path, is_model) -> dict:
     """text (code and constants), data and bss bytes of the sections from the model's objects."""
     sizes = {"text": 0, "data": 0, "bss": 0}
@@ -82,8 +86,9 @@ def model_sizes(map_file: Path, is_model) -> dict:
     for name, _, size, origin in _SECTION.findall(text[start:]):
         if not is_model(origin) or int(size, 16) == 0:
             continue
-        kind = "bss" if name.startswith((".bss", "COMMON")) else "data" if name.startswith(".data") else "text"
-        sizes[kind] += int(size, 16)
+        for kind, prefixes in _KINDS.items():
+            if name.startswith(prefixes):  # loaded sections only (not .comment, debug information)
+                sizes[kind] += int(size, 16)
     return sizes
 
 

@@ -148,7 +148,9 @@ def test_static_program_gets_planned_storage_and_no_arena(tmp_path):
     assert package.planned_size == 256
     header = package.header.read_text()
     assert "#define TVMGEN_MLP_PLANNED_SIZE 256" in header
-    assert "arena_alloc" not in (package.directory / "unit0.cc").read_text()
+    entry = (package.directory / "entry.cc").read_text()
+    assert "arena_alloc(" not in entry and "static inline Value f0(Value v0)" in entry
+    assert "unit0.cc" not in package.files  # the one function sits beside the entry, inlined
 
 
 ARENA_MAIN = r"""
@@ -240,3 +242,26 @@ def test_command_line_writes_a_package(tmp_path):
     assert {"tvmgen_fib.h", "Makefile", "program.h", "entry.cc", "unit0.cc", "relay_aot_standalone.h"} <= files
     assert "#define TVMGEN_FIB_WORKSPACE_SIZE 4096" in (tmp_path / "pkg" / "tvmgen_fib.h").read_text()
     assert str(tmp_path) not in "".join(p.read_text() for p in (tmp_path / "pkg").iterdir() if p.suffix != ".o")
+
+
+def test_the_micro_benchmark_counts_only_the_models_loaded_sections(tmp_path):
+    from benchmarks import micro
+
+    map_file = tmp_path / "main.map"
+    map_file.write_text("""Discarded input sections
+ .text.unused   0x00000000       0x40 libtvmgen_m.a(entry.o)
+Linker script and memory map
+ .text.tvmgen_m_run
+                0x00000100       0x20 pkg/libtvmgen_m.a(entry.o)
+ .text.main     0x00000120       0x30 main.o
+ .rodata._ZN1k0E
+                0x00000200      0x100 pkg/libtvmgen_m.a(constants.o)
+ .data._ZN5stateE
+                0x20000000       0x24 pkg/libtvmgen_m.a(entry.o)
+ .bss._ZN7storageE
+                0x20000100       0x40 pkg/libtvmgen_m.a(entry.o)
+ .comment       0x00000000       0x27 pkg/libtvmgen_m.a(entry.o)
+ .debug_info    0x00000000      0x200 pkg/libtvmgen_m.a(kernels.o)
+""")
+    sizes = micro.model_sizes(map_file, lambda origin: "libtvmgen_m.a" in origin)
+    assert sizes == {"text": 0x20 + 0x100, "data": 0x24, "bss": 0x40}

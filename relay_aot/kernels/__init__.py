@@ -278,6 +278,24 @@ class KernelTable:
             except tvm.error.TVMError as err:
                 raise CompileError(f"TVM failed to build the kernels: {_first_line(err)}") from None
 
+    def build_c(self, target: str) -> Optional[str]:
+        """The kernels as C source from TVM's ``c`` target ``target``, unpacked (a standalone
+        package compiles it with its own toolchain, as TVM's microcontroller path does); None
+        when there are none. TVM's C code generator cannot print vector types, so TIR's
+        vectorized loops stay loops (``tir.disable_vectorize``, as for TVM's own C)."""
+        if not self.needs_build:
+            return None
+        with tvm.transform.PassContext(config={"tir.disable_vectorize": True}):
+            merged = self.lower_all()
+            # Lowered with the package's llvm target (its schedules); printed as C.
+            funcs = {gvar: func.without_attr("target") for gvar, func in merged.functions.items()}
+            merged = tvm.IRModule(funcs).with_attr(
+                "executor", relay.backend.Executor("aot", {"unpacked-api": True, "interface-api": "c"}))
+            try:
+                return tvm.build(merged, target=tvm.target.Target(target)).get_source()
+            except tvm.error.TVMError as err:
+                raise CompileError(f"TVM failed to build the kernels: {_first_line(err)}") from None
+
     def write_object(self, path, progress: Optional[Callable[[int, int], None]] = None) -> bool:
         """Build the kernels into the object file ``path``; False when there are none."""
         module = self.build(progress)

@@ -43,7 +43,6 @@ struct State {
   char* message;        //!< a buffer for messages with numbers in them
   uint32_t message_size;
   Value* free_lists;    //!< per size class, the released blocks of that size (a chain)
-  uint32_t size_classes;
 };
 
 /*! \brief Converts to the value-initialised object of any type: `return fail(...)` from anywhere. */
@@ -92,26 +91,27 @@ inline Failure out_of_arena(State& s, uint32_t nbytes, uint32_t missing) {
   return fail(s, s.message);
 }
 
-/*! \brief \p nbytes from the arena, aligned to \p align (a power of two); nullptr when out. */
-inline Value arena_alloc(State& s, uint32_t nbytes, uint32_t align) {
+/*! \brief \p nbytes from the arena, aligned to \p align (a power of two); nullptr, with nothing
+ *         recorded, when the arena is out (or the run has failed). */
+inline Value bump(State& s, uint32_t nbytes, uint32_t align) {
   if (s.error) return nullptr;
   uint32_t start = (s.used + align - 1) & ~(align - 1);
-  if (start > s.arena_size || nbytes > s.arena_size - start) {
-    uint32_t over = start > s.arena_size ? start - s.arena_size + nbytes : nbytes - (s.arena_size - start);
-    return out_of_arena(s, nbytes, over);
-  }
+  if (start > s.arena_size || nbytes > s.arena_size - start) return nullptr;
   s.used = start + nbytes;
   if (s.used > s.peak) s.peak = s.used;
   return s.arena + start;
 }
 
-/*! \brief Start a run: an empty arena, no error. */
-inline void begin_run(State& s, const char* stack_floor) {
-  s.error = nullptr;
-  s.used = 0;
-  s.peak = 0;
-  s.stack_floor = stack_floor;
-  for (uint32_t c = 0; c < s.size_classes; ++c) s.free_lists[c] = nullptr;
+/*! \brief \p nbytes from the arena, aligned to \p align; nullptr when out, with an error
+ *         saying how many more bytes were needed. */
+inline Value arena_alloc(State& s, uint32_t nbytes, uint32_t align) {
+  Value block = bump(s, nbytes, align);
+  if (!block && !s.error) {
+    uint32_t start = (s.used + align - 1) & ~(align - 1);
+    uint32_t over = start > s.arena_size ? start - s.arena_size + nbytes : nbytes - (s.arena_size - start);
+    return out_of_arena(s, nbytes, over);
+  }
+  return block;
 }
 
 /*! \brief A block of size class \p c (\p nbytes): a released one, or a new one from the arena.

@@ -8,7 +8,9 @@ LLVM for the package's target). The package holds:
 * ``tvmgen_<name>.h`` -- the host C API's header, plus the memory-sizing declarations;
 * ``program.h``, ``unit<N>.cc``, ``constants.cc``, ``entry.cc`` -- the generated C++
   (:mod:`.emit`), and ``relay_aot_standalone.h``, its runtime (copied);
-* ``kernels.o`` -- TVM's kernels, an object file for the target (absent if there are none);
+* TVM's kernels (none if the program has no kernel to build): ``kernels.o``, an object file
+  LLVM made for the target, or, for targets with a ``kernel_c_target``, ``kernels.c`` from TVM's
+  ``c`` target and the three TVM headers it includes (``tvm_include/``), for the toolchain;
 * ``Makefile`` -- ``make -C DIR CC=.. CXX=.. AR=.. CFLAGS=.. CXXFLAGS=..``; the flags the
   package itself needs are in ``PKG_CXXFLAGS``, so the caller's five variables replace nothing.
 
@@ -26,8 +28,8 @@ from typing import Mapping, Optional
 import tvm
 
 from ... import names
-from ...build.toolchain import runtime_include_dir
-from ...errors import UnsupportedError
+from ...build.toolchain import runtime_include_dir, tvm_include_dirs
+from ...errors import CompileError, UnsupportedError
 from ...ir.signature import Signature
 from ...request import Request
 from ...version import __version__
@@ -41,6 +43,9 @@ from .targets import DEFAULT_WORKSPACE_SIZE, StandaloneTarget, resolve
 PACKAGE_CXXFLAGS = ("-std=c++17", "-fno-exceptions", "-fno-rtti", "-fno-threadsafe-statics",
                     "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-fwrapv", "-fno-strict-aliasing",
                     "-ffunction-sections", "-fdata-sections")
+
+#: The flags TVM's C kernels need (GNU C: TVM's C uses its extensions).
+PACKAGE_CFLAGS = ("-std=gnu99", "-ffunction-sections", "-fdata-sections")
 
 #: Functions per translation unit (as in the C++ backend, a fixed number: the same files everywhere).
 FUNCTIONS_PER_UNIT = 48
@@ -103,14 +108,25 @@ def export_standalone(
     emitter = StandaloneEmitter(program, name, api, row.alignment)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    kernel_object = out / "kernels.o"
-    module = kernels.build()
-    if module is not None:
-        module.save(str(kernel_object))
-    elif kernel_object.exists():
-        kernel_object.unlink()
+    for stale in ("kernels.o", "kernels.c"):
+        if (out / stale).exists():
+            (out / stale).unlink()
+    kernel_file, asks_workspace = None, False
+    if row.kernel_c_target:
+        source = kernels.build_c(row.kernel_c_target)
+        if source is not None:
+            kernel_file = "kernels.c"
+            (out / kernel_file).write_text(source)
+            asks_workspace = "TVMBackendAllocWorkspace(" in source
+            _copy_tvm_headers(out / TVM_HEADERS_DIR)
+    else:
+        module = kernels.build()
+        if module is not None:
+            kernel_file = "kernels.o"
+            module.save(str(out / kernel_file))
+            asks_workspace = _asks_workspace(module)
     if emitter.plan is not None:
-        size = _kernel_workspace(kernels, row.alignment) if _asks_workspace(module) else 0
+        size = _kernel_workspace(kernels, row.alignment) if asks_workspace else 0
     else:
         size = DEFAULT_WORKSPACE_SIZE if workspace_size is None else workspace_size
 
@@ -119,21 +135,41 @@ def export_standalone(
 
     files = {"program.h": emitter.header(banner("program.h"))}
     units = []
-    for index, start in enumerate(range(0, len(program.functions), FUNCTIONS_PER_UNIT)):
+    # a planned program's one function is printed into entry.cc, beside its only caller
+    functions = [] if emitter.plan is not None else program.functions
+    for index, start in enumerate(range(0, len(functions), FUNCTIONS_PER_UNIT)):
         unit = f"unit{index}.cc"
-        files[unit] = emitter.unit(banner(unit), program.functions[start:start + FUNCTIONS_PER_UNIT])
+        files[unit] = emitter.unit(banner(unit), functions[start:start + FUNCTIONS_PER_UNIT])
         units.append(unit)
     files["constants.cc"] = emitter.constants_unit(banner("constants.cc"))
-    files["entry.cc"] = emitter.entry_unit(banner("entry.cc"), size, row.stack_budget)
+    files["entry.cc"] = emitter.entry_unit(banner("entry.cc"), size, row.stack_budget, kernel_file == "kernels.c")
     usage = (" * non-zero, and {last_error}() says why. A standalone package: link",
              f" * lib{names.c_api(name)}.a alone (no TVM, no C++ library); one run at a time. */")
     files[api.header_name] = header_text(api, usage, tuple(standalone_header_extra(api, size, emitter.plan)))
-    files["Makefile"] = makefile(name, units + ["constants.cc", "entry.cc"], module is not None)
+    files["Makefile"] = makefile(name, units + ["constants.cc", "entry.cc"], kernel_file)
     for file_name, text in files.items():
         (out / file_name).write_text(text)
     shutil.copyfile(runtime_include_dir() / "standalone" / RUNTIME_HEADER, out / RUNTIME_HEADER)
-    written = tuple(sorted([*files, RUNTIME_HEADER] + (["kernels.o"] if module is not None else [])))
+    written = tuple(sorted([*files, RUNTIME_HEADER] + ([kernel_file] if kernel_file else [])))
     return Package(out, name, row, size, emitter.plan.size if emitter.plan else 0, written, api)
+
+
+#: Where a package with C kernels keeps the three headers of TVM's C runtime API they include.
+TVM_HEADERS_DIR = "tvm_include"
+_TVM_HEADERS = ("tvm/runtime/c_runtime_api.h", "tvm/runtime/c_backend_api.h", "dlpack/dlpack.h")
+
+
+def _copy_tvm_headers(directory: Path) -> None:
+    """Copy the headers TVM's C kernels include (declarations only: no TVM library is linked)."""
+    for header in _TVM_HEADERS:
+        for root in tvm_include_dirs():
+            source = Path(root) / header
+            if source.is_file():
+                (directory / header).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, directory / header)
+                break
+        else:
+            raise CompileError(f"TVM's header {header} is missing from the installation")
 
 
 def _asks_workspace(module) -> bool:
@@ -159,10 +195,14 @@ def _kernel_workspace(kernels, alignment: int) -> int:
     return most
 
 
-def makefile(name: str, sources: list[str], has_kernels: bool) -> str:
-    """The package's Makefile: ``make CC=.. CXX=.. AR=.. CFLAGS=.. CXXFLAGS=..`` builds the archive."""
+def makefile(name: str, sources: list[str], kernel_file: Optional[str]) -> str:
+    """The package's Makefile: ``make CC=.. CXX=.. AR=.. CFLAGS=.. CXXFLAGS=..`` builds the archive
+    (``kernel_file``: ``kernels.o`` made by LLVM, ``kernels.c`` to compile, or None)."""
     library = f"lib{names.c_api(name)}.a"
     objects = " ".join(os.path.splitext(s)[0] + ".o" for s in sources)
+    c_kernels = kernel_file == "kernels.c"
+    if c_kernels:
+        objects += " kernels.o"
     lines = [
         f"# Generated by relay_aot {__version__} for model {name}: builds {library}.",
         "# make CC=... CXX=... AR=... CFLAGS=... CXXFLAGS=... (any GCC-compatible toolchain for the",
@@ -170,8 +210,9 @@ def makefile(name: str, sources: list[str], has_kernels: bool) -> str:
         "CXX ?= g++",
         "AR ?= ar",
         f"PKG_CXXFLAGS = {' '.join(PACKAGE_CXXFLAGS)} -I.",
+        f"PKG_CFLAGS = {' '.join(PACKAGE_CFLAGS)} -I{TVM_HEADERS_DIR}",
         f"OBJECTS = {objects}",
-        f"KERNELS = {'kernels.o' if has_kernels else ''}",
+        f"KERNELS = {kernel_file if kernel_file == 'kernels.o' else ''}",
         "",
         f"{library}: $(OBJECTS) $(KERNELS)",
         "\trm -f $@",
@@ -180,6 +221,7 @@ def makefile(name: str, sources: list[str], has_kernels: bool) -> str:
         f"%.o: %.cc program.h {RUNTIME_HEADER} {names.c_api(name)}.h",
         "\t$(CXX) $(PKG_CXXFLAGS) $(CXXFLAGS) -c $< -o $@",
         "",
+        *(["kernels.o: kernels.c", "\t$(CC) $(PKG_CFLAGS) $(CFLAGS) -c $< -o $@", ""] if c_kernels else []),
         "clean:",
         f"\trm -f $(OBJECTS) {library}",
         "",

@@ -201,9 +201,10 @@ class StandaloneEmitter(CppEmitter):
             if f.is_closure:
                 e.decl(f"Value {names.CLOSURE_ENTRY}{f.id}(Value self, const Value* args);")
         e.decl()
-        for f in self.program.functions:
-            e.decl(f"{self.prototype(f)};  // {escape_comment(f.hint)}")
-        e.decl()
+        if self.plan is None:
+            for f in self.program.functions:
+                e.decl(f"{self.prototype(f)};  // {escape_comment(f.hint)}")
+            e.decl()
         e.decl(f"}}  // namespace {self.namespace}")
         return e.declarations
 
@@ -211,7 +212,9 @@ class StandaloneEmitter(CppEmitter):
         params = [f"{self.ctype(p.type)} {var(p)}" for p in f.params]
         if f.is_closure:
             params.insert(0, "Value self")
-        return f"{self.ctype(f.ret)} {f.id}({', '.join(params)})"
+        # a planned program's one function lives in entry.cc alone, inlined into the entry
+        linkage = "static inline " if self.plan is not None else ""
+        return f"{linkage}{self.ctype(f.ret)} {f.id}({', '.join(params)})"
 
     def constants_unit(self, banner: str) -> str:
         """``constants.cc``: the constants as ``const`` arrays (in flash on a microcontroller)."""
@@ -320,8 +323,8 @@ class StandaloneEmitter(CppEmitter):
                 out_args.append(name)
         if allocated:
             self.check()
-        e.line(f"if ({kernel.symbol}({', '.join(inputs + out_args)}) != 0) "
-               f"return fail(state, {cpp_string_literal('kernel ' + kernel.symbol + ' failed')});")
+        # TVM's unpacked kernels fail only when their scratch memory does, which said why first
+        e.line(f"if ({kernel.symbol}({', '.join(inputs + out_args)}) != 0) return fail(state, \"a kernel failed\");")
         if not single:
             rest = iter(zip(outputs, kernel.outputs))
             e.line(f"Value {var(v)} = {self.rebuild(kernel.result, rest)};")
@@ -398,12 +401,18 @@ class StandaloneEmitter(CppEmitter):
 
     # -- the entry -------------------------------------------------------------------------
 
-    def entry_unit(self, banner: str, workspace_size: int, stack_budget: int) -> str:
+    def entry_unit(self, banner: str, workspace_size: int, stack_budget: int, c_kernels: bool = False) -> str:
         """``entry.cc``: the package's state and arena, TVM's workspace hooks, and the C API."""
         api, model = self.api, self.model
         e = self._begin_unit(banner, '"program.h"')
         self.out.decl(f'#include "{api.header_name}"')
         e.line()
+        if self.plan is not None:
+            # One straight-line function: here, beside the entry that calls it once, the C++
+            # compiler inlines it (its out-of-line copy is left to --gc-sections).
+            for f in self.program.functions:
+                self.emit_function(f)
+                e.line()
         if workspace_size:
             e.line(f"alignas({self.alignment}) uint8_t default_arena[{workspace_size}];")
         if self.plan is not None and self.plan.size:
@@ -412,19 +421,24 @@ class StandaloneEmitter(CppEmitter):
         if self.plan is not None and self.plan.direct_output:
             e.line(f"Value {self.plan.output_pointer} = nullptr;")
         message = "message"
-        e.line(f"char {message}[{160 if workspace_size else 1}];", comment="last_error's text, when it has numbers")
+        e.line(f"char {message}[{160 if workspace_size and self.plan is None else 1}];",
+               comment="last_error's text, when it has numbers")
         arena = "default_arena" if workspace_size else "nullptr"
         lists, count = "nullptr", len(self.size_classes)
         if count:
             lists = "free_lists"
             e.line(f"Value {lists}[{count}];", comment="released blocks, per size class")
-        e.line(f"State state = {{nullptr, {arena}, {workspace_size}, 0, 0, nullptr, {message}, sizeof {message}, "
-               f"{lists}, {count}}};")
+        e.line(f"State state = {{nullptr, {arena}, {workspace_size}, 0, 0, nullptr, {message}, sizeof {message}, {lists}}};")
         e.line()
         e.comment("TVM's kernels ask for scratch memory here: served from the arena, in stack order.")
         e.line("void* alloc_workspace(int, int, uint64_t nbytes, int, int) {")
-        e.line(f"if (nbytes > 0xffffffffu) return fail(state, \"a kernel asked for more than 4 GiB of workspace\");")
-        e.line(f"return arena_alloc(state, static_cast<uint32_t>(nbytes), {self.alignment});")
+        if self.plan is None:
+            e.line("if (nbytes > 0xffffffffu) return fail(state, \"a kernel asked for more than 4 GiB of workspace\");")
+            e.line(f"return arena_alloc(state, static_cast<uint32_t>(nbytes), {self.alignment});")
+        else:  # sized from the kernels' TIR at compile time: no message with numbers to format
+            e.line(f"Value block = nbytes > 0xffffffffu ? nullptr : bump(state, static_cast<uint32_t>(nbytes), {self.alignment});")
+            e.line("if (!block) return fail(state, \"out of the kernels' planned workspace\");")
+            e.line("return block;")
         e.line("}")
         e.line("int free_workspace(int, int, void* data) {")
         e.line("workspace_free(state, data);")
@@ -433,10 +447,18 @@ class StandaloneEmitter(CppEmitter):
         e.line(f"}}  // namespace {self.namespace}")
         e.line()
         ns = self.namespace
-        e.comment("The slots TVM's kernels call the workspace functions through (a loader would fill them).")
         e.line('extern "C" {')
-        e.line(f"void* (*__TVMBackendAllocWorkspace)(int, int, uint64_t, int, int) = &{ns}::alloc_workspace;")
-        e.line(f"int (*__TVMBackendFreeWorkspace)(int, int, void*) = &{ns}::free_workspace;")
+        if c_kernels:
+            e.comment("TVM's C kernels call the workspace functions of TVM's C runtime API.")
+            e.line("void* TVMBackendAllocWorkspace(int device_type, int device_id, uint64_t nbytes, int code, int bits) {")
+            e.line(f"return {ns}::alloc_workspace(device_type, device_id, nbytes, code, bits);")
+            e.line("}")
+            e.line(f"int TVMBackendFreeWorkspace(int device_type, int device_id, void* data) {{ "
+                   f"return {ns}::free_workspace(device_type, device_id, data); }}")
+        else:
+            e.comment("The slots TVM's LLVM kernels call the workspace functions through (a loader would fill them).")
+            e.line(f"void* (*__TVMBackendAllocWorkspace)(int, int, uint64_t, int, int) = &{ns}::alloc_workspace;")
+            e.line(f"int (*__TVMBackendFreeWorkspace)(int, int, void*) = &{ns}::free_workspace;")
         e.line()
         self._emit_run(e, stack_budget)
         e.line()
@@ -468,14 +490,17 @@ class StandaloneEmitter(CppEmitter):
         inputs, outputs = api.struct("inputs"), api.struct("outputs")
         e.line(f"int32_t {names.c_api(self.model, 'run')}({inputs}* inputs, {outputs}* outputs) {{")
         e.line(f"using namespace {ns};")
-        e.line(f"begin_run(state, reinterpret_cast<const char*>(__builtin_frame_address(0)) - {stack_budget});")
-        if api.inputs:
-            e.line('if (!inputs) return fail(state, "inputs is NULL"), -1;')
-        if api.outputs:
-            e.line('if (!outputs) return fail(state, "outputs is NULL"), -1;')
-        for f in api.inputs + api.outputs:
-            part = "inputs" if f in api.inputs else "outputs"
-            e.line(f"if (!{part}->{f.name}) return fail(state, {cpp_string_literal(f'{part}->{f.name} is NULL')}), -1;")
+        # a new run: no error, an empty arena; only what the program uses is reset
+        e.line("state.error = nullptr;")
+        e.line("state.used = state.peak = 0;")
+        if any(self.calls_functions(f) for f in self.program.functions):
+            e.line(f"state.stack_floor = reinterpret_cast<const char*>(__builtin_frame_address(0)) - {stack_budget};")
+        if self.size_classes:
+            e.line(f"for (Value& list : free_lists) list = nullptr;")
+        nulls = (["!inputs"] if api.inputs else []) + (["!outputs"] if api.outputs else [])
+        nulls += [f"!inputs->{f.name}" for f in api.inputs] + [f"!outputs->{f.name}" for f in api.outputs]
+        if nulls:  # one message: its text is flash on a microcontroller
+            e.line(f"if ({' || '.join(nulls)}) return fail(state, \"a NULL buffer\"), -1;")
         if self.plan is not None and self.plan.direct_output:
             e.line(f"{self.plan.output_pointer} = outputs->{api.outputs[0].name};", comment="the last kernel writes it")
         args = []
