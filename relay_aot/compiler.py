@@ -15,7 +15,7 @@ import tvm
 
 from .backends.cpp.driver import compile_cpp, generate_cpp
 from .backends.python.driver import compile_python, generate_python
-from .backends.standalone.driver import Package, export_standalone as _export_standalone
+from .backends.standalone.driver import export_standalone  # noqa: F401 - public: relay_aot.export_standalone
 from .ir.printer import format_program
 from .request import Request
 from .runtime import CompiledModule
@@ -77,31 +77,6 @@ def compile(  # noqa: A001 - the name users expect
                          "(relay-aot compile --standalone), not by compile")
     return compile_with(request, cache=cache, verbose=verbose)
 
-
-def export_standalone(
-    mod: tvm.IRModule,
-    directory,
-    name: str = "default",
-    target: str = "host",
-    params: Optional[Mapping[str, object]] = None,
-    workspace_size: Optional[int] = None,
-    opt_level: int = 3,
-) -> Package:
-    """Write a standalone package of ``mod`` into ``directory``: C++ sources, TVM's kernels as an
-    object file for ``target``, the C API's header ``tvmgen_<name>.h`` and a ``Makefile`` that
-    builds ``libtvmgen_<name>.a`` with any GCC-compatible toolchain -- no TVM runtime, no heap,
-    no C++ runtime (docs/deployment.md, "Microcontrollers and boards").
-
-    :param target: ``"host"``, ``"aarch64-linux"``, ``"cortex-m4"`` (the rows of
-        ``relay_aot.backends.standalone.targets.TARGETS``) or a TVM ``llvm`` target string.
-    :param workspace_size: bytes of the arena of a program that allocates (ADTs, closures,
-        references, calls); default 65,536. Programs that are one straight line of kernels get
-        their storage planned at compile time instead.
-    :returns: the :class:`~relay_aot.backends.standalone.driver.Package` written.
-    :raises UnsupportedError: naming what cannot run standalone (``?`` shapes, an ``@main``
-        taking or returning anything but tensors -- a function for a Python callback, an ADT).
-    """
-    return _export_standalone(mod, directory, name, target, params, workspace_size, opt_level)
 
 
 def generate_source(

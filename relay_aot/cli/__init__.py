@@ -273,8 +273,6 @@ def cmd_compile(args) -> int:
         return _compile_standalone(args)
     if args.workspace_size is not None:
         raise CliError("--workspace-size sizes the arena of a standalone package: use it with --standalone DIR", 2)
-    if args.output is None:
-        raise CliError("compile needs -o OUT.so (a shared library) or --standalone DIR (a package)", 2)
     out = Path(args.output)
     if not out.parent.is_dir():
         raise CliError(f"-o {args.output}: directory {out.parent} does not exist")
@@ -293,8 +291,8 @@ def _compile_standalone(args) -> int:
     """``relay-aot compile --standalone DIR``: write a standalone package (no TVM runtime, no heap)."""
     import relay_aot
 
-    if args.output or args.c_header:
-        raise CliError("--standalone writes a package (with its header): -o and --c-header do not apply", 2)
+    if args.c_header:
+        raise CliError("--standalone writes a package with its header: --c-header does not apply", 2)
     if args.backend != "cpp" or args.profile:
         raise CliError("--standalone takes neither --backend python nor --profile", 2)
     directory = Path(args.standalone)
@@ -380,8 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    description="Compile MODEL into one self-contained shared library, loadable "
                                    "by tvm.runtime.load_module, relay_aot.load and TVM's C++ runtime.")
     _model_options(compile_)
-    compile_.add_argument("-o", "--output", metavar="OUT.so", help="the library to write")
-    compile_.add_argument("--standalone", metavar="DIR",
+    written = compile_.add_mutually_exclusive_group(required=True)
+    written.add_argument("-o", "--output", metavar="OUT.so", help="the library to write")
+    written.add_argument("--standalone", metavar="DIR",
                           help="instead, write a standalone package to DIR: sources, the kernels for --target "
                           "and a Makefile building libtvmgen_<name>.a, with no TVM runtime and no heap "
                           "(--target host, aarch64-linux, cortex-m4 or an llvm target; see docs/deployment.md)")

@@ -83,17 +83,23 @@ def export_standalone(
     workspace_size: Optional[int] = None,
     opt_level: int = 3,
 ) -> Package:
-    """Write the standalone package of ``mod`` into ``directory`` (made if missing).
+    """Write the standalone package of ``mod`` into ``directory`` (made if missing): C++ sources,
+    TVM's kernels for ``target``, the C API's header ``tvmgen_<name>.h`` and a ``Makefile`` that
+    builds ``libtvmgen_<name>.a`` with any GCC-compatible toolchain -- no TVM runtime, no heap,
+    no C++ runtime (docs/deployment.md, "Microcontrollers and boards").
 
-    :param target: a row of ``backends.standalone.targets.TARGETS`` (``host``,
+    :param name: the model name (as for :func:`relay_aot.compile`).
+    :param target: a row of ``relay_aot.backends.standalone.targets.TARGETS`` (``host``,
         ``aarch64-linux``, ``cortex-m4``), or a TVM ``llvm`` target string.
+    :param params: arrays bound to parameters of ``main`` by name (they become ``const`` arrays).
     :param workspace_size: bytes of the arena for programs that allocate (ADTs, closures,
-        references, calls); default :data:`~.targets.DEFAULT_WORKSPACE_SIZE`. A program that is
+        references, calls); default 65,536. A program that is
         one straight line of kernels gets its storage planned instead and an arena only for
         its kernels' scratch memory, sized at compile time.
     :raises UnsupportedError: the program uses what a package cannot run (``?`` shapes, an
         ``@main`` that takes or returns anything but tensors, e.g. a function for a Python
         callback); the message names it.
+    :returns: the :class:`Package` written.
     """
     row = resolve(target)
     if workspace_size is not None and not 0 < workspace_size < 1 << 32:

@@ -14,6 +14,8 @@ from typing import Optional
 
 import tvm
 
+from ...request import target_of
+
 
 @dataclasses.dataclass(frozen=True)
 class StandaloneTarget:
@@ -65,16 +67,11 @@ def resolve(target: str) -> StandaloneTarget:
     """The row of ``target``: a name of :data:`TARGETS`, one of their TVM target strings, or
     another TVM ``llvm`` target (a row of defaults, with no toolchain known).
 
-    :raises ValueError: not a TVM target, or not a CPU (``llvm``) one.
+    :raises ValueError: not a TVM target. :raises UnsupportedError: not a CPU (``llvm``) one.
     """
     if target in TARGETS:
         return TARGETS[target]
-    try:
-        parsed = tvm.target.Target(target)
-    except (tvm.error.TVMError, ValueError) as err:
-        raise ValueError(f"invalid target {target!r}: {err}") from None
-    if parsed.kind.name != "llvm":
-        raise ValueError(f"standalone packages are built for CPU targets (llvm ...), not {parsed.kind.name!r}")
+    parsed = target_of(target)
     for row in TARGETS.values():
         if str(tvm.target.Target(row.tvm_target)) == str(parsed):
             return row
