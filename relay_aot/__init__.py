@@ -13,7 +13,7 @@ _os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 from .version import __version__  # noqa: E402,F401
 
 from .build import clear_cache  # noqa: E402
-from .compiler import compile  # noqa: E402,A001
+from .compiler import compile, export_standalone  # noqa: E402,A001
 from .errors import (  # noqa: E402
     CompileError,
     KernelError,
@@ -25,6 +25,7 @@ from .errors import (  # noqa: E402
 from .runtime import Closure, CompiledModule, load  # noqa: E402
 
 __all__ = [
+    "export_standalone",
     "compile",
     "load",
     "clear_cache",

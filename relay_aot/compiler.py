@@ -15,6 +15,7 @@ import tvm
 
 from .backends.cpp.driver import compile_cpp, generate_cpp
 from .backends.python.driver import compile_python, generate_python
+from .backends.standalone.driver import export_standalone  # noqa: F401 - public: relay_aot.export_standalone
 from .ir.printer import format_program
 from .request import Request
 from .runtime import CompiledModule
@@ -70,7 +71,12 @@ def compile(  # noqa: A001 - the name users expect
     it came from the cache (``.cached``) and its key.
     """
     compile_with, _ = _driver(backend)
-    return compile_with(Request.make(mod, target, params, name, opt_level, profile), cache=cache, verbose=verbose)
+    request = Request.make(mod, target, params, name, opt_level, profile)
+    if request.config.standalone:
+        raise ValueError("RELAY_AOT_STANDALONE is set: standalone packages are written by export_standalone "
+                         "(relay-aot compile --standalone), not by compile")
+    return compile_with(request, cache=cache, verbose=verbose)
+
 
 
 def generate_source(

@@ -81,6 +81,10 @@ class Config:
     profile: bool = setting(
         "RELAY_AOT_PROFILE", "0", _flag, True,
         "build every library instrumented for profiling (as compile(..., profile=True) does)")
+    standalone: bool = setting(
+        "RELAY_AOT_STANDALONE", "0", _flag, True,
+        "compile for a standalone package: unpacked, serial kernels and the standalone runtime profile "
+        "(as export_standalone does)")
     jobs: int = setting(
         "RELAY_AOT_JOBS", lambda environ: str(os.cpu_count() or 1), _count("RELAY_AOT_JOBS"), False,
         "parallel C++ compile jobs")

@@ -57,6 +57,10 @@ class Request:
         config, so the profiled library has its own cache keys by construction."""
         return dataclasses.replace(self, config=dataclasses.replace(self.config, profile=True))
 
+    def standalone(self) -> "Request":
+        """The same compile for a standalone package (an output setting, hashed like ``profile``)."""
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, standalone=True))
+
     def lower(self) -> tuple[ir.Program, KernelTable]:
         """Run the passes and lower the result into the control IR and its kernel table."""
         # Layout passes ask AutoTVM for schedules too: its raw messages are held back here;

@@ -161,7 +161,7 @@ MISTAKES = [
     ([], 2, r"^relay-aot: error: the following arguments are required: COMMAND \(see relay-aot --help\)$"),
     (["frob"], 2, r"invalid choice: 'frob'"),
     (["compile", "{dir}/missing.relay", "-o", "{dir}/x.so"], 1, r"missing\.relay: no such file$"),
-    (["compile", "{dir}/good.relay"], 2, r"^relay-aot compile: error: the following arguments are required: -o"),
+    (["compile", "{dir}/good.relay"], 2, r"^relay-aot compile: error: one of the arguments -o/--output --standalone is required"),
     (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--backend", "rust"], 2,
      r"--backend: invalid choice: 'rust' \(choose from 'cpp', 'python'\)"),
     (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--backend", "python"], 2,

@@ -23,10 +23,10 @@ RANKS = [
     ("2 kernels", ["kernels"]),
     ("3 lowering", ["lower", "request"]),
     ("4 emitters", ["backends", "backends.emitter", "backends.cpp", "backends.cpp.emit", "backends.python",
-                    "backends.python.emit"]),
+                    "backends.python.emit", "backends.standalone"]),
     ("5 build", ["build"]),
     ("6 runtime", ["runtime", "backends.python.runtime"]),
-    ("drivers", ["backends.cpp.driver", "backends.python.driver", "compiler", ""]),
+    ("drivers", ["backends.cpp.driver", "backends.python.driver", "backends.standalone.driver", "compiler", ""]),
     ("tools", ["cli", "testing"]),
 ]
 

@@ -269,6 +269,10 @@ def cmd_compile(args) -> int:
         raise CliError("the python backend builds no shared library (its generated Python calls kernels "
                        "in the compiling process): compile with --backend cpp, or see its source with "
                        "relay-aot show --backend python", 2)
+    if args.standalone is not None:
+        return _compile_standalone(args)
+    if args.workspace_size is not None:
+        raise CliError("--workspace-size sizes the arena of a standalone package: use it with --standalone DIR", 2)
     out = Path(args.output)
     if not out.parent.is_dir():
         raise CliError(f"-o {args.output}: directory {out.parent} does not exist")
@@ -280,6 +284,32 @@ def cmd_compile(args) -> int:
     print(f"wrote {out}: model {compiled.name}{built}, {_signature_line(compiled.signature)}")
     if args.c_header:
         print(f"wrote {args.c_header}: the C API, {names.c_api(compiled.name, 'run')}")
+    return 0
+
+
+def _compile_standalone(args) -> int:
+    """``relay-aot compile --standalone DIR``: write a standalone package (no TVM runtime, no heap)."""
+    import relay_aot
+
+    if args.c_header:
+        raise CliError("--standalone writes a package with its header: --c-header does not apply", 2)
+    if args.backend != "cpp" or args.profile:
+        raise CliError("--standalone takes neither --backend python nor --profile", 2)
+    directory = Path(args.standalone)
+    if directory.exists() and not directory.is_dir():
+        raise CliError(f"--standalone {args.standalone}: not a directory")
+    if not directory.parent.is_dir():
+        raise CliError(f"--standalone {args.standalone}: directory {directory.parent} does not exist")
+    options = _compile_args(args)
+    for unused in ("backend", "profile"):
+        options.pop(unused)
+    try:
+        package = relay_aot.export_standalone(directory=directory, workspace_size=args.workspace_size, **options)
+    except ValueError as err:
+        raise CliError(str(err), 2) from None
+    sizes = f"{package.planned_size} bytes planned, a {package.workspace_size}-byte workspace"
+    print(f"wrote {directory}: package {package.library.name} for {package.target.name} ({sizes}); "
+          f"build it with make -C {directory} CC=... CXX=... AR=... CFLAGS=... CXXFLAGS=...")
     return 0
 
 
@@ -348,7 +378,14 @@ def build_parser() -> argparse.ArgumentParser:
                                    description="Compile MODEL into one self-contained shared library, loadable "
                                    "by tvm.runtime.load_module, relay_aot.load and TVM's C++ runtime.")
     _model_options(compile_)
-    compile_.add_argument("-o", "--output", required=True, metavar="OUT.so", help="the library to write")
+    written = compile_.add_mutually_exclusive_group(required=True)
+    written.add_argument("-o", "--output", metavar="OUT.so", help="the library to write")
+    written.add_argument("--standalone", metavar="DIR",
+                          help="instead, write a standalone package to DIR: sources, the kernels for --target "
+                          "and a Makefile building libtvmgen_<name>.a, with no TVM runtime and no heap "
+                          "(--target host, aarch64-linux, cortex-m4 or an llvm target; see docs/deployment.md)")
+    compile_.add_argument("--workspace-size", type=int, metavar="BYTES",
+                          help="with --standalone: bytes of the arena for programs that allocate (default 65536)")
     compile_.add_argument("--c-header", metavar="NAME.h",
                           help="also write the C API's header (tvmgen_<name>.h convention: structs of "
                           "input and output buffers and tvmgen_<name>_run; see docs/deployment.md)")

@@ -241,7 +241,7 @@ class KernelTable:
                 name = kernel.symbol if gvar.same_as(cached.prim_fn_var) else f"{kernel.symbol}_{gvar.name_hint}"
                 if dynamic:  # it divides by extents only known at run time
                     prim = guard_divisions(prim)
-                merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim, self.config.parallel_threshold).with_attr("global_symbol", name)
+                merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim, self._parallel_threshold()).with_attr("global_symbol", name)
             if kernel.shape_func is not None:
                 prim = self._shape_funcs[kernel.index].prim_func
                 merged[tvm.ir.GlobalVar(kernel.shape_func)] = prim.with_attr("global_symbol", kernel.shape_func)
@@ -249,21 +249,50 @@ class KernelTable:
                 progress(done, len(self.kernels))
         return merged
 
+    def _parallel_threshold(self) -> int:
+        """Kernels with fewer iterations run serially: all of them in a standalone package, which
+        has no thread pool (its ``TVMBackendParallelLaunch`` would be one more hook to serve)."""
+        return 1 << 62 if self.config.standalone else self.config.parallel_threshold
+
     @property
     def needs_build(self) -> bool:
         """Whether any kernel must be built (scalar kernels are computed natively instead)."""
         return any(k.scalar is None for k in self.kernels)
 
     def build(self, progress: Optional[Callable[[int, int], None]] = None) -> Optional[tvm.runtime.Module]:
-        """Build every kernel into one LLVM module (None when the program has no kernels to build)."""
+        """Build every kernel into one LLVM module (None when the program has no kernels to build).
+
+        A standalone package's kernels (``Config.standalone``) get TVM's unpacked signature, as
+        the AOT executor's ``unpacked-api`` gives them: one ``void*`` per buffer, no TVMValues.
+        """
         if not self.needs_build:
             return None
         # A PassContext of our own: the caller's (its TIR options, MetaSchedule) is not part of
         # the cache key, so it must not change what is built.
         with tvm.transform.PassContext():
             merged = self.lower_all(progress)
+            if self.config.standalone:
+                merged = merged.with_attr("executor", relay.backend.Executor("aot", {"unpacked-api": True, "interface-api": "c"}))
             try:
                 return tvm.build(merged, target=self.target)
+            except tvm.error.TVMError as err:
+                raise CompileError(f"TVM failed to build the kernels: {_first_line(err)}") from None
+
+    def build_c(self, target: str) -> Optional[str]:
+        """The kernels as C source from TVM's ``c`` target ``target``, unpacked (a standalone
+        package compiles it with its own toolchain, as TVM's microcontroller path does); None
+        when there are none. TVM's C code generator cannot print vector types, so TIR's
+        vectorized loops stay loops (``tir.disable_vectorize``, as for TVM's own C)."""
+        if not self.needs_build:
+            return None
+        with tvm.transform.PassContext(config={"tir.disable_vectorize": True}):
+            merged = self.lower_all()
+            # Lowered with the package's llvm target (its schedules); printed as C.
+            funcs = {gvar: func.without_attr("target") for gvar, func in merged.functions.items()}
+            merged = tvm.IRModule(funcs).with_attr(
+                "executor", relay.backend.Executor("aot", {"unpacked-api": True, "interface-api": "c"}))
+            try:
+                return tvm.build(merged, target=tvm.target.Target(target)).get_source()
             except tvm.error.TVMError as err:
                 raise CompileError(f"TVM failed to build the kernels: {_first_line(err)}") from None
 

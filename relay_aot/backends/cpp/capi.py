@@ -186,8 +186,14 @@ def c_api_or_none(signature: Signature) -> Optional[CApi]:
         return None
 
 
-def header_text(api: CApi) -> str:
-    """The header ``tvmgen_<model>.h``: valid C99 and C++."""
+#: How the library's header says it is used (the standalone package's says otherwise).
+LIBRARY_USAGE = (" * non-zero, and {last_error}() says why, for the calling thread. Link the model's",
+                 " * library and libtvm_runtime.so; calls from several threads may run at once. */")
+
+
+def header_text(api: CApi, usage: tuple = LIBRARY_USAGE, extra: tuple = ()) -> str:
+    """The header ``tvmgen_<model>.h``: valid C99 and C++ (``usage``: the end of its leading
+    comment, formatted with ``last_error``; ``extra``: declarations after the entry's)."""
     model, guard = api.model, names.c_api_macro(api.model, "H_")
     run, last_error = names.c_api(model, "run"), names.c_api(model, "last_error")
     lines = [
@@ -196,8 +202,7 @@ def header_text(api: CApi) -> str:
         f" * {run} runs @main on C-contiguous buffers of the declared dtype and shape (a 0-d",
         " * tensor is one element; bool is one byte per element): the inputs, never modified, and the",
         " * outputs, which the caller allocates and the run writes. It returns 0 on success; otherwise",
-        f" * non-zero, and {last_error}() says why, for the calling thread. Link the model's",
-        " * library and libtvm_runtime.so; calls from several threads may run at once. */",
+        *(line.format(last_error=last_error) for line in usage),
         f"#ifndef {guard}",
         f"#define {guard}",
         "",
@@ -225,6 +230,8 @@ def header_text(api: CApi) -> str:
         f"/* Why the calling thread's last failed {run} failed (\"\" if none did). */",
         f"const char* {last_error}(void);",
         "",
+        *extra,
+        *([""] if extra else []),
         "#ifdef __cplusplus",
         '}  /* extern "C" */',
         "#endif",

@@ -1,0 +1,283 @@
+/*!
+ * \file relay_aot_standalone.h
+ * \brief The runtime of a relay_aot standalone package: freestanding C++, no heap, no TVM.
+ *
+ * Generated code of the standalone profile (relay_aot/backends/standalone) includes only this
+ * header. It needs no library but libc's memory functions: no malloc, no operator new, no
+ * exceptions or RTTI, no threads or thread-local storage, no stdio. Everything is inline, so
+ * two packages linked into one program share these definitions harmlessly.
+ *
+ * Values: a tensor is a pointer to its data (its shape is known at compile time); a 0-d tensor
+ * of a numeric dtype is a native scalar, boxed into one element only where a value must be a
+ * pointer; a tuple or constructor value is a cell (slot 0 the tag, then the fields); a closure a
+ * cell whose slot 0 is its entry function, then its captures; a reference a one-slot cell.
+ * Every cell and tensor the program makes comes from the package's arena (State), a bump
+ * allocator reset at the start of each run. Errors are a message in State::error: the
+ * generated code checks it after every step that can fail and returns, up to the entry point.
+ */
+#ifndef RELAY_AOT_STANDALONE_H_
+#define RELAY_AOT_STANDALONE_H_
+
+#include <stdint.h>
+#include <string.h>
+
+#include <cmath>
+#include <limits>
+
+namespace relay_aot_standalone {
+
+/*! \brief Any value that is not a native scalar: tensor data, a cell, a closure. */
+typedef void* Value;
+
+/*! \brief A closure's uniform entry: the closure itself and its boxed arguments. */
+typedef Value (*Entry)(Value self, const Value* args);
+
+/*! \brief The state of one package: its arena and its error (a plain static: no thread pointer). */
+struct State {
+  const char* error;    //!< why the current run failed (nullptr: it has not)
+  uint8_t* arena;       //!< the arena's first byte (aligned)
+  uint32_t arena_size;  //!< its size in bytes
+  uint32_t used;        //!< bytes in use
+  uint32_t peak;        //!< the most bytes in use during the current (or last) run
+  const char* stack_floor;  //!< the lowest frame address a run may reach
+  char* message;        //!< a buffer for messages with numbers in them
+  uint32_t message_size;
+  Value* free_lists;    //!< per size class, the released blocks of that size (a chain)
+};
+
+/*! \brief Converts to the value-initialised object of any type: `return fail(...)` from anywhere. */
+struct Failure {
+  template <typename T>
+  operator T() const { return T(); }
+};
+
+/*! \brief Record \p why as the run's error (the first error wins) and unwind. */
+inline Failure fail(State& s, const char* why) {
+  if (!s.error) s.error = why;
+  return Failure();
+}
+
+/*! \brief Append the decimal digits of \p value to \p out (at most \p room bytes left). */
+inline char* append_number(char* out, char* end, uint32_t value) {
+  char digits[10];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value);
+  while (n && out < end) *out++ = digits[--n];
+  return out;
+}
+
+inline char* append_text(char* out, char* end, const char* text) {
+  while (*text && out < end) *out++ = *text++;
+  return out;
+}
+
+/*! \brief Fail with a message saying how many more bytes the arena needed for \p nbytes. */
+inline Failure out_of_arena(State& s, uint32_t nbytes, uint32_t missing) {
+  if (s.error) return Failure();
+  if (!s.message || s.message_size < 2) return fail(s, "out of workspace");
+  char* out = s.message;
+  char* end = s.message + s.message_size - 1;
+  out = append_text(out, end, "out of workspace: an allocation of ");
+  out = append_number(out, end, nbytes);
+  out = append_text(out, end, " bytes needs at least ");
+  out = append_number(out, end, missing);
+  out = append_text(out, end, " more than the ");
+  out = append_number(out, end, s.arena_size);
+  out = append_text(out, end, "-byte workspace (give the package a larger --workspace-size, or a larger buffer)");
+  *out = 0;
+  return fail(s, s.message);
+}
+
+/*! \brief \p nbytes from the arena, aligned to \p align (a power of two); nullptr, with nothing
+ *         recorded, when the arena is out (or the run has failed). */
+inline Value bump(State& s, uint32_t nbytes, uint32_t align) {
+  if (s.error) return nullptr;
+  uint32_t start = (s.used + align - 1) & ~(align - 1);
+  if (start > s.arena_size || nbytes > s.arena_size - start) return nullptr;
+  s.used = start + nbytes;
+  if (s.used > s.peak) s.peak = s.used;
+  return s.arena + start;
+}
+
+/*! \brief \p nbytes from the arena, aligned to \p align; nullptr when out, with an error
+ *         saying how many more bytes were needed. */
+inline Value arena_alloc(State& s, uint32_t nbytes, uint32_t align) {
+  Value block = bump(s, nbytes, align);
+  if (!block && !s.error) {
+    uint32_t start = (s.used + align - 1) & ~(align - 1);
+    uint32_t over = start > s.arena_size ? start - s.arena_size + nbytes : nbytes - (s.arena_size - start);
+    return out_of_arena(s, nbytes, over);
+  }
+  return block;
+}
+
+/*! \brief A block of size class \p c (\p nbytes): a released one, or a new one from the arena.
+ *
+ * Tensors that only kernels read are released at their last use (the emitter knows which), so
+ * a loop's temporaries reuse a few blocks instead of growing the arena at every iteration. */
+inline Value take_block(State& s, uint32_t c, uint32_t nbytes, uint32_t align) {
+  Value block = s.free_lists[c];
+  if (block && !s.error) {
+    s.free_lists[c] = *static_cast<Value*>(block);
+    return block;
+  }
+  return arena_alloc(s, nbytes < sizeof(Value) ? static_cast<uint32_t>(sizeof(Value)) : nbytes, align);
+}
+
+/*! \brief Release a block of size class \p c for the next take_block of that class. */
+inline void give_block(State& s, uint32_t c, Value block) {
+  *static_cast<Value*>(block) = s.free_lists[c];
+  s.free_lists[c] = block;
+}
+
+/*! \brief Release a kernel's workspace: kernels free theirs in the reverse order of allocation,
+ *         and nothing else allocates while a kernel runs, so freeing rolls the arena back. */
+inline void workspace_free(State& s, void* data) {
+  uint8_t* p = static_cast<uint8_t*>(data);
+  if (p >= s.arena && p < s.arena + s.used) s.used = static_cast<uint32_t>(p - s.arena);
+}
+
+// -- scalars -----------------------------------------------------------------------------
+
+/*! \brief The value of a 0-d tensor (bool is one byte). */
+template <typename T>
+inline T unbox(Value v) {
+  return *static_cast<const T*>(v);
+}
+template <>
+inline bool unbox<bool>(Value v) {
+  return *static_cast<const uint8_t*>(v) != 0;
+}
+
+/*! \brief A new 0-d tensor holding \p value (nullptr when the arena is out). */
+template <typename T>
+inline Value box(State& s, T value) {
+  Value v = arena_alloc(s, sizeof(T), alignof(T) < 4 ? 4 : alignof(T));
+  if (v) *static_cast<T*>(v) = value;
+  return v;
+}
+template <>
+inline Value box<bool>(State& s, bool value) {
+  Value v = arena_alloc(s, 1, 4);
+  if (v) *static_cast<uint8_t*>(v) = value ? 1 : 0;
+  return v;
+}
+
+/*! \brief A 0-d bool tensor's truth. */
+inline bool truthy(Value v) { return *static_cast<const uint8_t*>(v) != 0; }
+
+/*! \brief Set by integer division by zero in native scalar code; read and cleared right after. */
+inline bool& zero_division_flag() {
+  static bool flag = false;  // constant-initialised: no guard, no thread-safe static
+  return flag;
+}
+
+inline bool zero_division() {
+  bool was = zero_division_flag();
+  zero_division_flag() = false;
+  return was;
+}
+
+/*! \brief Relay `divide` on integers: truncating, like C (and TVM's kernels). */
+template <typename T>
+inline T int_div(T a, T b) {
+  if (b == 0) {
+    zero_division_flag() = true;
+    return T(0);
+  }
+  if (std::numeric_limits<T>::is_signed && b == static_cast<T>(-1)) return static_cast<T>(T(0) - a);
+  return static_cast<T>(a / b);
+}
+
+/*! \brief Relay `mod` on integers: the remainder of truncating division. */
+template <typename T>
+inline T int_mod(T a, T b) {
+  if (b == 0) {
+    zero_division_flag() = true;
+    return T(0);
+  }
+  if (std::numeric_limits<T>::is_signed && b == static_cast<T>(-1)) return T(0);
+  return static_cast<T>(a % b);
+}
+
+/*! \brief Relay `floor_divide` on integers. */
+template <typename T>
+inline T int_floor_div(T a, T b) {
+  T q = int_div(a, b);
+  if (std::numeric_limits<T>::is_signed && b != 0) {
+    if (static_cast<T>(a - static_cast<T>(q * b)) != 0 && ((a < 0) != (b < 0))) q = static_cast<T>(q - 1);
+  }
+  return q;
+}
+
+/*! \brief Relay `floor_mod` on integers (the sign follows the divisor). */
+template <typename T>
+inline T int_floor_mod(T a, T b) {
+  T r = int_mod(a, b);
+  if (std::numeric_limits<T>::is_signed) {
+    if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+  }
+  return r;
+}
+
+// -- cells: tuples, constructor values, closures, references --------------------------------
+
+/*! \brief A cell of slot 0 \p head and then \p fields (nullptr when the arena is out). */
+template <typename... F>
+inline Value make_cell(State& s, Value head, F... fields) {
+  Value* cell = static_cast<Value*>(arena_alloc(s, sizeof(Value) * (1 + sizeof...(F)), alignof(Value)));
+  if (!cell) return nullptr;
+  Value init[] = {head, static_cast<Value>(fields)...};
+  for (unsigned i = 0; i <= sizeof...(F); ++i) cell[i] = init[i];
+  return cell;
+}
+
+/*! \brief A tuple (tag 0) or constructor value (its tag) of \p fields. */
+template <typename... F>
+inline Value make_adt(State& s, intptr_t tag, F... fields) {
+  return make_cell(s, reinterpret_cast<Value>(tag), fields...);
+}
+
+/*! \brief The constructor tag of a cell. */
+inline int32_t tag(Value cell) { return static_cast<int32_t>(reinterpret_cast<intptr_t>(static_cast<Value*>(cell)[0])); }
+
+/*! \brief Field \p i of a tuple or constructor value (capture \p i of a closure). */
+inline Value field(Value cell, int i) { return static_cast<Value*>(cell)[1 + i]; }
+
+/*! \brief The unit tuple (shared: it has no fields to write). */
+inline Value unit() {
+  static Value cell[1] = {nullptr};
+  return cell;
+}
+
+/*! \brief A closure of \p entry over \p captures. */
+template <typename... F>
+inline Value make_closure(State& s, Entry entry, F... captures) {
+  return make_cell(s, reinterpret_cast<Value>(entry), captures...);
+}
+
+/*! \brief Apply a closure through its uniform entry. */
+inline Value call_closure(Value closure, const Value* args) {
+  return reinterpret_cast<Entry>(static_cast<Value*>(closure)[0])(closure, args);
+}
+
+inline Value ref_new(State& s, Value value) {
+  Value* cell = static_cast<Value*>(arena_alloc(s, sizeof(Value), alignof(Value)));
+  if (cell) cell[0] = value;
+  return cell;
+}
+inline Value ref_read(Value ref) { return static_cast<Value*>(ref)[0]; }
+inline void ref_write(Value ref, Value value) { static_cast<Value*>(ref)[0] = value; }
+
+/*! \brief A constant array as a tensor value (kernels never write their inputs). */
+template <typename T>
+inline Value constant(const T* data) {
+  return const_cast<T*>(data);
+}
+
+}  // namespace relay_aot_standalone
+
+#endif  // RELAY_AOT_STANDALONE_H_

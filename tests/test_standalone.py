@@ -1,0 +1,267 @@
+"""Standalone packages (issue 32): built with each target's toolchain, linked into a C99 main
+with no TVM and no C++ library, run (natively, under qemu-aarch64, on QEMU's Cortex-M4) and
+checked against TVM's Relay interpreter; their archives need only libc's memory functions,
+libm and the compiler runtime; running out of arena is an error the next run recovers from.
+
+The toolchains and emulators are Debian packages (.ci/run installs them); a test whose tool is
+missing is skipped outside CI and fails in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+import relay_aot
+from relay_aot.backends.standalone.targets import TARGETS
+from relay_aot.testing import standalone as sa
+from relay_aot.testing.oracle import run_reference
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS_DIR = ROOT / "tests" / "programs"
+
+DTYPES = """#[version = "0.0.5"]
+type Holder[A] { Hold(A) }
+def @pick[A](%c: bool, %a: A, %b: A) -> A { if (%c) { %a } else { %b } }
+def @main(%i: Tensor[(3), int32], %s: Tensor[(3), int8], %m: Tensor[(3), bool], %big: int64,
+          %u: Tensor[(2), uint8], %h: Tensor[(2), int16]) {
+  let %f = fn (%x: Tensor[(3), int8]) -> Tensor[(3), int8] { add(%x, %x) };
+  (
+    multiply(%i, %i), sum(%i), add(cast(%i, dtype="int64"), %big), %f(%s), cast(%s, dtype="int32"),
+    logical_not(%m), logical_and(%m, greater(%i, 0)),
+    match (@pick(True, Hold(%m), Hold(%m))) { Hold(%v) => %v },
+    @pick(any(%m), %big, 0i64), where(%m, %i, negative(%i)), argmax(%i, axis=[0]),
+    add(%u, %u), floor_divide(%big, 3i64), multiply(%h, %h), cast(%i, dtype="float32")
+  )
+}
+"""
+
+TUPLES_IFS = """#[version = "0.0.5"]
+def @main(%x: Tensor[(4, 3), float32], %k: float32, %flag: bool) {
+  let %parts = split(%x, indices_or_sections=2);
+  let %a = %parts.0;
+  let %b = %parts.1;
+  let %c = concatenate(%parts, axis=1);
+  let %t = ((%a, %b), %c);
+  let %chosen = if (%flag) { %t } else { ((%b, %a), multiply(%c, %k)) };
+  let %s = if (greater(sum(%x), %k)) { add(%k, 1f) } else { subtract(%k, 1f) };
+  (add((%chosen.0).1, %s), %chosen.1, %parts.0, %s)
+}
+"""
+
+DEEP = """#[version = "0.0.5"]
+def @sum_to(%n: int32) -> int32 {
+  if (equal(%n, 0)) { 0 } else { add(%n, @sum_to(subtract(%n, 1))) }
+}
+def @main(%n: int32) -> int32 { @sum_to(%n) }
+"""
+
+
+def mlp() -> tuple[tvm.IRModule, list]:
+    """The MLP of the issue (32 -> 64 -> 10, relu), weights as constants."""
+    rng = np.random.default_rng(0)
+    x = relay.var("x", shape=(1, 32))
+    w1, b1 = rng.uniform(-1, 1, (64, 32)).astype("float32"), rng.uniform(-1, 1, (64,)).astype("float32")
+    w2, b2 = rng.uniform(-1, 1, (10, 64)).astype("float32"), rng.uniform(-1, 1, (10,)).astype("float32")
+    h = relay.nn.relu(relay.nn.bias_add(relay.nn.dense(x, relay.const(w1)), relay.const(b1)))
+    y = relay.nn.bias_add(relay.nn.dense(h, relay.const(w2)), relay.const(b2))
+    return tvm.IRModule.from_expr(relay.Function([x], y)), [rng.uniform(-1, 1, (1, 32)).astype("float32")]
+
+
+def _parsed(text: str, args: list):
+    return lambda: (tvm.relay.parse(text), args)
+
+
+_rng = np.random.default_rng(1)
+
+#: name -> () -> (module, arguments): control flow (ADTs, closures, recursion, tuples, ifs, dtypes)
+#: and plain dataflow.
+PROGRAMS = {
+    "lstm_list": _parsed((ROOT / "examples" / "lstm.relay").read_text(),
+                         [_rng.uniform(-1, 1, s).astype("float32") for s in [(10, 1, 8), (64, 8), (64, 16), (64,)]]),
+    "tree_reduce": _parsed((PROGRAMS_DIR / "tree_reduce.relay").read_text(),
+                           [np.int32(3), np.linspace(-1, 1, 32, dtype="float32").reshape(4, 8)]),
+    "closures": _parsed((PROGRAMS_DIR / "closures.relay").read_text(), [np.array([1, 2, 3], dtype="float32")]),
+    "fib": _parsed((PROGRAMS_DIR / "fib.relay").read_text(), [np.int32(12)]),
+    "tuples_ifs": _parsed(TUPLES_IFS, [np.arange(12, dtype="float32").reshape(4, 3), np.float32(2), np.bool_(False)]),
+    "dtypes": _parsed(DTYPES, [np.array([1, -2, 3], dtype="int32"), np.array([-128, 0, 127], dtype="int8"),
+                               np.array([True, False, True]), np.int64(2**40), np.array([3, 9], dtype="uint8"),
+                               np.array([300, -7], dtype="int16")]),
+    "mlp": mlp,
+}
+
+
+def _flatten(value) -> list:
+    if isinstance(value, (tuple, list)) or type(value).__name__ in ("ADT", "TupleValue"):
+        return [x for field in value for x in _flatten(field)]
+    return [np.asarray(value.numpy() if hasattr(value, "numpy") else value)]
+
+
+def _require_tools(row) -> None:
+    try:
+        for name in ("gcc", "g++", "ar", "nm"):
+            sa.tool(row, name)
+        if row.run:
+            sa.tool(type(row)("runner", "llvm"), row.run[0])
+    except sa.ToolMissing as err:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(err))
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+@pytest.mark.parametrize("program", list(PROGRAMS))
+def test_package_runs_on_target_and_matches_interpreter(program, target, tmp_path):
+    row = TARGETS[target]
+    _require_tools(row)
+    mod, args = PROGRAMS[program]()
+    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name=program, target=target)
+    sa.make_package(package)
+    undefined = sa.undefined_symbols(package)
+    assert not sa.disallowed(undefined), f"the archive needs {sorted(sa.disallowed(undefined))}"
+    rc, error, outputs = sa.run_c_main(package, [np.asarray(a) for a in args], work=tmp_path)
+    assert rc == 0, error
+    expected = _flatten(run_reference(mod, args))
+    assert len(outputs) == len(expected)
+    for got, want in zip(outputs, expected):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_symbol_check_can_fail():
+    assert sa.disallowed({"memcpy", "tanhf", "__aeabi_dmul", "__udivdi3"}) == set()
+    forbidden = {"malloc", "free", "_Znwm", "__cxa_throw", "pthread_create", "__tls_get_addr", "printf",
+                 "TVMBackendAllocWorkspace"}
+    assert sa.disallowed(forbidden) == forbidden
+
+
+def test_static_program_gets_planned_storage_and_no_arena(tmp_path):
+    mod, _ = mlp()
+    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="mlp")
+    # one (1, 64) intermediate; the result goes straight into the caller's buffer
+    assert package.planned_size == 256
+    header = package.header.read_text()
+    assert "#define TVMGEN_MLP_PLANNED_SIZE 256" in header
+    entry = (package.directory / "entry.cc").read_text()
+    assert "arena_alloc(" not in entry and "static inline Value f0(Value v0)" in entry
+    assert "unit0.cc" not in package.files  # the one function sits beside the entry, inlined
+
+
+ARENA_MAIN = r"""
+#include <stdio.h>
+#include <string.h>
+#include "tvmgen_lstm_list.h"
+static float xs[80], w_ih[512], w_hh[1024], bias[64], h[16], c[16];
+static unsigned char big[1 << 16];
+int main(void) {
+  for (int i = 0; i < 80; ++i) xs[i] = (float)(i % 7) / 7.0f;
+  for (int i = 0; i < 512; ++i) w_ih[i] = (float)(i % 5) / 50.0f;
+  for (int i = 0; i < 1024; ++i) w_hh[i] = (float)(i % 3) / 30.0f;
+  struct tvmgen_lstm_list_inputs in = {xs, w_ih, w_hh, bias};
+  struct tvmgen_lstm_list_outputs out = {h, c};
+  int rc1 = tvmgen_lstm_list_run(&in, &out);
+  printf("first %d %s\n", rc1, tvmgen_lstm_list_last_error());
+  tvmgen_lstm_list_set_workspace(big, sizeof big);
+  int rc2 = tvmgen_lstm_list_run(&in, &out);
+  printf("second %d [%s] peak %u\n", rc2, tvmgen_lstm_list_last_error(), (unsigned)tvmgen_lstm_list_workspace_peak());
+  float h2[16];
+  memcpy(h2, h, sizeof h);
+  tvmgen_lstm_list_set_workspace(0, 0);
+  int rc3 = tvmgen_lstm_list_run(&in, &out);
+  printf("third %d same %d\n", rc3, memcmp(h, h2, sizeof h) == 0);
+  return 0;
+}
+"""
+
+
+def test_running_out_of_arena_is_an_error_and_a_larger_arena_succeeds(tmp_path):
+    _require_tools(TARGETS["host"])
+    mod, _ = PROGRAMS["lstm_list"]()
+    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="lstm_list", workspace_size=2048)
+    assert "#define TVMGEN_LSTM_LIST_WORKSPACE_SIZE 2048" in package.header.read_text()
+    sa.make_package(package)
+    (tmp_path / "main.c").write_text(ARENA_MAIN)
+    out = sa.run(package, sa.link(package, tmp_path / "main.c", tmp_path / "main")).splitlines()
+    first = out[0].split(maxsplit=2)
+    assert first[:2] == ["first", "-1"]
+    assert "out of workspace: an allocation of" in first[2] and "more than the 2048-byte workspace" in first[2]
+    second = out[1].split()
+    assert second[:3] == ["second", "0", "[]"] and 2048 < int(second[-1]) < (1 << 16)
+    assert out[2].startswith("third -1")  # back to the built-in arena, which is still too small
+
+
+def test_recursion_deeper_than_the_stack_budget_is_an_error(tmp_path):
+    _require_tools(TARGETS["host"])
+    mod = tvm.relay.parse(DEEP)
+    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="deep")
+    sa.make_package(package)
+    rc, error, outputs = sa.run_c_main(package, [np.int32(100)], work=tmp_path)
+    assert rc == 0 and int(outputs[0]) == 5050
+    rc, error, _ = sa.run_c_main(package, [np.int32(10_000_000)], work=tmp_path)
+    assert rc != 0 and error == "recursion deeper than the stack budget"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("""#[version = "0.0.5"]
+def @main(%f: fn (Tensor[(2), float32]) -> Tensor[(2), float32], %x: Tensor[(2), float32]) { %f(%x) }""",
+     "parameter %f has type fn"),
+    ("""#[version = "0.0.5"]
+def @main(%x: Tensor[(?, 2), float32]) { add(%x, %x) }""", "dynamic type"),
+    ("""#[version = "0.0.5"]
+type Box { Box(Tensor[(2), float32]) }
+def @main(%x: Tensor[(2), float32]) { Box(%x) }""", "result has type Box"),
+])
+def test_what_cannot_run_standalone_is_refused_by_name(text, message, tmp_path):
+    with pytest.raises(relay_aot.UnsupportedError, match="no standalone package") as info:
+        relay_aot.export_standalone(tvm.relay.parse(text), tmp_path / "pkg")
+    assert message in str(info.value)
+
+
+def test_float64_kernels_are_refused_on_the_cortex_m4(tmp_path):
+    mod = tvm.relay.parse("""#[version = "0.0.5"]
+def @main(%d: Tensor[(2), float64]) { multiply(%d, %d) }""")
+    with pytest.raises(relay_aot.UnsupportedError, match="float64, which TVM's kernels do not support on cortex-m4"):
+        relay_aot.export_standalone(mod, tmp_path / "pkg", target="cortex-m4")
+
+
+def test_command_line_writes_a_package(tmp_path):
+    source = tmp_path / "fib.relay"
+    source.write_text((PROGRAMS_DIR / "fib.relay").read_text())
+    done = subprocess.run(["relay-aot", "compile", str(source), "--standalone", str(tmp_path / "pkg"), "--name", "fib",
+                           "--workspace-size", "4096"], capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{Path(os.sys.executable).parent}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    assert "libtvmgen_fib.a for host" in done.stdout
+    files = {p.name for p in (tmp_path / "pkg").iterdir()}
+    assert {"tvmgen_fib.h", "Makefile", "program.h", "entry.cc", "unit0.cc", "relay_aot_standalone.h"} <= files
+    assert "#define TVMGEN_FIB_WORKSPACE_SIZE 4096" in (tmp_path / "pkg" / "tvmgen_fib.h").read_text()
+    assert str(tmp_path) not in "".join(p.read_text() for p in (tmp_path / "pkg").iterdir() if p.suffix != ".o")
+
+
+def test_the_micro_benchmark_counts_only_the_models_loaded_sections(tmp_path):
+    from benchmarks import micro
+
+    map_file = tmp_path / "main.map"
+    map_file.write_text("""Discarded input sections
+ .text.unused   0x00000000       0x40 libtvmgen_m.a(entry.o)
+Linker script and memory map
+ .text.tvmgen_m_run
+                0x00000100       0x20 pkg/libtvmgen_m.a(entry.o)
+ .text.main     0x00000120       0x30 main.o
+ .rodata._ZN1k0E
+                0x00000200      0x100 pkg/libtvmgen_m.a(constants.o)
+ .data._ZN5stateE
+                0x20000000       0x24 pkg/libtvmgen_m.a(entry.o)
+ .bss._ZN7storageE
+                0x20000100       0x40 pkg/libtvmgen_m.a(entry.o)
+ .comment       0x00000000       0x27 pkg/libtvmgen_m.a(entry.o)
+ .debug_info    0x00000000      0x200 pkg/libtvmgen_m.a(kernels.o)
+""")
+    sizes = micro.model_sizes(map_file, lambda origin: "libtvmgen_m.a" in origin)
+    assert sizes == {"text": 0x20 + 0x100, "data": 0x24, "bss": 0x40}
