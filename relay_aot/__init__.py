@@ -16,6 +16,7 @@ from .build import clear_cache  # noqa: E402
 from .compiler import compile  # noqa: E402,A001
 from .errors import (  # noqa: E402
     CompileError,
+    CpuFeatureError,
     KernelError,
     MatchError,
     RecursionDepthError,
@@ -33,6 +34,7 @@ __all__ = [
     "RelayAotError",
     "UnsupportedError",
     "CompileError",
+    "CpuFeatureError",
     "MatchError",
     "KernelError",
     "RecursionDepthError",

@@ -1,8 +1,8 @@
 """Exceptions raised by relay_aot.
 
 Compile-time problems derive from :class:`RelayAotError`. Run-time failures of compiled code
-surface as :class:`MatchError` (no match clause fitted) and :class:`KernelError` (a TVM kernel
-reported an error); TVM's FFI maps the error kind at the start of a message from native code
+surface as :class:`MatchError` (no match clause fitted), :class:`KernelError` (a TVM kernel
+reported an error) and :class:`CpuFeatureError` (a library compiled for another CPU); TVM's FFI maps the error kind at the start of a message from native code
 to these classes, which is why they are registered with ``tvm.error.register_error``.
 """
 
@@ -52,3 +52,9 @@ class IntegerDivisionByZero(tvm.error.TVMError, ZeroDivisionError):
 @tvm.error.register_error("MemoryError")
 class OutOfMemoryError(tvm.error.TVMError, MemoryError):
     """A tensor could not be allocated (the message names its shape, dtype and size in bytes)."""
+
+
+@tvm.error.register_error
+class CpuFeatureError(tvm.error.TVMError):
+    """A library's kernels need CPU features this machine lacks (they would die of an illegal
+    instruction): raised when it is loaded with ``relay_aot.load`` or called, naming them."""
