@@ -72,7 +72,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, help="at most this many timed runs per executor (default 15; quick 3)")
     parser.add_argument("--budget", type=float, help="seconds of timing per executor and workload (default 1.5)")
     parser.add_argument("--no-kernels", action="store_true", help="skip the kernel-only floor")
-    parser.add_argument("--target", default="llvm", help="TVM target for every executor (default llvm)")
+    parser.add_argument("--target", help="TVM target for every executor (default: relay_aot's, this machine's CPU, "
+                                          "e.g. 'llvm -mcpu=znver3'; llvm: generic x86-64)")
     parser.add_argument("--output-dir", type=Path,
                         help="where results go (default docs/benchmarks for the full suite, else .cache/benchmarks)")
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON",
@@ -102,7 +103,8 @@ def make_options(args: argparse.Namespace) -> Options:
         budget = Budget(budget.seconds, min(budget.min_runs, args.runs), args.runs, budget.min_run_s)
     if args.budget is not None:
         budget = Budget(args.budget, budget.min_runs, budget.max_runs, budget.min_run_s)
-    return Options(target=args.target, budget=budget, kernel_budget=options.kernel_budget)
+    target = options.target if args.target is None else args.target
+    return Options(target=target, budget=budget, kernel_budget=options.kernel_budget)
 
 
 def _run_watched(worker: subprocess.Popen, out: Path) -> tuple[int, bool]:

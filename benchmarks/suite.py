@@ -27,7 +27,7 @@ import threading
 import traceback
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from relay_aot import testing
+from relay_aot import cpu, testing
 
 from . import executors as executors_mod
 from . import kernel_floor, workloads as workloads_mod
@@ -42,9 +42,10 @@ _STACK_BYTES = 1 << 30
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """How to time: budgets per executor and for the kernel floor, and the TVM target."""
+    """How to time: budgets per executor and for the kernel floor, and the TVM target (by default
+    relay_aot's: this machine's CPU, named explicitly, so every executor gets the same string)."""
 
-    target: str = "llvm"
+    target: str = dataclasses.field(default_factory=cpu.host_target)
     budget: Budget = Budget(seconds=1.5)
     kernel_budget: Budget = Budget(min_runs=5, min_run_s=0.02)
 

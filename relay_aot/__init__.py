@@ -16,6 +16,7 @@ from .build import clear_cache  # noqa: E402
 from .compiler import compile, export_standalone  # noqa: E402,A001
 from .errors import (  # noqa: E402
     CompileError,
+    CpuFeatureError,
     KernelError,
     MatchError,
     RecursionDepthError,
@@ -34,6 +35,7 @@ __all__ = [
     "RelayAotError",
     "UnsupportedError",
     "CompileError",
+    "CpuFeatureError",
     "MatchError",
     "KernelError",
     "RecursionDepthError",

@@ -32,7 +32,7 @@ def _driver(backend: str):
 
 def compile(  # noqa: A001 - the name users expect
     mod: tvm.IRModule,
-    target="llvm",
+    target=None,
     params: Optional[Mapping[str, object]] = None,
     backend: str = "cpp",
     name: str = "default",
@@ -45,7 +45,12 @@ def compile(  # noqa: A001 - the name users expect
     """Compile ``mod["main"]`` (and what it reaches) into a callable.
 
     :param mod: the Relay program; ``main`` is its entry point.
-    :param target: TVM target of the kernels: a CPU (``llvm ...``) target.
+    :param target: TVM target of the kernels: a CPU (``llvm ...``) target, or ``"host"``.
+        By default (None) the CPU this process runs on, named explicitly
+        (``llvm -mcpu=<cpu>`` and any feature it lacks or adds; ``RELAY_AOT_TARGET`` sets another
+        default). The library then needs that CPU's features, and refuses with
+        :class:`CpuFeatureError` to run where one is missing; ``target="llvm"`` builds for
+        any x86-64 (docs/deployment.md, "Which CPU a library runs on").
     :param params: arrays bound to parameters of ``main`` by name, like ``relay.build``'s
         ``params``: they become constants of the library and leave the signature.
     :param backend: ``"cpp"`` (a shared library) or ``"python"`` (generated Python calling the
@@ -81,7 +86,7 @@ def compile(  # noqa: A001 - the name users expect
 
 def generate_source(
     mod: tvm.IRModule,
-    target="llvm",
+    target=None,
     params: Optional[Mapping[str, object]] = None,
     backend: str = "cpp",
     name: str = "default",

@@ -64,6 +64,10 @@ def setting(env: str, default: Any, parse: Callable[[str], Any], output: bool, d
 class Config:
     """The settings of one compile (see ``docs/build.md`` for each variable)."""
 
+    target: str = setting(
+        "RELAY_AOT_TARGET", "host", lambda text: text.strip() or "host", True,
+        "the target of a compile that names none: host (this machine's CPU, named explicitly), or a TVM "
+        "target such as llvm (any x86-64) or 'llvm -mcpu=skylake'")
     scalar_fast_path: bool = setting(
         "RELAY_AOT_SCALAR_FAST_PATH", "1", _flag, True,
         "compute 0-d arithmetic kernels as native scalar code (0 turns it off)")

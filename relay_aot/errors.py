@@ -10,7 +10,9 @@ written for them catches it; each is also the builtin exception it stands for:
 * :class:`KernelError`: a TVM kernel or shape function reported an error;
 * :class:`MatchError`, :class:`RecursionDepthError`;
 * :class:`IntegerDivisionByZero` (a ``ZeroDivisionError``), :class:`OutOfMemoryError` (a
-  ``MemoryError``).
+  ``MemoryError``);
+* :class:`CpuFeatureError`: the library was compiled for a CPU with features this one lacks
+  (also raised by ``relay_aot.load``).
 
 Native code reports an error as ``"<Kind>: <message>"``; TVM's FFI maps the kind to the class
 registered under it with ``tvm.error.register_error``. (An exception raised by a Python function
@@ -78,3 +80,9 @@ class ArgumentValueError(tvm.error.TVMError, ValueError):
 @tvm.error.register_error
 class ShapeError(tvm.error.TVMError, ValueError):
     """A shape computed at run time is negative, disagrees with the static type, or is too big."""
+
+
+@tvm.error.register_error
+class CpuFeatureError(tvm.error.TVMError):
+    """A library's kernels need CPU features this machine lacks (they would die of an illegal
+    instruction): raised when it is loaded with ``relay_aot.load`` or called, naming them."""

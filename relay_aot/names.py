@@ -28,6 +28,7 @@ TYPE_FIELDS = "kFields"  #: kFields<type index>[_<constructor>]
 TYPE_CTORS = "kCtors"  #: kCtors<type index>
 CLOSURE_PARAM_TYPES = "kParamTypes"  #: static member of each closure class
 ENTRY_SIGNATURE = "kEntrySignature"
+CPU_REQUIREMENT = "kCpu"  #: what the kernels need of the CPU, checked by every entry (cpu.h)
 
 # Python backend (emit_python.py): module-level names of the generated source.
 PY_KERNEL_MODULE = "kernel_module"  #: the kernels' tvm.runtime.Module, bound at load time

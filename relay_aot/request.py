@@ -11,7 +11,7 @@ from typing import Mapping, Optional
 import numpy as np
 import tvm
 
-from . import ir, names, passes
+from . import cpu, ir, names, passes
 from .config import Config
 from .errors import UnsupportedError
 from .kernels import KernelTable, tuning
@@ -19,7 +19,11 @@ from .lower import lower_program
 
 
 def target_of(target) -> tvm.target.Target:
-    """``target`` as a TVM target; ``ValueError`` if it is not one, ``UnsupportedError`` if not a CPU."""
+    """``target`` as a TVM target; ``"host"`` is this machine's CPU, named explicitly
+    (:func:`relay_aot.cpu.host_target`). ``ValueError`` if it is not a target,
+    ``UnsupportedError`` if not a CPU."""
+    if isinstance(target, str) and target.strip() == cpu.HOST:
+        target = cpu.host_target()
     try:
         target = tvm.target.Target(target)
     except (tvm.error.TVMError, ValueError) as err:
@@ -41,15 +45,17 @@ class Request:
     config: Config
 
     @classmethod
-    def make(cls, mod, target="llvm", params=None, name: str = "default", opt_level: int = 3,
+    def make(cls, mod, target=None, params=None, name: str = "default", opt_level: int = 3,
              profile: bool = False) -> "Request":
-        """A checked request; the settings are read from the environment now (``profile``: build
-        the variant instrumented for profiling, whatever ``RELAY_AOT_PROFILE`` says)."""
+        """A checked request; the settings are read from the environment now (``target``: None
+        is ``RELAY_AOT_TARGET``'s, by default this machine's CPU; ``profile``: build the variant
+        instrumented for profiling, whatever ``RELAY_AOT_PROFILE`` says)."""
         names.check_model_name(name)
         if tvm.transform.PassContext.current().config.get("relay.backend.use_meta_schedule"):
             warnings.warn("relay_aot does not read MetaSchedule databases: kernels use AutoTVM records in scope "
                           "(autotvm.apply_history_best) or TVM's default schedules", stacklevel=3)
-        request = cls(mod, params, target_of(target), name, opt_level, Config.from_environment())
+        config = Config.from_environment()
+        request = cls(mod, params, target_of(config.target if target is None else target), name, opt_level, config)
         return request.profiled() if profile else request
 
     def profiled(self) -> "Request":

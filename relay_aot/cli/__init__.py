@@ -363,7 +363,9 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=("cpp", "python"), default="cpp", help="(default: %(default)s)")
     parser.add_argument("--opt-level", type=int, choices=OPT_LEVELS, default=3,
                         help="Relay optimization level (default: %(default)s)")
-    parser.add_argument("--target", default="llvm", help="TVM target of the kernels (default: %(default)s)")
+    parser.add_argument("--target", default=None,
+                        help="TVM target of the kernels (default: $RELAY_AOT_TARGET, else host: this machine's CPU; "
+                             "llvm runs on any x86-64)")
     parser.add_argument("--profile", action="store_true",
                         help="instrumented for profiling: compile a library for relay-aot run --profile, "
                         "or show the instrumented source")

@@ -17,6 +17,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, Union
 
+from ..cpu import CpuRequirement
+
 #: Statements, blocks and tail calls are numbered when made: analyses key facts on these
 #: numbers, which stay with a node when it is copied (``dataclasses.replace``), unlike ``id()``.
 _uids = itertools.count()
@@ -438,6 +440,7 @@ class Program:
     kernels: list[Kernel]
     constants: list  # numpy arrays
     adts: list[AdtDef]
+    cpu: Optional[CpuRequirement] = None  #: what the kernels need of the CPU (None: nothing recorded)
 
     def function(self, func_id: str) -> Function:
         """The function with id ``func_id``."""

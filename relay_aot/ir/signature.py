@@ -1,15 +1,17 @@
 """The program description embedded in every compiled library (its signature).
 
 A library exports ``<model>__metadata``, returning this JSON text: the entry function's
-parameter names and types, its result type, and the ADT definitions those types mention.
+parameter names and types, its result type, the ADT definitions those types mention, and what
+its kernels need of the CPU (``cpu``: the target and its features, see ``relay_aot/cpu.py``).
 ``relay_aot.load`` reads it to convert and check arguments without the Relay program.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional
 
+from ..cpu import CpuRequirement
 from . import nodes as ir
 
 FORMAT_VERSION = 1
@@ -48,16 +50,18 @@ def type_from_json(data: Any) -> ir.Type:
 class Signature:
     """What callers of a compiled program need: parameters, result type and ADT definitions."""
 
-    def __init__(self, model: str, params: list[ir.Param], ret: ir.Type, adts: list[ir.AdtDef]):
+    def __init__(self, model: str, params: list[ir.Param], ret: ir.Type, adts: list[ir.AdtDef],
+                 cpu: Optional[CpuRequirement] = None):
         self.model = model
         self.params = params
         self.ret = ret
         self.adts = adts
+        self.cpu = cpu  #: what the kernels need of the CPU (None: a library from before it was recorded)
 
     @classmethod
     def of_program(cls, program: ir.Program, model: str) -> "Signature":
         """The signature of a lowered program."""
-        return cls(model, program.params, program.ret, program.adts)
+        return cls(model, program.params, program.ret, program.adts, program.cpu)
 
     def to_json(self) -> str:
         """The signature as JSON text."""
@@ -78,6 +82,7 @@ class Signature:
                     }
                     for adt in self.adts
                 ],
+                **({"cpu": self.cpu.to_json()} if self.cpu is not None else {}),
             },
             sort_keys=True,
         )
@@ -97,4 +102,4 @@ class Signature:
             for a in data["adts"]
         ]
         params = [ir.Param(p["name"], type_from_json(p["type"])) for p in data["params"]]
-        return cls(data["model"], params, type_from_json(data["ret"]), adts)
+        return cls(data["model"], params, type_from_json(data["ret"]), adts, CpuRequirement.from_json(data.get("cpu")))

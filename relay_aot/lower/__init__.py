@@ -24,7 +24,7 @@ from typing import Optional, Union
 import tvm
 from tvm import relay
 
-from .. import ir, names
+from .. import cpu, ir, names
 from ..config import Config
 from ..dispatch import method_for
 from ..errors import RelayAotError, UnsupportedError
@@ -77,6 +77,7 @@ class ProgramLowering:
         self.mod = mod
         self.types = TypeLowering(mod)
         self.kernels = KernelTable(model, target, self.types.lower, config)
+        self.cpu = cpu.requirement(target)
         self.functions: list[ir.Function] = []
         self.constants: list = []
         self._constant_ids: dict[tuple, int] = {}
@@ -165,6 +166,7 @@ class ProgramLowering:
             kernels=self.kernels.kernels,
             constants=self.constants,
             adts=self.types.adts,
+            cpu=self.cpu,
         )
 
     def _lower_global(self, gvar: relay.GlobalVar, type_args: tuple) -> None:

@@ -25,6 +25,10 @@
 // 4. The profiler of compiled code (runtime_cpp/relay_aot/profile.h): the Python backend's code
 //    printed for profiling records its calls there, so both backends aggregate and report alike.
 //
+// 5. The CPU check of compiled code (runtime_cpp/relay_aot/cpu.h): relay_aot.load refuses a
+//    library compiled for a CPU this one is not, and the Python backend its kernels, with the
+//    message the library's entries give.
+//
 // Results become Python objects through TVM's own ctypes return converters (make_result), so
 // they are exactly what the ctypes FFI returns; errors raised here become the Python classes
 // TVM's FFI would use for the same error kind (make_error).
@@ -465,6 +469,13 @@ PYBIND11_MODULE(_fastcall, m) {
   m.def("profile_exit", [] { relay_aot::profiler().exit(); });
   m.def("profile_clock", &relay_aot::profile_clock);
   m.def("profile_kernel", [](int id, int64_t start) { relay_aot::profiler().kernel(id, start); });
+  // The CPU check of compiled code (cpu.h), for libraries loaded from Python and the Python backend.
+  m.def("cpu_features", &relay_aot::cpu_features);
+  m.def("cpu_mismatch", [](const std::string& target, const std::vector<std::string>& features) {
+    std::vector<const char*> names;
+    for (const std::string& f : features) names.push_back(f.c_str());
+    return relay_aot::cpu_mismatch(target.c_str(), names.data(), static_cast<int>(names.size()));
+  }, py::arg("target"), py::arg("features"));
   py::class_<TypeTable>(m, "TypeTable")
       .def(py::init<const py::list&>(), py::arg("rows"))
       .def("check", &TypeTable::Check, py::arg("value"), py::arg("type"), py::arg("what"), py::arg("kinds"))

@@ -5,7 +5,8 @@ includes. Through it, Python calls a library's entry or any PackedFunc without T
 (:func:`call_entry`, :func:`call_packed`), applies the very checks and rules of compiled code to
 values converted in Python (:class:`TypeTable`, :func:`integer_op`), and makes and reads the
 runtime ADTs relay_aot builds in Python (:func:`make_adt`, :func:`adt_parts`), and the Python
-backend's profiled code records its calls with compiled code's profiler (:func:`profile_control`). This module holds
+backend's profiled code records its calls with compiled code's profiler (:func:`profile_control`), and
+checks the CPU as compiled code does (:func:`check_cpu`). This module holds
 what its users share: the argument kinds the extension recognises, how results become Python
 objects (TVM's own ctypes return converters, so they are exactly what the ctypes FFI returns)
 and how errors are raised.
@@ -21,7 +22,7 @@ import numpy as np
 import tvm
 from tvm._ffi._ctypes.types import RETURN_SWITCH, TVMValue
 
-from .. import errors  # noqa: F401 - registers relay_aot's error classes with TVM's FFI
+from .. import errors  # also registers relay_aot's error classes with TVM's FFI
 from ..ir.typetable import TypeRow
 from ..kernels.scalar_ops import INTEGER_HELPERS
 from . import _fastcall
@@ -83,6 +84,22 @@ def call_packed(func: tvm.runtime.PackedFunc, args):
 
 
 @functools.lru_cache(maxsize=None)
+def check_cpu(cpu, where: str) -> None:
+    """Raise :class:`~relay_aot.errors.CpuFeatureError` if this CPU lacks a feature ``cpu`` (a
+    :class:`~relay_aot.cpu.CpuRequirement`, or None: nothing recorded) needs; the message, the
+    library entries' own (``cpu.h``), starts with ``where``."""
+    if cpu is None:
+        return
+    why = _fastcall.cpu_mismatch(cpu.target, list(cpu.features))
+    if why:
+        raise errors.CpuFeatureError(f"{where}: {why}")
+
+
+def cpu_features() -> dict[str, bool]:
+    """The CPU features compiled code detects (LLVM's names), with whether this CPU has each."""
+    return dict(_fastcall.cpu_features())
+
+
 def _dtype_code(dtype: str) -> tuple[int, int]:
     dt = tvm.runtime.DataType(dtype)
     return dt.type_code, dt.bits

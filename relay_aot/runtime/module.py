@@ -316,7 +316,8 @@ def load(path, name: Optional[str] = None) -> CompiledModule:
     """Load a library written by ``CompiledModule.export_library`` (no compilation happens).
 
     ``name`` is the model name it was compiled with; by default it is read from the library's
-    exported symbols (which must then hold exactly one model).
+    exported symbols (which must then hold exactly one model). A library whose kernels need CPU
+    features this machine lacks raises :class:`~relay_aot.errors.CpuFeatureError` naming them.
     """
     path = Path(path)
     if not path.is_file():
@@ -331,6 +332,7 @@ def load(path, name: Optional[str] = None) -> CompiledModule:
     if name not in models:
         held = ", ".join(models) if models else "none"
         raise ValueError(f"{path}: the library holds no relay_aot model named {name!r} (models: {held})")
-    module = load_library(path)
+    module = load_library(path)  # runs no code compiled for the target's CPU (cpu.h)
     signature = read_signature(module, name)
+    fastcall.check_cpu(signature.cpu, str(path))
     return CompiledModule(module, signature, name, backend="cpp", library_path=path)

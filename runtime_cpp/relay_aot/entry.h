@@ -24,6 +24,7 @@
 
 #include "check.h"
 #include "closure.h"
+#include "cpu.h"
 #include "errors.h"
 
 /*!
@@ -41,6 +42,7 @@ struct EntrySignature {
   const TypeDesc* types;     //!< the program's type table
   const int* param_types;    //!< type index of each parameter
   const char* const* names;  //!< Relay name of each parameter
+  const CpuRequirement* cpu;  //!< what the kernels need of the CPU, checked before anything runs
 };
 
 /*! \brief The packed arguments of an entry call, checked against \p signature and converted. */
@@ -50,13 +52,15 @@ std::vector<ObjectRef> entry_arguments(TVMValue* args, int* type_codes, int num_
 void entry_result(ObjectRef result, TVMValue* ret, int* ret_type_code);
 
 /*!
- * \brief Check and convert the packed arguments, run \p body on them and hand its result to TVM.
+ * \brief Check the CPU and the packed arguments, run \p body on the arguments and hand its
+ *        result to TVM.
  * \return 0 on success, -1 with TVM's last error set otherwise.
  */
 template <typename Body>
 inline int packed_entry(TVMValue* args, int* type_codes, int num_args, TVMValue* ret,
                         int* ret_type_code, const EntrySignature& signature, Body body) {
   try {
+    require_cpu(*signature.cpu);
     std::vector<ObjectRef> values = entry_arguments(args, type_codes, num_args, signature);
     entry_result(body(values.data()), ret, ret_type_code);
     return 0;

@@ -5,7 +5,7 @@
  * Messages start with an error kind ("MatchError: ...") because TVM's Python FFI turns that
  * prefix into the Python exception class registered under the same name: relay_aot registers
  * one for each kind its runtime raises (relay_aot/errors.py: ArgumentTypeError,
- * ArgumentValueError, ShapeError, KernelError, MatchError, RecursionDepthError,
+ * ArgumentValueError, ShapeError, KernelError, MatchError, RecursionDepthError, CpuFeatureError,
  * ZeroDivisionError, MemoryError), every one a tvm.error.TVMError.
  */
 #ifndef RELAY_AOT_ERRORS_H_

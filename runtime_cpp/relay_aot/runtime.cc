@@ -332,6 +332,200 @@ RELAY_AOT_RUNTIME_LINKAGE std::vector<NDArray>* load_constants(const unsigned ch
 
 }  // namespace relay_aot
 
+// ---- cpu.h -------------------------------------------------------------------------------------
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace relay_aot {
+
+namespace cpu_detail {
+
+//! Which registers the OS must save for a feature's instructions (XCR0, read with xgetbv).
+enum State : unsigned char { kNone, kAvx, kAvx512, kAmx, kApx };
+
+//! Where CPUID reports a feature: leaf, subleaf, register (0-3: EAX, EBX, ECX, EDX), bit.
+struct Bit {
+  const char* name;
+  unsigned leaf, subleaf;
+  unsigned char reg, bit;
+  State state;
+};
+
+// LLVM's names and bits (llvm/lib/TargetParser/Host.cpp, sys::getHostCPUFeatures, LLVM 22).
+// Leaf 7 subleaf 1, 0x1E subleaf 1 and 0x24 are read only when leaf 7 / the maximum leaf says
+// they exist. avx10.1 and avx10.2 are special: a bit of leaf 7.1 and a version in leaf 0x24.
+constexpr unsigned kExt1 = 0x80000001u, kExt8 = 0x80000008u;
+constexpr Bit kBits[] = {
+    {"cx8", 1, 0, 3, 8, kNone}, {"cmov", 1, 0, 3, 15, kNone}, {"mmx", 1, 0, 3, 23, kNone},
+    {"fxsr", 1, 0, 3, 24, kNone}, {"sse", 1, 0, 3, 25, kNone}, {"sse2", 1, 0, 3, 26, kNone},
+    {"sse3", 1, 0, 2, 0, kNone}, {"pclmul", 1, 0, 2, 1, kNone}, {"ssse3", 1, 0, 2, 9, kNone},
+    {"fma", 1, 0, 2, 12, kAvx}, {"cx16", 1, 0, 2, 13, kNone}, {"sse4.1", 1, 0, 2, 19, kNone},
+    {"sse4.2", 1, 0, 2, 20, kNone}, {"crc32", 1, 0, 2, 20, kNone}, {"movbe", 1, 0, 2, 22, kNone},
+    {"popcnt", 1, 0, 2, 23, kNone}, {"aes", 1, 0, 2, 25, kNone}, {"xsave", 1, 0, 2, 26, kAvx},
+    {"avx", 1, 0, 2, 28, kAvx}, {"f16c", 1, 0, 2, 29, kAvx}, {"rdrnd", 1, 0, 2, 30, kNone},
+    {"sahf", kExt1, 0, 2, 0, kNone}, {"lzcnt", kExt1, 0, 2, 5, kNone}, {"sse4a", kExt1, 0, 2, 6, kNone},
+    {"prfchw", kExt1, 0, 2, 8, kNone}, {"xop", kExt1, 0, 2, 11, kAvx}, {"lwp", kExt1, 0, 2, 15, kNone},
+    {"fma4", kExt1, 0, 2, 16, kAvx}, {"tbm", kExt1, 0, 2, 21, kNone}, {"mwaitx", kExt1, 0, 2, 29, kNone},
+    {"64bit", kExt1, 0, 3, 29, kNone},
+    {"clzero", kExt8, 0, 1, 0, kNone}, {"rdpru", kExt8, 0, 1, 4, kNone}, {"wbnoinvd", kExt8, 0, 1, 9, kNone},
+    {"fsgsbase", 7, 0, 1, 0, kNone}, {"sgx", 7, 0, 1, 2, kNone}, {"bmi", 7, 0, 1, 3, kNone},
+    {"avx2", 7, 0, 1, 5, kAvx}, {"bmi2", 7, 0, 1, 8, kNone}, {"invpcid", 7, 0, 1, 10, kNone},
+    {"rtm", 7, 0, 1, 11, kNone}, {"avx512f", 7, 0, 1, 16, kAvx512}, {"avx512dq", 7, 0, 1, 17, kAvx512},
+    {"rdseed", 7, 0, 1, 18, kNone}, {"adx", 7, 0, 1, 19, kNone}, {"avx512ifma", 7, 0, 1, 21, kAvx512},
+    {"clflushopt", 7, 0, 1, 23, kNone}, {"clwb", 7, 0, 1, 24, kNone}, {"avx512cd", 7, 0, 1, 28, kAvx512},
+    {"sha", 7, 0, 1, 29, kNone}, {"avx512bw", 7, 0, 1, 30, kAvx512}, {"avx512vl", 7, 0, 1, 31, kAvx512},
+    {"avx512vbmi", 7, 0, 2, 1, kAvx512}, {"pku", 7, 0, 2, 4, kNone}, {"waitpkg", 7, 0, 2, 5, kNone},
+    {"avx512vbmi2", 7, 0, 2, 6, kAvx512}, {"shstk", 7, 0, 2, 7, kNone}, {"gfni", 7, 0, 2, 8, kNone},
+    {"vaes", 7, 0, 2, 9, kAvx}, {"vpclmulqdq", 7, 0, 2, 10, kAvx}, {"avx512vnni", 7, 0, 2, 11, kAvx512},
+    {"avx512bitalg", 7, 0, 2, 12, kAvx512}, {"avx512vpopcntdq", 7, 0, 2, 14, kAvx512},
+    {"rdpid", 7, 0, 2, 22, kNone}, {"kl", 7, 0, 2, 23, kNone}, {"cldemote", 7, 0, 2, 25, kNone},
+    {"movdiri", 7, 0, 2, 27, kNone}, {"movdir64b", 7, 0, 2, 28, kNone}, {"enqcmd", 7, 0, 2, 29, kNone},
+    {"uintr", 7, 0, 3, 5, kNone}, {"avx512vp2intersect", 7, 0, 3, 8, kAvx512}, {"serialize", 7, 0, 3, 14, kNone},
+    {"tsxldtrk", 7, 0, 3, 16, kNone}, {"pconfig", 7, 0, 3, 18, kNone}, {"amx-bf16", 7, 0, 3, 22, kAmx},
+    {"avx512fp16", 7, 0, 3, 23, kAvx512}, {"amx-tile", 7, 0, 3, 24, kAmx}, {"amx-int8", 7, 0, 3, 25, kAmx},
+    {"sha512", 7, 1, 0, 0, kNone}, {"sm3", 7, 1, 0, 1, kNone}, {"sm4", 7, 1, 0, 2, kNone},
+    {"raoint", 7, 1, 0, 3, kNone}, {"avxvnni", 7, 1, 0, 4, kAvx}, {"avx512bf16", 7, 1, 0, 5, kAvx512},
+    {"cmpccxadd", 7, 1, 0, 7, kNone}, {"amx-fp16", 7, 1, 0, 21, kAmx}, {"hreset", 7, 1, 0, 22, kNone},
+    {"avxifma", 7, 1, 0, 23, kAvx}, {"movrs", 7, 1, 0, 31, kNone},
+    {"avxvnniint8", 7, 1, 3, 4, kAvx}, {"avxneconvert", 7, 1, 3, 5, kAvx}, {"amx-complex", 7, 1, 3, 8, kAmx},
+    {"avxvnniint16", 7, 1, 3, 10, kAvx}, {"prefetchi", 7, 1, 3, 14, kNone}, {"usermsr", 7, 1, 3, 15, kNone},
+    // APX: one bit for all of its features.
+    {"egpr", 7, 1, 3, 21, kApx}, {"push2pop2", 7, 1, 3, 21, kApx}, {"ppx", 7, 1, 3, 21, kApx},
+    {"ndd", 7, 1, 3, 21, kApx}, {"ccmp", 7, 1, 3, 21, kApx}, {"nf", 7, 1, 3, 21, kApx},
+    {"cf", 7, 1, 3, 21, kApx}, {"zu", 7, 1, 3, 21, kApx},
+    {"xsaveopt", 0xd, 1, 0, 0, kAvx}, {"xsavec", 0xd, 1, 0, 1, kAvx}, {"xsaves", 0xd, 1, 0, 3, kAvx},
+    {"ptwrite", 0x14, 0, 1, 4, kNone}, {"widekl", 0x19, 0, 1, 2, kNone},
+    {"amx-fp8", 0x1e, 1, 0, 4, kAmx}, {"amx-tf32", 0x1e, 1, 0, 6, kAmx}, {"amx-avx512", 0x1e, 1, 0, 7, kAmx},
+    {"amx-movrs", 0x1e, 1, 0, 8, kAmx},
+};
+
+//! The CPUID registers of one leaf and subleaf (all zero where the CPU does not have it).
+struct Leaf {
+  unsigned reg[4] = {0, 0, 0, 0};
+};
+
+//! What this CPU reports, read once per process.
+struct Host {
+  Leaf l1, ext1, ext8, l7, l7s1, ld1, l14, l19, l1e1, l24;
+  bool saves[5] = {true, false, false, false, false};  //!< by State
+
+  const Leaf* leaf(unsigned leaf, unsigned subleaf) const {
+    switch (leaf) {
+      case 1: return &l1;
+      case kExt1: return &ext1;
+      case kExt8: return &ext8;
+      case 7: return subleaf == 0 ? &l7 : &l7s1;
+      case 0xd: return &ld1;
+      case 0x14: return &l14;
+      case 0x19: return &l19;
+      case 0x1e: return &l1e1;
+      default: return nullptr;
+    }
+  }
+};
+
+#if defined(__x86_64__) || defined(__i386__)
+inline Leaf read_leaf(unsigned max, unsigned leaf, unsigned subleaf) {
+  Leaf out;
+  if (leaf <= max) __cpuid_count(leaf, subleaf, out.reg[0], out.reg[1], out.reg[2], out.reg[3]);
+  return out;
+}
+
+inline Host read_host() {
+  Host host;
+  unsigned max = __get_cpuid_max(0, nullptr);
+  unsigned max_ext = __get_cpuid_max(0x80000000u, nullptr);
+  if (max < 1) return host;
+  host.l1 = read_leaf(max, 1, 0);
+  host.ext1 = read_leaf(max_ext, kExt1, 0);
+  host.ext8 = read_leaf(max_ext, kExt8, 0);
+  host.l7 = read_leaf(max, 7, 0);
+  if (host.l7.reg[0] >= 1) host.l7s1 = read_leaf(max, 7, 1);
+  host.ld1 = read_leaf(max, 0xd, 1);
+  host.l14 = read_leaf(max, 0x14, 0);
+  host.l19 = read_leaf(max, 0x19, 0);
+  host.l1e1 = read_leaf(max, 0x1e, 1);
+  host.l24 = read_leaf(max, 0x24, 0);
+  // xgetbv exists when the OS enabled XSAVE (OSXSAVE, leaf 1 ECX bit 27).
+  if ((host.l1.reg[2] >> 27) & 1) {
+    unsigned xcr0, high;
+    __asm__ volatile("xgetbv" : "=a"(xcr0), "=d"(high) : "c"(0));
+    bool avx = ((host.l1.reg[2] >> 28) & 1) && (xcr0 & 0x6) == 0x6;
+    host.saves[kAvx] = avx;
+    host.saves[kAvx512] = avx && (xcr0 & 0xe0) == 0xe0;
+    host.saves[kAmx] = (xcr0 & 0x60000) == 0x60000;
+    host.saves[kApx] = (xcr0 >> 19) & 1;
+  }
+  return host;
+}
+#else
+inline Host read_host() { return Host(); }  // features of other architectures are not detected
+#endif
+
+inline const Host& host() {
+  static const Host detected = read_host();
+  return detected;
+}
+
+inline bool x86() {
+#if defined(__x86_64__) || defined(__i386__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+//! Whether this CPU has feature \p name: 1 yes, 0 no, -1 unknown to this runtime.
+inline int has_feature(const std::string& name) {
+  if (!x86()) return -1;
+  const Host& h = host();
+  if (name == "avx10.1" || name == "avx10.2") {
+    bool avx10 = (h.l7s1.reg[3] >> 19) & 1;
+    unsigned version = h.l24.reg[1] & 0xff;
+    return avx10 && h.saves[kAvx512] && version >= (name == "avx10.1" ? 1u : 2u);
+  }
+  for (const Bit& bit : kBits) {
+    if (name != bit.name) continue;
+    const Leaf* leaf = h.leaf(bit.leaf, bit.subleaf);
+    return ((leaf->reg[bit.reg] >> bit.bit) & 1) && h.saves[bit.state];
+  }
+  return -1;
+}
+
+}  // namespace cpu_detail
+
+RELAY_AOT_RUNTIME_LINKAGE std::vector<std::pair<std::string, bool>> cpu_features() {
+  std::vector<std::pair<std::string, bool>> out;
+  if (!cpu_detail::x86()) return out;
+  for (const cpu_detail::Bit& bit : cpu_detail::kBits) out.emplace_back(bit.name, cpu_detail::has_feature(bit.name) == 1);
+  for (const char* name : {"avx10.1", "avx10.2"}) out.emplace_back(name, cpu_detail::has_feature(name) == 1);
+  return out;
+}
+
+RELAY_AOT_RUNTIME_LINKAGE std::string cpu_mismatch(const char* target, const char* const* features, int count) {
+  std::string missing;
+  for (int i = 0; i < count; ++i) {
+    int has = cpu_detail::has_feature(features[i]);
+    if (has == 1) continue;
+    missing += (missing.empty() ? "" : ", ") + std::string(features[i]) + (has < 0 ? " (not detectable here)" : "");
+  }
+  if (missing.empty()) return missing;
+  return std::string("the kernels were compiled for `") + target +
+         "` and use CPU features this machine does not have: " + missing +
+         ". Compile the model on this machine (the default target is its CPU), or for a CPU it "
+         "matches (target=\"llvm\" runs on any x86-64)";
+}
+
+RELAY_AOT_RUNTIME_LINKAGE void check_cpu(const CpuRequirement& cpu) {
+  std::string why = cpu_mismatch(cpu.target, cpu.features, cpu.count);
+  if (!why.empty()) throw Error("CpuFeatureError", why);
+  cpu.ok.store(1, std::memory_order_release);
+}
+
+}  // namespace relay_aot
+
 // ---- entry.h -----------------------------------------------------------------------------------
 
 namespace relay_aot {

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "closure.h"
 #include "constants.h"
+#include "cpu.h"
 #include "entry.h"
 #include "errors.h"
 #include "kernel.h"

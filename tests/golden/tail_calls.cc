@@ -58,10 +58,15 @@ namespace golden_relay_aot {
 
   const int kMainParamTypes[] = {0};
   const char* const kMainParamNames[] = {"n"};
-  const EntrySignature kEntrySignature{1, kTypes, kMainParamTypes, kMainParamNames};
+  // What the kernels need of the CPU: every entry checks it before anything runs (see cpu.h).
+  const char* const kCpuFeatures[] = {
+    "64bit", "cx8", "sse", "sse2",
+  };
+  const CpuRequirement kCpu{"llvm -keys=cpu -mtriple=x86_64-unknown-linux-gnu", kCpuFeatures, 4, {0}};
+  const EntrySignature kEntrySignature{1, kTypes, kMainParamTypes, kMainParamNames, &kCpu};
 
   // The program's signature as JSON (see relay_aot\x2fir\x2fsignature.py).
-  const char kMetadata[361] = {
+  const char kMetadata[477] = {
     123, 34, 97, 100, 116, 115, 34, 58, 32, 91, 123, 34, 99, 116, 111, 114, 115, 34, 58, 32, 91, 123, 34, 102,
     105, 101, 108, 100, 115, 34, 58, 32, 91, 91, 34, 112, 97, 114, 97, 109, 34, 44, 32, 48, 93, 44, 32, 91,
     34, 97, 100, 116, 34, 44, 32, 48, 44, 32, 91, 91, 34, 112, 97, 114, 97, 109, 34, 44, 32, 48, 93, 93,
@@ -70,14 +75,18 @@ namespace golden_relay_aot {
     115, 34, 58, 32, 91, 93, 44, 32, 34, 110, 97, 109, 101, 34, 58, 32, 34, 78, 105, 108, 34, 44, 32, 34,
     116, 97, 103, 34, 58, 32, 45, 50, 48, 49, 51, 50, 54, 53, 57, 49, 57, 125, 93, 44, 32, 34, 110, 97,
     109, 101, 34, 58, 32, 34, 76, 105, 115, 116, 34, 44, 32, 34, 110, 117, 109, 95, 112, 97, 114, 97, 109, 115,
-    34, 58, 32, 49, 125, 93, 44, 32, 34, 102, 111, 114, 109, 97, 116, 34, 58, 32, 49, 44, 32, 34, 109, 111,
-    100, 101, 108, 34, 58, 32, 34, 103, 111, 108, 100, 101, 110, 34, 44, 32, 34, 112, 97, 114, 97, 109, 115, 34,
-    58, 32, 91, 123, 34, 110, 97, 109, 101, 34, 58, 32, 34, 110, 34, 44, 32, 34, 116, 121, 112, 101, 34, 58,
-    32, 91, 34, 116, 101, 110, 115, 111, 114, 34, 44, 32, 91, 93, 44, 32, 34, 105, 110, 116, 51, 50, 34, 93,
-    125, 93, 44, 32, 34, 114, 101, 116, 34, 58, 32, 91, 34, 116, 117, 112, 108, 101, 34, 44, 32, 91, 91, 34,
-    116, 101, 110, 115, 111, 114, 34, 44, 32, 91, 93, 44, 32, 34, 105, 110, 116, 51, 50, 34, 93, 44, 32, 91,
-    34, 116, 101, 110, 115, 111, 114, 34, 44, 32, 91, 93, 44, 32, 34, 105, 110, 116, 51, 50, 34, 93, 93, 93,
-    125,
+    34, 58, 32, 49, 125, 93, 44, 32, 34, 99, 112, 117, 34, 58, 32, 123, 34, 102, 101, 97, 116, 117, 114, 101,
+    115, 34, 58, 32, 91, 34, 54, 52, 98, 105, 116, 34, 44, 32, 34, 99, 120, 56, 34, 44, 32, 34, 115, 115,
+    101, 34, 44, 32, 34, 115, 115, 101, 50, 34, 93, 44, 32, 34, 116, 97, 114, 103, 101, 116, 34, 58, 32, 34,
+    108, 108, 118, 109, 32, 45, 107, 101, 121, 115, 61, 99, 112, 117, 32, 45, 109, 116, 114, 105, 112, 108, 101, 61,
+    120, 56, 54, 95, 54, 52, 45, 117, 110, 107, 110, 111, 119, 110, 45, 108, 105, 110, 117, 120, 45, 103, 110, 117,
+    34, 125, 44, 32, 34, 102, 111, 114, 109, 97, 116, 34, 58, 32, 49, 44, 32, 34, 109, 111, 100, 101, 108, 34,
+    58, 32, 34, 103, 111, 108, 100, 101, 110, 34, 44, 32, 34, 112, 97, 114, 97, 109, 115, 34, 58, 32, 91, 123,
+    34, 110, 97, 109, 101, 34, 58, 32, 34, 110, 34, 44, 32, 34, 116, 121, 112, 101, 34, 58, 32, 91, 34, 116,
+    101, 110, 115, 111, 114, 34, 44, 32, 91, 93, 44, 32, 34, 105, 110, 116, 51, 50, 34, 93, 125, 93, 44, 32,
+    34, 114, 101, 116, 34, 58, 32, 91, 34, 116, 117, 112, 108, 101, 34, 44, 32, 91, 91, 34, 116, 101, 110, 115,
+    111, 114, 34, 44, 32, 91, 93, 44, 32, 34, 105, 110, 116, 51, 50, 34, 93, 44, 32, 91, 34, 116, 101, 110,
+    115, 111, 114, 34, 44, 32, 91, 93, 44, 32, 34, 105, 110, 116, 51, 50, 34, 93, 93, 93, 125,
   };
 }  // namespace golden_relay_aot
 
@@ -114,6 +123,7 @@ extern "C" {
 
 namespace golden_relay_aot {
   void run_c(const struct tvmgen_golden_inputs* inputs, const struct tvmgen_golden_outputs* outputs) {
+    require_cpu(kCpu);  // before anything runs (cpu.h)
     c_require(inputs, "inputs");
     c_require(outputs, "outputs");
     int32_t in0 = c_scalar<int32_t>(inputs->n, "input n (%n)");
@@ -213,7 +223,12 @@ namespace golden_relay_aot {
  * tensor is one element; bool is one byte per element): the inputs, never modified, and the
  * outputs, which the caller allocates and the run writes. It returns 0 on success; otherwise
  * non-zero, and tvmgen_golden_last_error() says why, for the calling thread. Link the model's
- * library and libtvm_runtime.so; calls from several threads may run at once. */
+ * library and libtvm_runtime.so; calls from several threads may run at once.
+ *
+ * The kernels were compiled for this target (on a CPU without a feature it enables, the run
+ * returns non-zero, naming the missing ones):
+ *   llvm -keys=cpu -mtriple=x86_64-unknown-linux-gnu
+ */
 #ifndef TVMGEN_GOLDEN_H_
 #define TVMGEN_GOLDEN_H_
 

@@ -92,6 +92,7 @@ class CApi:
     inputs: tuple[CField, ...]
     outputs: tuple[CField, ...]
     result: ir.Type  #: @main's result type (a tensor, or a nested tuple of tensors)
+    target: str = ""  #: the target the kernels were compiled for ("": not recorded)
 
     @property
     def header_name(self) -> str:
@@ -175,7 +176,7 @@ def c_api(signature: Signature) -> CApi:
     outputs = tuple(CField(_unique("output" if single else f"output{i}", used), what, ty, path)
                     for i, (what, ty, path) in enumerate(results))
     inputs = tuple(CField(_unique(c_identifier(p.name), used), f"%{p.name}", p.type) for p in signature.params)
-    return CApi(signature.model, inputs, outputs, signature.ret)
+    return CApi(signature.model, inputs, outputs, signature.ret, signature.cpu.target if signature.cpu else "")
 
 
 def c_api_or_none(signature: Signature) -> Optional[CApi]:
@@ -188,7 +189,7 @@ def c_api_or_none(signature: Signature) -> Optional[CApi]:
 
 #: How the library's header says it is used (the standalone package's says otherwise).
 LIBRARY_USAGE = (" * non-zero, and {last_error}() says why, for the calling thread. Link the model's",
-                 " * library and libtvm_runtime.so; calls from several threads may run at once. */")
+                 " * library and libtvm_runtime.so; calls from several threads may run at once.")
 
 
 def header_text(api: CApi, usage: tuple = LIBRARY_USAGE, extra: tuple = ()) -> str:
@@ -203,6 +204,10 @@ def header_text(api: CApi, usage: tuple = LIBRARY_USAGE, extra: tuple = ()) -> s
         " * tensor is one element; bool is one byte per element): the inputs, never modified, and the",
         " * outputs, which the caller allocates and the run writes. It returns 0 on success; otherwise",
         *(line.format(last_error=last_error) for line in usage),
+        *([" *", " * The kernels were compiled for this target (on a CPU without a feature it enables, the run",
+           " * returns non-zero, naming the missing ones):", f" *   {escape_comment(api.target)}"]
+          if api.target else []),
+        " */",
         f"#ifndef {guard}",
         f"#define {guard}",
         "",
@@ -284,6 +289,7 @@ def _emit_entry(e: Emitter, program: ir.Program, api: CApi) -> None:
     e.line()
     e.line(f"namespace {namespace} {{")
     e.line(f"void {_RUN}(const {api.struct('inputs')}* inputs, const {api.struct('outputs')}* outputs) {{")
+    e.line(f"require_cpu({names.CPU_REQUIREMENT});", comment="before anything runs (cpu.h)")
     if api.inputs:
         e.line('c_require(inputs, "inputs");')
     if api.outputs:

@@ -832,8 +832,10 @@ class CppEmitter:
             e.line(f"const int {param_types}[] = {{{', '.join(str(self.types.index(p.type)) for p in params)}}};")
             names_list = ", ".join(cpp_string_literal(p.name) for p in self.program.params)
             e.line(f"const char* const {param_names}[] = {{{names_list}}};")
+        self.emit_cpu_requirement()
         e.line(
-            f"const EntrySignature {names.ENTRY_SIGNATURE}{{{len(params)}, {names.TYPE_TABLE}, {param_types}, {param_names}}};"
+            f"const EntrySignature {names.ENTRY_SIGNATURE}{{{len(params)}, {names.TYPE_TABLE}, {param_types}, "
+            f"{param_names}, &{names.CPU_REQUIREMENT}}};"
         )
         signature = Signature.of_program(self.program, self.model).to_json().encode()
         e.line()
@@ -842,6 +844,21 @@ class CppEmitter:
         for start in range(0, len(signature), 24):
             e.line(", ".join(str(b) for b in signature[start : start + 24]) + ",")
         e.line("};")
+
+    def emit_cpu_requirement(self) -> None:
+        """``kCpu``: the target of the kernels and the CPU features it enables, which the entries
+        check before anything runs (``cpu.h``; none recorded: nothing to check)."""
+        e = self.out
+        cpu = self.program.cpu
+        target, features = (cpu.target, cpu.features) if cpu is not None else ("", ())
+        e.comment("What the kernels need of the CPU: every entry checks it before anything runs (see cpu.h).")
+        array = "nullptr"
+        if features:
+            array = "kCpuFeatures"
+            e.line(f"const char* const {array}[] = {{")
+            e.lines([", ".join(cpp_string_literal(f) for f in features[i : i + 8]) + "," for i in range(0, len(features), 8)])
+            e.line("};")
+        e.line(f"const CpuRequirement {names.CPU_REQUIREMENT}{{{cpp_string_literal(target)}, {array}, {len(features)}, {{0}}}};")
 
     def emit_profile_names(self) -> None:
         """The names the profile reports calls by (``ir/profile.py``), for ``<model>__profile``."""

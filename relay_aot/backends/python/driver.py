@@ -48,11 +48,14 @@ def compile_python(request: Request, cache: bool = True, verbose: bool = False) 
     """The Python backend: build the kernels in memory, print and load the Python control code.
 
     ``cache`` is accepted for symmetry with the C++ backend; nothing is written to disk (the
-    kernels are built in memory on every compile).
+    kernels are built in memory on every compile). A target whose CPU features this machine
+    lacks raises :class:`~relay_aot.errors.CpuFeatureError`: the kernels would run here.
     """
     del cache
     program, kernels = request.lower()
     name = request.name
+    # Its kernels run in this process, so it needs the target's CPU (kernels would die of SIGILL).
+    fastcall.check_cpu(program.cpu, f"model {name} (python backend)")
     profile = request.config.profile
     source = emit_python(program, name, profile)
     module = kernels.build()

@@ -150,7 +150,7 @@ def export_standalone(
     files["constants.cc"] = emitter.constants_unit(banner("constants.cc"))
     files["entry.cc"] = emitter.entry_unit(banner("entry.cc"), size, row.stack_budget, kernel_file == "kernels.c")
     usage = (" * non-zero, and {last_error}() says why. A standalone package: link",
-             f" * lib{names.c_api(name)}.a alone (no TVM, no C++ library); one run at a time. */")
+             f" * lib{names.c_api(name)}.a alone (no TVM, no C++ library); one run at a time.")
     files[api.header_name] = header_text(api, usage, tuple(standalone_header_extra(api, size, emitter.plan)))
     files["Makefile"] = makefile(name, units + ["constants.cc", "entry.cc"], kernel_file)
     for file_name, text in files.items():
