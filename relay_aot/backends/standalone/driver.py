@@ -78,7 +78,7 @@ def export_standalone(
     mod: tvm.IRModule,
     directory,
     name: str = "default",
-    target: str = "host",
+    target: Optional[str] = None,
     params: Optional[Mapping[str, object]] = None,
     workspace_size: Optional[int] = None,
     opt_level: int = 3,
@@ -89,8 +89,9 @@ def export_standalone(
     no C++ runtime (docs/deployment.md, "Microcontrollers and boards").
 
     :param name: the model name (as for :func:`relay_aot.compile`).
-    :param target: a row of ``relay_aot.backends.standalone.targets.TARGETS`` (``host``,
-        ``aarch64-linux``, ``cortex-m4``), or a TVM ``llvm`` target string.
+    :param target: a row of ``relay_aot.backends.standalone.targets.TARGETS`` (``host``, the
+        default: this machine's architecture, its baseline CPU; ``aarch64-linux``,
+        ``cortex-m4``), or a TVM ``llvm`` target string.
     :param params: arrays bound to parameters of ``main`` by name (they become ``const`` arrays).
     :param workspace_size: bytes of the arena for programs that allocate (ADTs, closures,
         references, calls); default 65,536. A program that is
@@ -101,7 +102,7 @@ def export_standalone(
         callback); the message names it.
     :returns: the :class:`Package` written.
     """
-    row = resolve(target)
+    row = resolve(target if target is not None else "host")
     if workspace_size is not None and not 0 < workspace_size < 1 << 32:
         raise ValueError(f"workspace_size must be between 1 and 2**32 - 1 bytes, not {workspace_size}")
     request = Request.make(mod, row.tvm_target, params, name, opt_level).standalone()
