@@ -48,6 +48,13 @@ def test_legalize_runs_from_opt_level_1_as_in_relay_build():
     assert "cast" in _ops(prepared[1])
 
 
+def test_float16_erf_without_legalize_is_a_compile_error_naming_erf(backend):
+    # At opt_level 0 nothing legalizes erf: TVM's code generator fails on it, and LLVM (built
+    # with assertions) aborts; the build runs in a child process, so this is an exception.
+    with pytest.raises(relay_aot.CompileError, match=r"fused kernel of erf \(default_k0_fused_erf\)"):
+        relay_aot.compile(_erf16(), backend=backend, opt_level=0)
+
+
 def _quantized_dense() -> tvm.IRModule:
     x = relay.var("x", shape=(4, 8), dtype="float32")
     w = relay.var("w", shape=(5, 8), dtype="int8")
