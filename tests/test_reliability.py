@@ -1,5 +1,8 @@
 """Bad input never crashes the process: malformed calls, kernel failures, hostile names."""
 
+import os
+import re
+
 import pytest
 
 from isolated import run_isolated
@@ -409,3 +412,58 @@ def test_a_kernel_build_that_hangs_is_stopped():
     # A deadlocked child uses no CPU time: it is killed after isolated.STALL_SECONDS.
     messages = _kernel_build("isolated.STALL_SECONDS = 2\ntvm.build = build_with(threading.Event().wait)")
     assert messages == ["TVM made no progress (no CPU time for 2 s, killed) building the kernels"] * 2
+
+
+def _adds(k: float, name: str):
+    import tvm
+    from tvm import relay
+
+    import relay_aot
+
+    x = relay.var("x", shape=(3,))
+    return relay_aot.compile(tvm.IRModule.from_expr(relay.Function([x], relay.add(x, relay.const(k)))), name=name)
+
+
+def test_reloading_a_replaced_library_says_why_and_never_runs_the_old_code(tmp_path, monkeypatch):
+    """dlopen returns the library it loaded first for a path: a library exported over one this
+    process loaded is refused by relay_aot.load, with another model name or the same."""
+    import shutil
+
+    import numpy as np
+
+    import relay_aot
+
+    zeros = np.zeros(3, "float32")
+    path = tmp_path / "m.so"
+    _adds(1.0, "a").export_library(path)
+    assert relay_aot.load(path)(zeros).numpy().tolist() == [1.0] * 3
+    for k, name in ((2.0, "b"), (3.0, "a")):
+        with pytest.warns(RuntimeWarning, match="replaces a library this process has loaded"):
+            _adds(k, name).export_library(path)
+        with pytest.raises(ValueError, match=r"m\.so: this process already loaded a library from this path( \(.*\))?, and the "
+                                             r"file has been replaced since: .* Load the new file from another path"):
+            relay_aot.load(path)
+        # through a relative path or a symbolic link: the same file for the loader
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / f"link-{name}.so").symlink_to(path)
+        for other in ("m.so", f"link-{name}.so"):
+            with pytest.raises(ValueError, match=rf"this path \({re.escape(os.path.realpath(path))}\)"):
+                relay_aot.load(other)
+        copy = shutil.copy(path, tmp_path / f"copy-{name}.so")
+        assert relay_aot.load(copy)(zeros).numpy().tolist() == [k] * 3
+
+
+def test_a_library_loaded_by_tvm_is_known_too(tmp_path):
+    """The loader is asked, not a list relay_aot keeps: a load by tvm.runtime.load_module counts."""
+    import tvm
+
+    import relay_aot
+
+    path = tmp_path / "t.so"
+    _adds(1.0, "t").export_library(path)
+    tvm.runtime.load_module(str(path))
+    assert relay_aot.runtime.module.stale_load(path) is None  # loaded, but the file is the same
+    with pytest.warns(RuntimeWarning, match="replaces a library this process has loaded"):
+        _adds(2.0, "t").export_library(path)
+    with pytest.raises(ValueError, match="already loaded a library from this path"):
+        relay_aot.load(path)
