@@ -46,11 +46,11 @@ def interpreter(text: str, args) -> object:
 
 
 _OPTIONS = {
-    "": ["compile", "run", "show"],
+    "": ["compile", "run", "show", "--debug"],
     "compile": ["MODEL", "-o", "--name", "--params", "--backend", "--opt-level", "--input-shapes", "--format",
-                "--profile"],
-    "run": ["LIBRARY", "--inputs", "--output", "--name", "--profile", "--profile-json"],
-    "show": ["MODEL", "--backend", "--name", "--params", "--input-shapes", "--ir", "--profile"],
+                "--profile", "--debug"],
+    "run": ["LIBRARY", "--inputs", "--output", "--name", "--profile", "--profile-json", "--debug"],
+    "show": ["MODEL", "--backend", "--name", "--params", "--input-shapes", "--ir", "--profile", "--debug"],
 }
 
 
@@ -155,6 +155,8 @@ def test_failures_exit_with_one_line(tmp_path):
 
 _BAD_RELAY = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(3), float32]) { add(%x, }\n'
 _BAD_TYPES = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(3), float32], %y: Tensor[(4), float32]) { add(%x, %y) }\n'
+# nn.dense without units=: TVM's parser builds DenseAttrs by reflection and raises AttributeError
+_NO_UNITS = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(2, 3), float32], %w: Tensor[(4, 3), float32]) { nn.dense(%x, %w) }\n'
 
 MISTAKES = [
     # (argv with {dir} and {lstm} placeholders, exit status, regex the one stderr line must match)
@@ -177,6 +179,9 @@ MISTAKES = [
      r"params name no parameter of @main: nope"),
     (["compile", "{dir}/bad.relay", "-o", "{dir}/x.so"], 1, r"bad\.relay:2:48: expected an expression"),
     (["show", "{dir}/badtypes.relay"], 1, r"badtypes\.relay:2:66: Incompatible broadcast type"),
+    (["compile", "{dir}/nounits.relay", "-o", "{dir}/x.so"], 1,
+     r"nounits\.relay: the Relay text does not parse: an operator call lacks its attribute 'units', which "
+     r"relay\.attrs\.DenseAttrs requires: write it out as TVM prints it \(e\.g\. nn\.dense\(%x, %w, units=None\)\)$"),
     (["show", "{dir}/x.npy"], 1, r"x\.npy: not a Relay text file"),
     (["compile", "{dir}/good.relay", "--format", "onnx", "-o", "{dir}/x.so"], 1, r"good\.relay: not an ONNX model|onnx package"),
     (["run", "{dir}/good.relay"], 1, r"good\.relay is not an ELF shared library"),
@@ -197,6 +202,7 @@ def test_mistakes(argv, status, message, lstm_so, tmp_path, capsys):
     (tmp_path / "good.relay").write_text(MODELS["structures"][0])
     (tmp_path / "bad.relay").write_text(_BAD_RELAY)
     (tmp_path / "badtypes.relay").write_text(_BAD_TYPES)
+    (tmp_path / "nounits.relay").write_text(_NO_UNITS)
     (tmp_path / "fake.npy").write_text("not numpy")
     np.save(tmp_path / "x.npy", np.zeros(3, dtype="float32"))
     np.savez(tmp_path / "unknown.npz", nope=np.zeros(3, dtype="float32"))
@@ -207,6 +213,94 @@ def test_mistakes(argv, status, message, lstm_so, tmp_path, capsys):
     assert lines[0].startswith("relay-aot"), lines[0]
     assert re.search(message, lines[0]), lines[0]
     assert captured.out == ""
+
+
+def test_parser_failure_through_the_script_is_one_line(tmp_path):
+    """The issue's report: `relay-aot compile` of nn.dense without units= printed a 27-line
+    AttributeError traceback."""
+    (tmp_path / "dense.relay").write_text(_NO_UNITS)
+    result = relay_aot_cli("compile", tmp_path / "dense.relay", "-o", tmp_path / "dense.so", check=False)
+    assert result.returncode == 1 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("relay-aot: error: ") and "'units'" in lines[0], result.stderr
+
+
+def test_dense_with_units_none_compiles_and_runs(tmp_path, capsys):
+    """The program as TVM prints it (what Python's relay.nn.dense(x, w) makes) compiles."""
+    (tmp_path / "dense.relay").write_text(_NO_UNITS.replace("nn.dense(%x, %w)", "nn.dense(%x, %w, units=None)"))
+    x, w = np.arange(6, dtype="float32").reshape(2, 3), np.ones((4, 3), "float32")
+    np.savez(tmp_path / "in.npz", x=x, w=w)
+    assert cli.main(["compile", str(tmp_path / "dense.relay"), "-o", str(tmp_path / "dense.so"), "--name", "dense"]) == 0
+    assert cli.main(["run", str(tmp_path / "dense.so"), "--inputs", str(tmp_path / "in.npz"),
+                     "--output", str(tmp_path / "out.npz")]) == 0
+    with np.load(tmp_path / "out.npz") as out:
+        np.testing.assert_allclose(out["result"], x @ w.T)
+
+
+def test_internal_errors_are_one_line_and_debug_shows_the_traceback(monkeypatch, tmp_path, capsys):
+    """An exception that is about no input of the user's is a bug: one line that says so;
+    --debug (before or after the sub-command) lets the traceback through."""
+    (tmp_path / "good.relay").write_text(MODELS["structures"][0])
+
+    def broken(args):
+        raise AttributeError("'NoneType' object has no attribute 'shape'")
+
+    monkeypatch.setattr(cli, "cmd_show", broken)
+    assert cli.main(["show", str(tmp_path / "good.relay")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "relay-aot: error: internal error, AttributeError: 'NoneType' object has no attribute 'shape' "
+        "(a bug: --debug shows its traceback)"]
+    for argv in (["--debug", "show", str(tmp_path / "good.relay")], ["show", str(tmp_path / "good.relay"), "--debug"]):
+        with pytest.raises(AttributeError, match="no attribute 'shape'"):
+            cli.main(argv)
+
+
+def test_onnx_importer_failures_are_one_line(monkeypatch, tmp_path, capsys):
+    """TVM's ONNX importer fails on some models with whatever its code raises (KeyError,
+    AssertionError, ...): one line naming the model."""
+    _onnx_model(tmp_path / "mlp.onnx")
+    from tvm import relay
+
+    def failing(*args, **kwargs):
+        raise KeyError("Softmax_axis")
+
+    monkeypatch.setattr(relay.frontend, "from_onnx", failing)
+    assert cli.main(["show", str(tmp_path / "mlp.onnx")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"relay-aot: error: {tmp_path / 'mlp.onnx'}: TVM's ONNX importer failed: KeyError: 'Softmax_axis'"]
+
+
+def test_damaged_relay_text_ends_in_one_line(tmp_path, capsys):
+    """Relay text with tokens removed, repeated or swapped (a small fuzz campaign): `show`
+    prints the source, or one error line with exit status 1."""
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    text = MODELS["structures"][0]
+    tokens = re.findall(r"\w+|\s+|.", text)
+
+    @hypothesis.settings(max_examples=40, deadline=None, database=None)
+    @hypothesis.given(edits=st.lists(st.tuples(st.sampled_from(["drop", "repeat", "swap"]), st.integers(0, 10_000)),
+                                     min_size=1, max_size=3))
+    def damaged(edits):
+        mutated = list(tokens)
+        for how, position in edits:
+            i = position % len(mutated)
+            if how == "drop":
+                del mutated[i]
+            elif how == "repeat":
+                mutated.insert(i, mutated[i])
+            elif i + 1 < len(mutated):
+                mutated[i], mutated[i + 1] = mutated[i + 1], mutated[i]
+        (tmp_path / "damaged.relay").write_text("".join(mutated))
+        status = cli.main(["show", str(tmp_path / "damaged.relay"), "--ir"])
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert status == 0 or (status == 1 and len(lines) == 1 and lines[0].startswith("relay-aot: error: ")
+                               and "internal error" not in lines[0]), (status, captured.err, "".join(mutated))
+
+    damaged()
 
 
 def test_program_failure_is_one_line(tmp_path, capsys):

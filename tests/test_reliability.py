@@ -1,5 +1,8 @@
 """Bad input never crashes the process: malformed calls, kernel failures, hostile names."""
 
+import os
+import re
+
 import pytest
 
 from isolated import run_isolated
@@ -347,3 +350,120 @@ def test_integer_division_by_zero_is_an_exception():
         '''
     )
     assert result[:2] == [-3, 1] and result[2].endswith("integer division by zero")
+
+
+KERNEL_BUILD_DRIVER = '''
+import json, os, signal, threading, tvm, relay_aot
+from tvm import relay
+from relay_aot.kernels import isolated
+x = relay.var("x", shape=(3,), dtype="float32")
+h = relay.var("h", shape=(10, 4), dtype="float16")
+mod = tvm.IRModule.from_expr(relay.Function([x, h], relay.Tuple([relay.exp(x), relay.erf(h)])))
+real_build = tvm.build
+def build_with(fail):
+    def build(mod, *args, **kwargs):
+        if any("erf" in gvar.name_hint for gvar in mod.get_global_vars()):
+            fail()
+        return real_build(mod, *args, **kwargs)
+    return build
+{setup}
+out = []
+for backend in ("cpp", "python"):
+    try:
+        relay_aot.compile(mod, backend=backend, opt_level={opt_level}, cache=False)
+        out.append("compiled")
+    except relay_aot.CompileError as err:
+        out.append(str(err).splitlines()[0].split("; the sources and build.ninja are kept in")[0])
+print(json.dumps(out))
+'''
+
+
+def _kernel_build(setup: str = "", opt_level: int = 3) -> list[str]:
+    """The CompileError of each backend (or "compiled"), its first line without the C++
+    backend's note on the kept sources, in a fresh process (run_isolated fails the test if that
+    process does not exit normally)."""
+    return run_isolated(KERNEL_BUILD_DRIVER.format(setup=setup, opt_level=opt_level))
+
+
+def test_a_kernel_build_that_aborts_is_a_compile_error_naming_the_kernel():
+    # float16 erf without Legalize (opt_level 0): TVM's LLVM code generator fails on it halfway
+    # through, and LLVM, built with assertions, aborts the process that built it.
+    for message in _kernel_build(opt_level=0):
+        assert message.startswith("TVM "), message
+        assert "building the fused kernel of erf (default_k1_fused_erf)" in message or \
+               "failed to build the fused kernel of erf (default_k1_fused_erf)" in message, message
+
+
+def test_a_kernel_build_that_crashes_is_a_compile_error_naming_the_kernel():
+    messages = _kernel_build("tvm.build = build_with(lambda: os.kill(os.getpid(), signal.SIGSEGV))")
+    for message in messages:
+        assert message.startswith("TVM crashed (SIGSEGV) building the fused kernel of cast, erf (default_k1_fused_cast_erf"), message
+
+
+def test_a_kernel_build_that_raises_is_a_compile_error_with_its_message():
+    messages = _kernel_build("def fail(): raise tvm.error.TVMError('no lowering for this intrinsic')\n"
+                             "tvm.build = build_with(fail)")
+    for message in messages:
+        assert message.startswith("TVM failed to build the fused kernel of cast, erf"), message
+        assert message.endswith("TVMError: no lowering for this intrinsic"), message
+
+
+def test_a_kernel_build_that_hangs_is_stopped():
+    # A deadlocked child uses no CPU time: it is killed after isolated.STALL_SECONDS.
+    messages = _kernel_build("isolated.STALL_SECONDS = 2\ntvm.build = build_with(threading.Event().wait)")
+    assert messages == ["TVM made no progress (no CPU time for 2 s, killed) building the kernels"] * 2
+
+
+def _adds(k: float, name: str):
+    import tvm
+    from tvm import relay
+
+    import relay_aot
+
+    x = relay.var("x", shape=(3,))
+    return relay_aot.compile(tvm.IRModule.from_expr(relay.Function([x], relay.add(x, relay.const(k)))), name=name)
+
+
+def test_reloading_a_replaced_library_says_why_and_never_runs_the_old_code(tmp_path, monkeypatch):
+    """dlopen returns the library it loaded first for a path: a library exported over one this
+    process loaded is refused by relay_aot.load, with another model name or the same."""
+    import shutil
+
+    import numpy as np
+
+    import relay_aot
+
+    zeros = np.zeros(3, "float32")
+    path = tmp_path / "m.so"
+    _adds(1.0, "a").export_library(path)
+    assert relay_aot.load(path)(zeros).numpy().tolist() == [1.0] * 3
+    for k, name in ((2.0, "b"), (3.0, "a")):
+        with pytest.warns(RuntimeWarning, match="replaces a library this process has loaded"):
+            _adds(k, name).export_library(path)
+        with pytest.raises(ValueError, match=r"m\.so: this process already loaded a library from this path( \(.*\))?, and the "
+                                             r"file has been replaced since: .* Load the new file from another path"):
+            relay_aot.load(path)
+        # through a relative path or a symbolic link: the same file for the loader
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / f"link-{name}.so").symlink_to(path)
+        for other in ("m.so", f"link-{name}.so"):
+            with pytest.raises(ValueError, match=rf"this path \({re.escape(os.path.realpath(path))}\)"):
+                relay_aot.load(other)
+        copy = shutil.copy(path, tmp_path / f"copy-{name}.so")
+        assert relay_aot.load(copy)(zeros).numpy().tolist() == [k] * 3
+
+
+def test_a_library_loaded_by_tvm_is_known_too(tmp_path):
+    """The loader is asked, not a list relay_aot keeps: a load by tvm.runtime.load_module counts."""
+    import tvm
+
+    import relay_aot
+
+    path = tmp_path / "t.so"
+    _adds(1.0, "t").export_library(path)
+    tvm.runtime.load_module(str(path))
+    assert relay_aot.runtime.module.stale_load(path) is None  # loaded, but the file is the same
+    with pytest.warns(RuntimeWarning, match="replaces a library this process has loaded"):
+        _adds(2.0, "t").export_library(path)
+    with pytest.raises(ValueError, match="already loaded a library from this path"):
+        relay_aot.load(path)

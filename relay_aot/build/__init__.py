@@ -2,8 +2,9 @@
 
 :func:`build_library` writes the sources into a fresh private directory, writes a
 ``build.ninja`` (``ninja.py``) and runs the ``ninja`` of the PyPI package: the C++ units
-compile while TVM builds the kernels in this process (or their object file comes from the
-kernel cache, when a library with the same kernels was built before); the link waits for both.
+compile while TVM builds the kernels (in a forked child of this process, ``kernels/isolated.py``;
+or their object file comes from the kernel cache, when a library with the same kernels was built
+before); the link waits for both.
 The finished directory is published into the cache (``cache.py``) with an atomic ``rename``,
 under an ``fcntl.flock`` lock per key, so concurrent processes build once and a build killed
 halfway leaves nothing that looks finished. The library's file name carries the key, because ``dlopen`` returns the

@@ -12,8 +12,10 @@ MODEL is a Relay text file or, with the ``onnx`` extra installed, an ONNX file (
 reference or function -- the same lines ``examples/cpp_deploy`` prints (see
 docs/deployment.md); with ``--profile`` (a library compiled with ``--profile``) it then prints
 where the time went, as TVM's profiling table, and ``--profile-json`` writes a Chrome trace
-(docs/performance.md). Mistakes in the command or the input files end with one line on stderr,
-``relay-aot: error: ...``, and exit status 2 (usage) or 1 (anything else).
+(docs/performance.md). Every error ends with one line on stderr, ``relay-aot: error: ...``, and
+exit status 2 (usage) or 1 (anything else): mistakes in the command, the model (parse and type
+errors included) or the input files, failures of the compiled program, and bugs too (an
+"internal error" line; ``--debug`` shows its Python traceback instead).
 """
 
 from __future__ import annotations
@@ -135,8 +137,30 @@ def _read_relay(path: Path, shapes: dict) -> tuple:
             tvm.relay.transform.InferType()(mod)
             return mod, {}
         except tvm.error.DiagnosticError:
-            pass
+            failure = None
+        except Exception as err:  # noqa: BLE001 - the parser raises others, without a location
+            failure = err
+    if failure is not None:
+        raise CliError(f"{path}: the Relay text does not parse: {_parser_error(failure)}")
     raise CliError(_diagnostic(diagnostics[0]) or f"{path}: the Relay text does not parse or type-check")
+
+
+_MISSING_ATTRIBUTE = re.compile(r"(relay\.attrs\.\w+): Cannot find required field '(\w+)'")
+
+
+def _parser_error(err: BaseException) -> str:
+    """What TVM's Relay parser says when it fails outside its diagnostics.
+
+    Attributes are built by reflection, so an operator call that leaves out one without a
+    default (``nn.dense(%x, %w)``: ``DenseAttrs.units``, which Python's ``relay.nn.dense``
+    fills with ``None``) fails with an ``AttributeError`` naming the attribute class only.
+    """
+    match = _MISSING_ATTRIBUTE.search(str(err))
+    if match is None:
+        return _one_line(err)
+    attrs, field = match.groups()
+    return (f"an operator call lacks its attribute {field!r}, which {attrs} requires: write it out as TVM prints "
+            f"it (e.g. nn.dense(%x, %w, units=None))")
 
 
 def _read_onnx(path: Path, shapes: dict) -> tuple:
@@ -161,7 +185,10 @@ def _read_onnx(path: Path, shapes: dict) -> tuple:
         dims = value.type.tensor_type.shape.dim
         if name in shapes and len(shapes[name]) != len(dims):
             raise CliError(f"--input-shapes gives {name!r} {len(shapes[name])} dimensions, the model has {len(dims)}", 2)
-    return relay.frontend.from_onnx(model, shape=shapes or None, freeze_params=True)
+    try:
+        return relay.frontend.from_onnx(model, shape=shapes or None, freeze_params=True)
+    except Exception as err:  # noqa: BLE001 - TVM's importer raises anything, from asserts to KeyError
+        raise CliError(f"{path}: TVM's ONNX importer failed: {_kind_and_line(err, always=True)}") from None
 
 
 def read_model(path: str, fmt: Optional[str], input_shapes: Optional[str]) -> tuple:
@@ -371,9 +398,17 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
                         "or show the instrumented source")
 
 
+def _debug_option(parser: argparse.ArgumentParser) -> None:
+    # Before or after the sub-command. No default: a sub-command's would override the option
+    # given before it.
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the Python traceback of an internal error (a bug) instead of one line")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``relay-aot`` and its sub-commands."""
     parser = _Parser(prog=PROG, description="Ahead-of-time compiler for TVM Relay programs (see docs/deployment.md).")
+    _debug_option(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     compile_ = commands.add_parser("compile", help="compile MODEL into a shared library",
@@ -392,6 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also write the C API's header (tvmgen_<name>.h convention: structs of "
                           "input and output buffers and tvmgen_<name>_run; see docs/deployment.md)")
     compile_.add_argument("-v", "--verbose", action="store_true", help="show the C++ build's commands")
+    _debug_option(compile_)
     compile_.set_defaults(run=cmd_compile)
 
     run = commands.add_parser("run", help="run a compiled library on inputs from files",
@@ -409,6 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile-json", metavar="TRACE.json",
                      help="write a Chrome trace of the call (one slice per function and kernel call; the "
                      "library must be compiled with --profile)")
+    _debug_option(run)
     run.set_defaults(run=cmd_run)
 
     show = commands.add_parser("show", help="print the source MODEL compiles to",
@@ -416,16 +453,23 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(show)
     show.add_argument("--ir", action="store_true",
                       help="print the control IR both backends print (last uses marked ^) instead of the source")
+    _debug_option(show)
     show.set_defaults(run=cmd_show)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``relay-aot``; returns the exit status."""
+    """Entry point of ``relay-aot``; returns the exit status.
+
+    Every error ends with one line on stderr. An exception that is not about the user's
+    program, files or inputs is a bug: its line says so, and ``--debug`` shows its traceback.
+    """
     os.environ.setdefault("TOPHUB_LOCATION", "NONE")
     logging.getLogger("autotvm").setLevel(logging.ERROR)  # "operators have not been tuned": noise here
+    debug = False
     try:
         args = build_parser().parse_args(argv)
+        debug = getattr(args, "debug", False)
         return args.run(args)
     except CliError as err:
         print(f"{err.prog}: error: {err}", file=sys.stderr)
@@ -435,20 +479,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:  # e.g. `relay-aot show ... | head`: stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except Exception as err:  # noqa: BLE001 - sorted below: user-facing errors get one line
-        if not _is_user_facing(err):
+    except Exception as err:  # noqa: BLE001 - sorted below: every error is one line
+        if _is_user_facing(err):
+            print(f"{PROG}: error: {_kind_and_line(err)}", file=sys.stderr)
+        elif debug:
             raise
-        print(f"{PROG}: error: {_kind_and_line(err)}", file=sys.stderr)
+        else:
+            print(f"{PROG}: error: internal error, {_kind_and_line(err, always=True)} "
+                  f"(a bug: --debug shows its traceback)", file=sys.stderr)
         return 1
 
 
-def _kind_and_line(err: Exception) -> str:
-    """:func:`_one_line`, naming the kind of a compiled program's run-time failure."""
+def _kind_and_line(err: BaseException, always: bool = False) -> str:
+    """:func:`_one_line`, naming the kind of a compiled program's run-time failure (or of any
+    error: ``always``)."""
     from ..errors import KernelError, MatchError, RecursionDepthError
 
     line = _one_line(err)
     kind = type(err).__name__
-    if isinstance(err, (KernelError, MatchError, RecursionDepthError, ZeroDivisionError)) and not line.startswith(kind):
+    named = always or isinstance(err, (KernelError, MatchError, RecursionDepthError, ZeroDivisionError))
+    if named and not line.startswith(kind):
         return f"{kind}: {line}"
     return line
 

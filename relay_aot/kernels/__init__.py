@@ -14,7 +14,10 @@ checked against :meth:`KernelTable.identity` on a hit).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
+import tempfile
 from typing import Callable, Optional
 
 import tvm
@@ -28,8 +31,9 @@ from ..errors import CompileError, UnsupportedError
 from .scalars import is_native_scalar, scalar_kernel
 from .copies import copy_form
 from .divisions import guard_divisions
+from .llvm_debug_info import inline_float_lets
 from .shape_funcs import ShapeFunc, make_shape_func
-from . import tuning
+from . import isolated, tuning
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
 
@@ -163,8 +167,7 @@ class KernelTable:
                 # Outputs of static shape can be allocated without one (shape_of, reductions);
                 # dynamic ones cannot.
                 if not all(t.is_static for t in outputs):
-                    what = ", ".join(dict.fromkeys(ops)) or "no operators"
-                    raise UnsupportedError(f"no shape function for the fused kernel of {what}: {_first_line(err)}") from None
+                    raise UnsupportedError(f"no shape function for the {_fused_kernel(ops)}: {_first_line(err)}") from None
             else:
                 self._shape_funcs[index] = made
                 shape_func, states = symbol + "_shape", made.states
@@ -227,7 +230,7 @@ class KernelTable:
         for done, (kernel, func) in enumerate(zip(self.kernels, self._funcs), 1):
             if kernel.scalar is not None:  # computed natively by both emitters: never called
                 continue
-            what = "fused kernel of " + (", ".join(dict.fromkeys(kernel.ops)) or "no operators")
+            what = _fused_kernel(kernel.ops)
             try:
                 cached = te_compiler.get().lower(func, self.target, names.TE_MOD_NAME)
             except RuntimeError as err:  # TVMError, or the TE compiler's own RuntimeError
@@ -239,6 +242,7 @@ class KernelTable:
             dynamic = not all(t.is_static for t in kernel.inputs + kernel.outputs)
             for gvar, prim in cached.funcs.functions.items():
                 name = kernel.symbol if gvar.same_as(cached.prim_fn_var) else f"{kernel.symbol}_{gvar.name_hint}"
+                prim = inline_float_lets(prim)
                 if dynamic:  # it divides by extents only known at run time
                     prim = guard_divisions(prim)
                 merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim, self._parallel_threshold()).with_attr("global_symbol", name)
@@ -260,23 +264,45 @@ class KernelTable:
         return any(k.scalar is None for k in self.kernels)
 
     def build(self, progress: Optional[Callable[[int, int], None]] = None) -> Optional[tvm.runtime.Module]:
-        """Build every kernel into one LLVM module (None when the program has no kernels to build).
+        """Build every kernel into one LLVM module in memory (None when there are none to build).
+
+        TVM generates the code in a child process (see :meth:`write_object`), which writes the
+        module as LLVM bitcode; this process loads it (``runtime.module.loadfile_ll`` parses
+        bitcode as well as text) and LLVM's JIT compiles it when a kernel is first looked up, as
+        it would the module ``tvm.build`` returns.
 
         A standalone package's kernels (``Config.standalone``) get TVM's unpacked signature, as
         the AOT executor's ``unpacked-api`` gives them: one ``void*`` per buffer, no TVMValues.
         """
         if not self.needs_build:
             return None
+        with tempfile.TemporaryDirectory(prefix="relay_aot-kernels-") as tmp:
+            path = os.path.join(tmp, "kernels.bc")
+            self._build_file(path, progress)
+            return tvm.get_global_func("runtime.module.loadfile_ll")(path, "ll")
+
+    def write_object(self, path, progress: Optional[Callable[[int, int], None]] = None) -> bool:
+        """Build the kernels into the object file ``path``; False when there are none.
+
+        ``tvm.build`` and the writing of the file run in a forked child (``isolated.py``): a
+        failure inside TVM or LLVM, even one that aborts or crashes, raises
+        :class:`CompileError` here, naming the first kernel that fails when built alone.
+        """
+        if not self.needs_build:
+            return False
+        self._build_file(str(path), progress)
+        return True
+
+    def _build_file(self, path: str, progress: Optional[Callable[[int, int], None]]) -> None:
+        """Lower the kernels here, build them into ``path`` in a child (its suffix picks the
+        format: ``.o`` an object file, ``.bc`` LLVM bitcode)."""
         # A PassContext of our own: the caller's (its TIR options, MetaSchedule) is not part of
         # the cache key, so it must not change what is built.
         with tvm.transform.PassContext():
             merged = self.lower_all(progress)
-            if self.config.standalone:
-                merged = merged.with_attr("executor", relay.backend.Executor("aot", {"unpacked-api": True, "interface-api": "c"}))
-            try:
-                return tvm.build(merged, target=self.target)
-            except tvm.error.TVMError as err:
-                raise CompileError(f"TVM failed to build the kernels: {_first_line(err)}") from None
+        if self.config.standalone:
+            merged = merged.with_attr("executor", _UNPACKED)
+        self._build_isolated(merged, path, self.target)
 
     def build_c(self, target: str) -> Optional[str]:
         """The kernels as C source from TVM's ``c`` target ``target``, unpacked (a standalone
@@ -287,22 +313,77 @@ class KernelTable:
             return None
         with tvm.transform.PassContext(config={"tir.disable_vectorize": True}):
             merged = self.lower_all()
-            # Lowered with the package's llvm target (its schedules); printed as C.
-            funcs = {gvar: func.without_attr("target") for gvar, func in merged.functions.items()}
-            merged = tvm.IRModule(funcs).with_attr(
-                "executor", relay.backend.Executor("aot", {"unpacked-api": True, "interface-api": "c"}))
-            try:
-                return tvm.build(merged, target=tvm.target.Target(target)).get_source()
-            except tvm.error.TVMError as err:
-                raise CompileError(f"TVM failed to build the kernels: {_first_line(err)}") from None
+        # Lowered with the package's llvm target (its schedules); printed as C.
+        funcs = {gvar: func.without_attr("target") for gvar, func in merged.functions.items()}
+        merged = tvm.IRModule(funcs).with_attr("executor", _UNPACKED)
+        with tempfile.TemporaryDirectory(prefix="relay_aot-kernels-") as tmp:
+            path = os.path.join(tmp, "kernels.c")
+            self._build_isolated(merged, path, tvm.target.Target(target))
+            with open(path) as source:
+                return source.read()
 
-    def write_object(self, path, progress: Optional[Callable[[int, int], None]] = None) -> bool:
-        """Build the kernels into the object file ``path``; False when there are none."""
-        module = self.build(progress)
-        if module is None:
-            return False
-        module.save(str(path))
-        return True
+    def _build_isolated(self, merged: tvm.IRModule, path: str, target) -> None:
+        try:
+            isolated.run(functools.partial(_build_in_child, merged, path, target))
+        except isolated.ChildFailure as failure:
+            raise CompileError(self._explain(failure, merged, path, target)) from None
+
+    def _explain(self, failure: isolated.ChildFailure, merged: tvm.IRModule, path: str, target) -> str:
+        """The error message of a failed build: which kernel fails, found by building each
+        kernel alone in a child of its own until one fails (only after a failure; a stalled
+        build is reported as it is)."""
+        if failure.stalled:
+            return str(failure)
+        funcs = {gvar.name_hint: gvar for gvar in merged.get_global_vars()}
+        suffix = os.path.splitext(path)[1]
+        with tempfile.TemporaryDirectory(prefix="relay_aot-kernels-") as tmp:
+            for kernel in self.kernels:
+                if kernel.scalar is not None:
+                    continue
+                own = [gvar for name, gvar in funcs.items() if name == kernel.symbol or name.startswith(kernel.symbol + "_")]
+                alone = tvm.IRModule({gvar: merged[gvar] for gvar in own})
+                if merged.attrs is not None and "executor" in merged.attrs:
+                    alone = alone.with_attr("executor", merged.attrs["executor"])
+                try:
+                    isolated.run(functools.partial(_build_in_child, alone, os.path.join(tmp, "kernel" + suffix), target))
+                except isolated.ChildFailure as single:
+                    return single.describe(f"{_fused_kernel(kernel.ops)} ({kernel.symbol})")
+        return str(failure)
+
+
+#: TVM's AOT executor's convention for kernels called from C: one ``void*`` per buffer.
+_UNPACKED = relay.backend.Executor("aot", {"unpacked-api": True, "interface-api": "c"})
+
+
+def _build_in_child(merged: tvm.IRModule, path: str, target) -> None:
+    """``tvm.build`` of lowered kernels into ``path`` (``.c``: their C source), in the child."""
+    vectorize = not str(target).startswith("c")
+    with _relowering(vectorize):
+        module = tvm.build(merged, target=target)
+    if path.endswith(".c"):
+        with open(path, "w") as out:
+            out.write(module.get_source())
+    else:
+        module.save(path)
+
+
+def _relowering(vectorize: bool = True) -> tvm.transform.PassContext:
+    """The PassContext of ``tvm.build`` on lowered kernels, which it lowers again.
+
+    Its storage rewrite would now merge an allocation of a loop ``serialize_if_small`` made
+    serial with one outside it, giving a float32 buffer a float32x2 allocation (which TVM then
+    refuses: ``conv2d_transpose``'s kernel); its common subexpression elimination would bind
+    floats again (``llvm_debug_info.py``). Both ran in the first lowering.
+    """
+    config = {"tir.disable_storage_rewrite": True, "tir.disable_cse_tir": True}
+    if not vectorize:
+        config["tir.disable_vectorize"] = True
+    return tvm.transform.PassContext(config=config)
+
+
+def _fused_kernel(ops) -> str:
+    """How errors name a kernel: "fused kernel of cast, erf"."""
+    return "fused kernel of " + (", ".join(dict.fromkeys(ops)) or "no operators")
 
 
 def _lowering_error(err: Exception) -> str:

@@ -358,14 +358,34 @@ def _graph_simplifications(opt_level: int) -> list:
     return [*enabled, fold_constants, transform.InferType()]
 
 
+def _legalizations() -> list:
+    """The two legalizations of ``relay.build``'s (and the VM's) pass prefix, in its order.
+
+    They are not optimisations: they rewrite operator calls the target's kernels cannot compute
+    into ones they can (``erf`` of ``float16`` becomes ``erf`` of ``float32`` between casts on
+    x86, whose LLVM code generator has no ``float16`` ``erf``; a ``take`` of a ``?``-shaped
+    tensor stops fusion with its input; QNN operators become the integer arithmetic they stand
+    for). Both are registered at ``opt_level`` 1, so a ``PassContext`` below it leaves them out,
+    as it does in ``relay.build``; they read the target in scope (:func:`prepare` enters it).
+
+    The QNN one is TVM's C++ ``qnn::transform::Legalize()``, which the executors run: target
+    legalization, then canonicalization into core operators. Python's
+    ``relay.qnn.transform.Legalize()`` in TVM 0.19 is the first half only, and leaves
+    ``qnn.quantize``, which no x86 strategy lowers.
+    """
+    return [tvm.get_global_func("relay.qnn._transform.Legalize")(), relay.transform.Legalize()]
+
+
 def prepare(
     mod: tvm.IRModule,
     params: Optional[Mapping[str, object]] = None,
     opt_level: int = 3,
     target: Optional[tvm.target.Target] = None,
 ) -> tvm.IRModule:
-    """Run the pass pipeline: type check, bind params, simplify, fuse, A-normal form.
+    """Run the pass pipeline: type check, bind params, legalize, simplify, fuse, A-normal form.
 
+    From ``opt_level`` 1, the legalizations of ``relay.build`` run first (QNN, then the
+    target's: see :func:`_legalizations`), as in TVM's executors.
     At ``opt_level`` 2 and up, the dataflow simplifications of ``relay.build`` run too; at 3,
     ``AlterOpLayout`` picks the target's preferred data layouts (packed weights for ``dense``,
     ``NCHWc`` convolutions on x86, as ``relay.build`` does) when their run-time cost is small
@@ -383,8 +403,8 @@ def prepare(
     mod = prune(mod)
     mod = bind_params(mod, params)
     fuse_level = 0 if opt_level < 1 else 2
-    sequence = [relay.transform.InferType(), relay.transform.SimplifyInference(), bounded_take, relay.transform.InferType(),
-                numpy_slice_begin, relay.transform.InferType()]
+    sequence = [relay.transform.InferType(), *_legalizations(), relay.transform.SimplifyInference(), bounded_take,
+                relay.transform.InferType(), numpy_slice_begin, relay.transform.InferType()]
     if opt_level >= 2:
         sequence += [fold_constants, *_graph_simplifications(opt_level)]
     if alters_layout:

@@ -15,7 +15,8 @@ the ones it catches itself, and the first in a process reads libtvm's compressed
 information for it (0.15 s). ``AlterOpLayout`` raises and catches one on every compile of a
 model with ``dense`` (x86's dense layout hook builds a placeholder from a shape tuple, which
 TVM first tries to convert to a single expression). :func:`warm_error_backtraces` pays that in
-a background thread, once per process, while the passes before it run.
+a background thread, once per process, while the passes before it run (and is joined before the
+kernel build forks: :func:`join_background_threads`, ``kernels/isolated.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _lock = threading.Lock()
 _depth = 0
 _original = None
 _warmed = False
+_warming: list = []  # the thread of warm_error_backtraces, until joined
 
 
 def warm_error_backtraces() -> None:
@@ -46,7 +48,22 @@ def warm_error_backtraces() -> None:
         except tvm.error.TVMError:
             pass
 
-    threading.Thread(target=raise_one, name="relay_aot-tvm-backtrace", daemon=True).start()
+    thread = threading.Thread(target=raise_one, name="relay_aot-tvm-backtrace", daemon=True)
+    thread.start()
+    with _lock:
+        _warming.append(thread)
+
+
+def join_background_threads() -> None:
+    """Wait for the thread of :func:`warm_error_backtraces`, if it runs.
+
+    Before a ``fork``: a child has only the forking thread, and locks that this one held inside
+    TVM (its backtrace state, its registry) would stay held in the child forever.
+    """
+    with _lock:
+        threads, _warming[:] = list(_warming), []
+    for thread in threads:
+        thread.join()
 
 
 @contextlib.contextmanager

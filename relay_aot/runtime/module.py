@@ -13,6 +13,7 @@ import ctypes
 import os
 import stat
 import struct
+import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -39,7 +40,9 @@ _ARRAYS = (np.ndarray, np.generic, tvm.nd.NDArray)
 def entry_address(library_path, symbol: str) -> Optional[int]:
     """The address of ``symbol`` in an already-loaded library (None if it cannot be found)."""
     try:
-        library = ctypes.CDLL(str(library_path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        # The name TVM's loader gave dlopen (load_module resolves the path): the same library,
+        # never another file a relative or symlinked path might reach by now.
+        library = ctypes.CDLL(os.path.realpath(library_path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
         return ctypes.cast(getattr(library, symbol), ctypes.c_void_p).value
     except (OSError, AttributeError):
         return None
@@ -49,6 +52,80 @@ def entry_address(library_path, symbol: str) -> Optional[int]:
 #: allocated (ADTs, closures, reference cells) carry deleters that live in the library's code,
 #: and such objects can outlive the CompiledModule that made them (a result kept by the caller).
 _LOADED_LIBRARIES: list = []
+
+
+class _DlPhdrInfo(ctypes.Structure):
+    """The head of glibc's ``struct dl_phdr_info``: a loaded object's load address and name."""
+
+    _fields_ = [("addr", ctypes.c_void_p), ("name", ctypes.c_char_p)]
+
+
+_DL_ITERATE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_DlPhdrInfo), ctypes.c_size_t, ctypes.c_void_p)
+
+
+def _loaded_objects() -> list[tuple[str, int]]:
+    """``(name, load address)`` of every object the dynamic loader holds (empty where
+    ``dl_iterate_phdr`` is missing)."""
+    found: list[tuple[str, int]] = []
+
+    def visit(info, size, data):
+        found.append((os.fsdecode(info.contents.name or b""), info.contents.addr or 0))
+        return 0
+
+    try:
+        iterate = ctypes.CDLL(None).dl_iterate_phdr
+    except (OSError, AttributeError):
+        return []
+    iterate(_DL_ITERATE_CALLBACK(visit), None)
+    return found
+
+
+def _mapped_file(address: int) -> Optional[tuple[int, int]]:
+    """``(device, inode)`` of the file mapped at ``address`` in this process (None: unknown)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                start, end = (int(bound, 16) for bound in fields[0].split("-"))
+                if start <= address < end:
+                    major, minor = (int(part, 16) for part in fields[3].split(":"))
+                    return os.makedev(major, minor), int(fields[4])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _held_file(real: str) -> Optional[tuple[int, int]]:
+    """``(device, inode)`` of the file the dynamic loader holds under the name ``real`` (None:
+    it holds none, or cannot be asked: no ``dl_iterate_phdr`` or ``/proc``)."""
+    for name, address in _loaded_objects():
+        if name == real:
+            return _mapped_file(address)
+    return None
+
+
+def stale_load(path) -> Optional[str]:
+    """Why ``dlopen`` of ``path`` in this process would not load the file there now, or None.
+
+    The dynamic loader finds a library it holds by the name it was opened with before it looks
+    at the file: once a library is loaded from a path, opening that path again returns the same
+    code, even after the file was replaced (``export_library`` replaces files atomically, so a
+    new export is a new file). TVM opens the resolved path; this compares the file the loader
+    holds under that name with the file there now (device and inode). Where the loader cannot
+    be asked, no check is made (None).
+    """
+    real = os.path.realpath(path)
+    try:
+        now = os.stat(real)
+    except OSError:
+        return None
+    held = _held_file(real)
+    if held is None or held == (now.st_dev, now.st_ino):
+        return None
+    where = "this path" if real == str(path) else f"this path ({real})"
+    return (f"this process already loaded a library from {where}, and the file has been replaced since: the "
+            "dynamic loader returns the library it loaded first for a path it has opened, not the file there now. "
+            "Load the new file from another path (a copy), or in a new process")
 
 
 def load_library(path) -> tvm.runtime.Module:
@@ -189,6 +266,8 @@ class CompiledModule:
         ``path`` must be a new file or a regular file, which is replaced atomically (a reader
         sees the old library or the new one). Anything else -- a symbolic link, a directory, a
         FIFO, a device -- is refused with ``ValueError`` rather than replaced by a file.
+        Replacing a library this process has loaded warns (``RuntimeWarning``): the dynamic
+        loader keeps returning the old code for that path here, and :func:`load` refuses it.
 
         ``c_header``: also write the C API's header there (``tvmgen_<name>.h``: structs of input
         and output buffers, ``tvmgen_<name>_run``; see docs/deployment.md), checked first:
@@ -203,7 +282,12 @@ class CompiledModule:
         _check_replaceable(path)
         if header is not None:
             _check_replaceable(Path(c_header))
+        loaded_here = _held_file(os.path.realpath(path)) is not None
         written = write_atomic(path, Path(self.library_path), mode=0o644)
+        if loaded_here:
+            warnings.warn(f"{path} replaces a library this process has loaded: loading it again from this path in "
+                          "this process gives the old code (relay_aot.load refuses it: load a copy, or use a new "
+                          "process); other processes load the new file", RuntimeWarning, stacklevel=2)
         if header is not None:
             write_atomic(Path(c_header), header, mode=0o644)
         return written
@@ -316,8 +400,13 @@ def load(path, name: Optional[str] = None) -> CompiledModule:
     """Load a library written by ``CompiledModule.export_library`` (no compilation happens).
 
     ``name`` is the model name it was compiled with; by default it is read from the library's
-    exported symbols (which must then hold exactly one model). A library whose kernels need CPU
-    features this machine lacks raises :class:`~relay_aot.errors.CpuFeatureError` naming them.
+    exported symbols (which must then hold exactly one model).
+
+    :raises ValueError: the file is no relay_aot library, holds no model ``name``, or this
+        process has loaded another library from the same path before (the file was replaced
+        since: the dynamic loader would return the old code; see :func:`stale_load`).
+    :raises ~relay_aot.errors.CpuFeatureError: the library's kernels need CPU features this
+        machine lacks.
     """
     path = Path(path)
     if not path.is_file():
@@ -332,6 +421,9 @@ def load(path, name: Optional[str] = None) -> CompiledModule:
     if name not in models:
         held = ", ".join(models) if models else "none"
         raise ValueError(f"{path}: the library holds no relay_aot model named {name!r} (models: {held})")
+    stale = stale_load(path)
+    if stale is not None:
+        raise ValueError(f"{path}: {stale}")
     module = load_library(path)  # runs no code compiled for the target's CPU (cpu.h)
     signature = read_signature(module, name)
     fastcall.check_cpu(signature.cpu, str(path))

@@ -1,0 +1,98 @@
+"""The legalizations of ``relay.build``'s pass prefix (``passes._legalizations``): operator calls
+the target's kernels cannot compute become ones they can, as for TVM's executors, and agree
+with TVM's VM."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+import relay_aot
+from relay_aot import passes, testing
+
+TARGET = tvm.target.Target("llvm")
+
+
+def _ops(mod: tvm.IRModule) -> set[str]:
+    found: set[str] = set()
+
+    def visit(node):
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
+            found.add(node.op.name)
+
+    for func in mod.functions.values():
+        if isinstance(func, relay.Function):
+            relay.analysis.post_order_visit(func, visit)
+    return found
+
+
+def _erf16() -> tvm.IRModule:
+    x = relay.var("x", shape=(10, 4), dtype="float16")
+    return tvm.IRModule.from_expr(relay.Function([x], relay.erf(x)))
+
+
+@pytest.mark.parametrize("opt_level", [1, 3])
+def test_float16_erf_is_computed_in_float32_as_by_the_vm(backend, opt_level):
+    # x86's LLVM code generator has no float16 erf; erf's legalization casts to float32 and back.
+    x = np.random.default_rng(0).uniform(-3, 3, (10, 4)).astype("float16")
+    result = testing.check_equivalence(_erf16(), [x], backends=[backend], references=("vm",), opt_level=opt_level,
+                                       rtol=1e-3, atol=1e-3)
+    assert result.dtype == "float16"
+
+
+def test_legalize_runs_from_opt_level_1_as_in_relay_build():
+    prepared = {level: passes.prepare(_erf16(), opt_level=level, target=TARGET) for level in (0, 1)}
+    assert "cast" not in _ops(prepared[0])  # a PassContext at 0 leaves Legalize out, in relay.build too
+    assert "cast" in _ops(prepared[1])
+
+
+def test_float16_erf_without_legalize_is_a_compile_error_naming_erf(backend):
+    # At opt_level 0 nothing legalizes erf: TVM's code generator fails on it, and LLVM (built
+    # with assertions) aborts; the build runs in a child process, so this is an exception.
+    with pytest.raises(relay_aot.CompileError, match=r"fused kernel of erf \(default_k0_fused_erf\)"):
+        relay_aot.compile(_erf16(), backend=backend, opt_level=0)
+
+
+def _quantized_dense() -> tvm.IRModule:
+    x = relay.var("x", shape=(4, 8), dtype="float32")
+    w = relay.var("w", shape=(5, 8), dtype="int8")
+    q = relay.qnn.op.quantize(x, relay.const(0.05), relay.const(3, "int32"), out_dtype="int8")
+    d = relay.qnn.op.dense(q, w, relay.const(3, "int32"), relay.const(0, "int32"), relay.const(0.05),
+                           relay.const(0.1), units=5)
+    return tvm.IRModule.from_expr(relay.Function([x, w], relay.qnn.op.dequantize(d, relay.const(0.005),
+                                                                                  relay.const(0, "int32"))))
+
+
+def _quantized_conv2d() -> tvm.IRModule:
+    x = relay.var("x", shape=(1, 3, 8, 8), dtype="uint8")
+    w = relay.var("w", shape=(4, 3, 3, 3), dtype="int8")
+    conv = relay.qnn.op.conv2d(x, w, relay.const(128, "int32"), relay.const(0, "int32"), relay.const(0.02),
+                               relay.const(0.01), kernel_size=(3, 3), channels=4, padding=(1, 1))
+    out = relay.qnn.op.requantize(conv, relay.const(0.0002), relay.const(0, "int32"), relay.const(0.05),
+                                  relay.const(10, "int32"), out_dtype="uint8")
+    return tvm.IRModule.from_expr(relay.Function([x, w], out))
+
+
+def test_qnn_operators_are_lowered_as_by_the_executors():
+    # TVM's C++ qnn Legalize (target legalization, then canonicalization into core operators),
+    # not Python's relay.qnn.transform.Legalize, which is the first half only.
+    for mod in (_quantized_dense(), _quantized_conv2d()):
+        assert not {op for op in _ops(passes.prepare(mod, target=TARGET)) if op.startswith("qnn.")}
+
+
+@pytest.mark.parametrize("make", [_quantized_dense, _quantized_conv2d])
+def test_qnn_operators_agree_with_the_vm(backend, make):
+    rng = np.random.default_rng(1)
+    mod = relay.transform.InferType()(make())
+    args = []
+    for param in mod["main"].params:
+        ty = param.checked_type
+        shape = [int(d) for d in ty.shape]
+        if ty.dtype == "float32":
+            args.append(rng.uniform(-4, 4, shape).astype("float32"))
+        else:
+            info = np.iinfo(ty.dtype)
+            args.append(rng.integers(info.min, info.max, shape, endpoint=True).astype(ty.dtype))
+    testing.check_equivalence(mod, args, backends=[backend], references=("vm",))
