@@ -37,8 +37,10 @@ EXTENSION = "relay_aot.runtime._fastcall"
 #: with an empty build cache. ``core`` needs only the wheel's own dependencies; ``extras`` runs
 #: after the ``onnx`` and ``test`` extras are installed and prints the module names it imported.
 SMOKE = r'''
+import contextlib
 import importlib
 import importlib.metadata
+import io
 import json
 import os
 import pkgutil
@@ -106,16 +108,20 @@ def core():
     from relay_aot.config import Config
 
     config = Config.from_environment()
+    flags = build.BuildFlags.default(config)
     assert not config.cache_dir.exists() or not any(config.cache_dir.iterdir()), config.cache_dir
-    assert prebuilt.mismatch(build.BuildFlags.default(config)) is None, prebuilt.mismatch(build.BuildFlags.default(config))
+    assert prebuilt.mismatch(flags) is None, prebuilt.mismatch(flags)
     compiles = []
     launch = pch.BackgroundCompile.launch
     pch.BackgroundCompile.launch = lambda self: (compiles.append(self.what), launch(self))
-    fib = relay_aot.compile(tvm.relay.parse(FIB))
+    log = io.StringIO()
+    with contextlib.redirect_stderr(log):  # the build's commands and the compiler's warnings
+        fib = relay_aot.compile(tvm.relay.parse(FIB), verbose=True)
+        build.wait_for_background()
     assert int(fib(np.int32(20)).numpy()) == 6765
-    build.wait_for_background()
     assert compiles == [] and build.stats.runtime_builds == 0, (compiles, build.stats)
-    assert list((config.cache_dir / "pch").glob("*/relay_aot/runtime.h.gch")), "the prebuilt PCH was not copied"
+    if pch.pch_enabled(flags, config):  # GCC: the units used the copied PCH, and GCC took it
+        assert f"-I{config.cache_dir / 'pch'}/" in log.getvalue() and "[-Winvalid-pch]" not in log.getvalue(), log.getvalue()
 
     # The command line, and the library it writes.
     (WORK / "prog.relay").write_text(FIB)
