@@ -6,6 +6,7 @@
     relay-aot run out.so [--inputs in.npz | --inputs a.npy b.npy ...] [--output out.npz] [--profile]
                          [--profile-json trace.json]
     relay-aot show MODEL [--backend cpp|python] [--profile] ...
+    relay-aot --version
 
 MODEL is a Relay text file or, with the ``onnx`` extra installed, an ONNX file (by suffix
 ``.onnx``, or ``--format``). ``run`` prints the result one line per tensor, tuple/ADT,
@@ -35,6 +36,7 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
+from ..version import __version__
 from .format import format_result, result_tensors
 
 __all__ = ["CliError", "build_parser", "format_result", "main", "read_inputs", "read_model", "read_params",
@@ -408,6 +410,7 @@ def _debug_option(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``relay-aot`` and its sub-commands."""
     parser = _Parser(prog=PROG, description="Ahead-of-time compiler for TVM Relay programs (see docs/deployment.md).")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     _debug_option(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
