@@ -205,6 +205,13 @@ CASES = [
     # 11
     ("add of (0, 4) and (1, 4)", _add, (_f32(0, 4), _f32(1, 4)), np.zeros((0, 4), "float32")),
     ("sum of rows of a (3, 0) tensor", _sum_rows, (_f32(3, 0),), np.zeros(3, "float32")),
+    # found by the hostile campaign (python -m relay_aot.testing.fuzz --hostile)
+    ("int64 arange from 2^62 down to 1 by 2^62", _arange("int64"), (np.int64(2**62), np.int64(1), np.int64(2**62)),
+     np.zeros(0, "int64")),
+    ("int64 arange over all of int64 by 2^62", _arange("int64"), (np.int64(-(2**63)), np.int64(2**63 - 1), np.int64(2**62)),
+     np.array([-(2**63), -(2**62), 0, 2**62], "int64")),
+    ("int64 arange by the most negative step", _arange("int64"), (np.int64(2**62), np.int64(-(2**62)), np.int64(-(2**63))),
+     np.array([2**62], "int64")),
 ]
 
 

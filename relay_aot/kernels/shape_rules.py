@@ -34,18 +34,24 @@ from tvm.te.hybrid import script
 def _arange_int(start, stop, step):
     out = output_tensor((1,), "int64")
     assert int64(step[()]) != int64(0), "arange: the step is zero"
-    # Far from int64's limits, so that stop - start cannot wrap: an arange of 2^62 elements could
-    # not be allocated anyway.
-    span = float64(stop[()]) - float64(start[()])
-    assert span < 4.0e18, "arange: the range is too large"
-    assert span > -4.0e18, "arange: the range is too large"
-    out[0] = int64(0)
+    # The distance and the step's magnitude in 64 unsigned bits: stop - start may not fit in
+    # int64 (from -2^63 to 2^63 - 1 by 2^62 is 4 elements), nor may -step.
+    span = uint64(0)
+    by = uint64(1)
     if step[()] > 0:
         if stop[()] > start[()]:
-            out[0] = ceil_div(int64(stop[()]) - int64(start[()]), int64(step[()]))
+            span = uint64(int64(stop[()])) - uint64(int64(start[()]))
+            by = uint64(int64(step[()]))
     else:
         if start[()] > stop[()]:
-            out[0] = ceil_div(int64(start[()]) - int64(stop[()]), int64(0) - int64(step[()]))
+            span = uint64(int64(start[()])) - uint64(int64(stop[()]))
+            by = uint64(int64(-1) - int64(step[()])) + uint64(1)  # (TVM folds 0 - x to 0 for unsigned x)
+    count = span // by
+    if span % by != uint64(0):
+        count += uint64(1)
+    # As for float bounds: an arange of 2^62 elements could not be allocated anyway.
+    assert count < uint64(2000000000) * uint64(2000000000), "arange: the range is too large"  # 4e18
+    out[0] = int64(count)
     return out
 
 
