@@ -120,6 +120,13 @@ def _sum_rows():
     return [x], relay.sum(x, axis=1)
 
 
+def _take(axis, mode, data_shape=(A, A), index_shape=()):
+    def build():
+        x, i = _var("x", data_shape), _var("i", index_shape, "int32")
+        return [x, i], relay.take(x, i, axis=axis, mode=mode)
+    return build
+
+
 def _f32(*shape):
     return np.arange(int(np.prod(shape)), dtype="float32").reshape(shape)
 
@@ -212,6 +219,16 @@ CASES = [
      np.array([-(2**63), -(2**62), 0, 2**62], "int64")),
     ("int64 arange by the most negative step", _arange("int64"), (np.int64(2**62), np.int64(-(2**62)), np.int64(-(2**63))),
      np.array([2**62], "int64")),
+    ("take from an empty axis", _take(0, "fast"), (_f32(0, 2), np.int32(2**31 - 1)),
+     (KernelError, "take: indices into an empty axis")),
+    ("take from an empty axis, wrapping", _take(1, "wrap", index_shape=(A,)), (_f32(2, 0), np.array([-7], "int32")),
+     (KernelError, "take: indices into an empty axis")),
+    ("take from an empty flattened tensor", _take(None, "clip", index_shape=(A,)), (_f32(3, 0), np.array([0], "int32")),
+     (KernelError, "take: indices into an empty axis")),
+    ("take nothing from an empty axis", _take(0, "clip", index_shape=(A,)), (_f32(0, 2), np.zeros(0, "int32")),
+     np.zeros((0, 2), "float32")),
+    ("take a row of an empty (?, 2) tensor", _take(0, "clip", data_shape=(A, 2)), (_f32(0, 2), np.int32(0)),
+     (KernelError, "take: indices into an empty axis")),
 ]
 
 

@@ -407,6 +407,23 @@ def _k_within(data_shape, k, axis, outputs):
     return out
 
 
+@script
+def _take_from_nonempty(data_shape, indices_shape, out_shape, axis):
+    out = output_tensor((out_shape.shape[0],), "int64")
+    for i in const_range(out_shape.shape[0]):
+        out[i] = out_shape[i]
+    count = allocate((2,), "int64")
+    count[0] = int64(1)
+    count[1] = int64(1)
+    for i in const_range(indices_shape.shape[0]):
+        count[0] = count[0] * indices_shape[i]
+    for i in const_range(data_shape.shape[0]):
+        if axis < 0 or i == axis:
+            count[1] = count[1] * data_shape[i]
+    assert count[1] > int64(0) or count[0] == int64(0), "take: indices into an empty axis"
+    return out
+
+
 def _check_reshape(attrs, inputs, outputs):
     if len(inputs[0].shape) == 0:  # a 0-d input: its shape tensor is 0-d
         return outputs
@@ -463,6 +480,18 @@ def _check_topk(attrs, inputs, outputs):
     return [_k_within(shape, k, tvm.tir.const(axis, "int32"), out) for out in outputs]
 
 
+def _check_take(attrs, inputs, outputs):
+    data, indices = inputs[0], inputs[1]
+    if len(indices.shape) == 0:  # 0-d indices: their shape tensor is 0-d; one index
+        indices = _static_values([1], "one_index")
+    if attrs.axis is None:  # the flattened data
+        axis = -1
+    else:
+        axis = int(attrs.axis)
+        axis = axis + int(data.shape[0]) if axis < 0 else axis
+    return [_take_from_nonempty(data, indices, outputs[0], tvm.tir.const(axis, "int32"))]
+
+
 def _shape_tensor(data):
     """The shape of ``data`` (a tensor a shape function reads as data) as an int64 tensor."""
 
@@ -488,4 +517,5 @@ CHECKS = {
     "dyn.broadcast_to": _check_broadcast_to,
     "topk": _check_topk,
     "dyn.topk": _check_topk,
+    "take": _check_take,
 }
