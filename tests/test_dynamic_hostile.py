@@ -127,6 +127,18 @@ def _take(axis, mode, data_shape=(A, A), index_shape=()):
     return build
 
 
+def _where(cond_shape, x_shape, y_shape):
+    def build():
+        c, x, y = _var("c", cond_shape, "bool"), _var("x", x_shape), _var("y", y_shape)
+        return [c, x, y], relay.where(c, x, y)
+    return build
+
+
+def _dyn_tile():
+    x, r = _var("x", (A, A)), _i64("r", (1,))
+    return [x, r], relay.tile(x, r)
+
+
 def _f32(*shape):
     return np.arange(int(np.prod(shape)), dtype="float32").reshape(shape)
 
@@ -227,6 +239,17 @@ CASES = [
      (KernelError, "take: indices into an empty axis")),
     ("take nothing from an empty axis", _take(0, "clip", index_shape=(A,)), (_f32(0, 2), np.zeros(0, "int32")),
      np.zeros((0, 2), "float32")),
+    ("where of (1,), (0, 0) and (3, 0, 1)", _where((1,), (A, A), (A, A, A)),
+     (np.ones(1, bool), _f32(0, 0), _f32(3, 0, 1)), np.zeros((3, 0, 0), "float32")),
+    ("where of (0,) and (1,)", _where((A,), (A,), (A,)),
+     (np.ones(0, bool), _f32(1), _f32(1)), np.zeros(0, "float32")),
+    ("where of (2, 1) and (3,)", _where((A, A), (A, A), (A,)),
+     (np.array([[True], [False]]), _f32(2, 1), _f32(3) + 10), np.where([[True], [False]], _f32(2, 1), _f32(3) + 10)),
+    ("where of (2,) and (3,)", _where((A,), (A,), (A,)), (np.ones(2, bool), _f32(2), _f32(3)),
+     (KernelError, "where: the shapes do not broadcast together")),
+    ("dyn.tile of an empty axis by -1", _dyn_tile, (_f32(1, 0), np.array([-1])),
+     (KernelError, "tile: a repetition is negative")),
+    ("dyn.tile by 0", _dyn_tile, (_f32(2, 3), np.array([0])), np.zeros((2, 0), "float32")),
     ("take a row of an empty (?, 2) tensor", _take(0, "clip", data_shape=(A, 2)), (_f32(0, 2), np.int32(0)),
      (KernelError, "take: indices into an empty axis")),
 ]

@@ -288,6 +288,37 @@ def _slice_dynamic(attrs, inputs, out_ndims):
                    convert(size_mode))]
 
 
+@script
+def _numpy_broadcast(shape1, shape2):
+    rank1 = shape1.shape[0]
+    rank2 = shape2.shape[0]
+    out_rank = max(rank1, rank2)
+    out = output_tensor((out_rank,), "int64")
+    for index in const_range(out_rank):
+        dim1 = int64(1)
+        dim2 = int64(1)
+        if rank1 == out_rank:
+            dim1 = shape1[index]
+        elif rank1 - (out_rank - index) >= 0:
+            dim1 = shape1[rank1 - (out_rank - index)]
+        if rank2 == out_rank:
+            dim2 = shape2[index]
+        elif rank2 - (out_rank - index) >= 0:
+            dim2 = shape2[rank2 - (out_rank - index)]
+        assert dim1 == dim2 or dim1 == 1 or dim2 == 1, "where: the shapes do not broadcast together"
+        out[index] = dim1
+        if dim1 == 1:
+            out[index] = dim2
+    return out
+
+
+def _where(attrs, inputs, out_ndims):
+    """numpy's broadcast of ``where``'s three shapes: an extent of 1 takes the other one, 0
+    included (TVM's takes the larger, 1 against 0, and the kernel then fails its own check)."""
+    shapes = [_static_values([1], "scalar_shape") if len(s.shape) == 0 else s for s in inputs]
+    return [_numpy_broadcast(_numpy_broadcast(shapes[1], shapes[2]), shapes[0])]
+
+
 #: Relay operator -> its shape function, replacing TVM's (see the module docstring).
 REPLACED = {
     "arange": _arange,
@@ -295,6 +326,7 @@ REPLACED = {
     "dyn.reshape": _reshape_dynamic,
     "strided_slice": _slice_static,
     "dyn.strided_slice": _slice_dynamic,
+    "where": _where,
 }
 
 
@@ -424,6 +456,16 @@ def _take_from_nonempty(data_shape, indices_shape, out_shape, axis):
     return out
 
 
+@script
+def _non_negative_reps(reps, out_shape):
+    out = output_tensor((out_shape.shape[0],), "int64")
+    for i in const_range(out_shape.shape[0]):
+        out[i] = out_shape[i]
+    for i in const_range(reps.shape[0]):
+        assert int64(reps[i]) >= int64(0), "tile: a repetition is negative"
+    return out
+
+
 def _check_reshape(attrs, inputs, outputs):
     if len(inputs[0].shape) == 0:  # a 0-d input: its shape tensor is 0-d
         return outputs
@@ -480,6 +522,10 @@ def _check_topk(attrs, inputs, outputs):
     return [_k_within(shape, k, tvm.tir.const(axis, "int32"), out) for out in outputs]
 
 
+def _check_tile(attrs, inputs, outputs):
+    return [_non_negative_reps(inputs[1], outputs[0])]
+
+
 def _check_take(attrs, inputs, outputs):
     data, indices = inputs[0], inputs[1]
     if len(indices.shape) == 0:  # 0-d indices: their shape tensor is 0-d; one index
@@ -518,4 +564,5 @@ CHECKS = {
     "topk": _check_topk,
     "dyn.topk": _check_topk,
     "take": _check_take,
+    "dyn.tile": _check_tile,
 }
