@@ -250,6 +250,8 @@ CASES = [
     ("dyn.tile of an empty axis by -1", _dyn_tile, (_f32(1, 0), np.array([-1])),
      (KernelError, "tile: a repetition is negative")),
     ("dyn.tile by 0", _dyn_tile, (_f32(2, 3), np.array([0])), np.zeros((2, 0), "float32")),
+    ("dense with a ? number of rows, 4 of them", _dense, (_f32(1, 4), _f32(4, 4) - 7), _f32(1, 4) @ (_f32(4, 4) - 7).T),
+    ("dense with a ? number of rows, 9 of them", _dense, (_f32(2, 3), _f32(9, 3) / 4), _f32(2, 3) @ (_f32(9, 3) / 4).T),
     ("take a row of an empty (?, 2) tensor", _take(0, "clip", data_shape=(A, 2)), (_f32(0, 2), np.int32(0)),
      (KernelError, "take: indices into an empty axis")),
 ]
