@@ -284,14 +284,13 @@ def run_hostile_campaign(
         for index in range(examples):
             if minutes is not None and time.time() - start > minutes * 60:
                 break
-            # Program i depends only on (seed, i): each is reproducible on its own.
-            rng = random.Random(f"{seed}:{index}")
-            program = hostile.draw_program(hostile.Choices(rng.randint), arg_sets, [families[index % len(families)]])
+            program = hostile.numbered_program(seed, index, arg_sets, families)
             tally = hostile.check(program, mine, theirs, backends, references)
             for finding in tally.findings:
                 if finding.signature() not in seen:
                     seen.add(finding.signature())
-                    print(f"relay_aot.testing.fuzz: finding (program {index})\n{finding}\n", file=sys.stderr)
+                    print(f"relay_aot.testing.fuzz: finding (seed {seed}, program {index})\n{finding}\n",
+                          file=sys.stderr)
             total.add(tally)
             if total.programs % 10 == 0:
                 print(f"relay_aot.testing.fuzz: {total} ({time.time() - start:.0f} s)", file=sys.stderr)

@@ -227,11 +227,11 @@ def fits(shape: Sequence[int], dtype: str) -> None:
         raise Refused(f"a negative extent in {tuple(shape)}")
     count = math.prod(shape)
     size = count * np.dtype(dtype).itemsize
+    if count >= 2**63 or size >= HUGE_BYTES:
+        raise Refused(f"a result of shape {tuple(shape)} and dtype {dtype} cannot be allocated")
     if math.prod(d for d in shape if d) * np.dtype(dtype).itemsize >= 2**63:
         # numpy's own rule, even for an empty array (relay_aot may make one; it cannot be read)
         raise Refused(f"numpy cannot represent an array of shape {tuple(shape)} and dtype {dtype}")
-    if count >= 2**63 or size >= HUGE_BYTES:
-        raise Refused(f"a result of shape {tuple(shape)} and dtype {dtype} cannot be allocated")
     if size > MAX_BYTES:
         raise Unsafe(shape)
 
@@ -649,13 +649,17 @@ def _split(c: Choices) -> Built:
     if c.flip():
         sections = c.choose([2, 3, 1])
     else:
-        sections = c.choose([[1], [1, 2], [2, 1], [0], [5], [1, 10], [0, 0]])
+        sections = c.choose([[1], [1, 2], [0], [5], [1, 10], [0, 0], [2, 3]])
     v = x.var()
     body = relay.split(v, sections, axis).astuple()
 
     def reference(data):
         if isinstance(sections, int) and data.shape[axis] % sections:
             raise Refused("split: the axis does not divide into equal sections")
+        if not isinstance(sections, int) and max(sections) > data.shape[axis]:
+            # numpy clamps, but Relay's type gives the parts between split points static
+            # extents (type inference refuses decreasing points): those cannot be clamped
+            raise Refused("split: a split point beyond the axis")
         return tuple(np.split(data, sections, axis))
 
     def draw(args: _Args):
@@ -1118,6 +1122,18 @@ def draw_program(c: Choices, arg_sets: int = 8, operators: Optional[Sequence[str
     return HostileProgram(built.name, mod, reference, sets, follow_on)
 
 
+def numbered_program(seed: Any, index: int, arg_sets: int = 8,
+                     families: Optional[Sequence[str]] = None) -> HostileProgram:
+    """Program ``index`` of the campaign with ``seed``: of operator family ``index`` modulo the
+    ``families`` (default all of :data:`OPERATORS`), its choices drawn from
+    ``random.Random(f"{seed}:{index}")`` -- each program is reproducible on its own."""
+    import random
+
+    families = list(families or OPERATORS)
+    rng = random.Random(f"{seed}:{index}")
+    return draw_program(Choices(rng.randint), arg_sets, [families[index % len(families)]])
+
+
 # -- judging ----------------------------------------------------------------------------------------
 
 
@@ -1163,12 +1179,15 @@ class Finding:
     program: str
     args: tuple
     outcomes: dict
+    follow_on: Optional[str] = None
 
     def signature(self) -> tuple:
-        return (self.operator, self.kind, self.why.split(":")[0][:60])
+        """What tells findings of one defect from another's: the operator and the kind."""
+        return (self.operator, self.kind)
 
     def __str__(self) -> str:
-        lines = [f"{self.kind} on {self.executor} ({self.operator}): {self.why}", "program:", self.program,
+        after = f", then {self.follow_on}" if self.follow_on else ""
+        lines = [f"{self.kind} on {self.executor} ({self.operator}{after}): {self.why}", "program:", self.program,
                  f"arguments: {self.args!r}", "outcomes:"]
         lines += [f"  {name}: {text}" for name, text in self.outcomes.items()]
         return "\n".join(lines)
@@ -1242,8 +1261,8 @@ def check(program: HostileProgram, backends_oracle: IsolatedOracle, references_o
             verdict = judge(outcome, expected)
             if verdict is not None:
                 text = text or program.text()
-                tally.findings.append(Finding(verdict[0], name, program.operator + (
-                    f" + {program.follow_on}" if program.follow_on else ""), verdict[1], text, arg_set.args, seen))
+                tally.findings.append(Finding(verdict[0], name, program.operator, verdict[1], text, arg_set.args,
+                                              seen, program.follow_on))  # (every outcome, filled in below)
     return tally
 
 
