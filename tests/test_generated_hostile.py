@@ -33,8 +33,10 @@ REFUSED = Outcome("raised", detail="Refused: topk: k is larger than the axis")
     (Outcome("raised", detail="RuntimeError: something"), REFUSED, "unclear error"),
     (Outcome("unavailable", detail="relay_aot cpp crashed (killed by SIGFPE)", cause="crashed"), REFUSED, "crash"),
     (Outcome("unavailable", detail="cpp did not finish within 300 s", cause="hung"), VALUE, "crash"),
-    (Outcome("unavailable", detail="cpp rejected the program: UnsupportedError", cause="rejected"), VALUE,
+    (Outcome("unavailable", detail="cpp rejected the program: CompileError: g++ failed", cause="rejected"), VALUE,
      "compile error"),
+    (Outcome("unavailable", detail="cpp rejected the program: UnsupportedError: TVM could not lower it",
+             cause="rejected"), VALUE, None),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_the_rule_catches_each_way_of_breaking_it(outcome, expected, verdict):
     found = hostile.judge(outcome, expected)
