@@ -120,6 +120,25 @@ def _sum_rows():
     return [x], relay.sum(x, axis=1)
 
 
+def _take(axis, mode, data_shape=(A, A), index_shape=()):
+    def build():
+        x, i = _var("x", data_shape), _var("i", index_shape, "int32")
+        return [x, i], relay.take(x, i, axis=axis, mode=mode)
+    return build
+
+
+def _where(cond_shape, x_shape, y_shape):
+    def build():
+        c, x, y = _var("c", cond_shape, "bool"), _var("x", x_shape), _var("y", y_shape)
+        return [c, x, y], relay.where(c, x, y)
+    return build
+
+
+def _dyn_tile():
+    x, r = _var("x", (A, A)), _i64("r", (1,))
+    return [x, r], relay.tile(x, r)
+
+
 def _f32(*shape):
     return np.arange(int(np.prod(shape)), dtype="float32").reshape(shape)
 
@@ -205,6 +224,36 @@ CASES = [
     # 11
     ("add of (0, 4) and (1, 4)", _add, (_f32(0, 4), _f32(1, 4)), np.zeros((0, 4), "float32")),
     ("sum of rows of a (3, 0) tensor", _sum_rows, (_f32(3, 0),), np.zeros(3, "float32")),
+    # found by the hostile campaign (python -m relay_aot.testing.fuzz --hostile)
+    ("int64 arange from 2^62 down to 1 by 2^62", _arange("int64"), (np.int64(2**62), np.int64(1), np.int64(2**62)),
+     np.zeros(0, "int64")),
+    ("int64 arange over all of int64 by 2^62", _arange("int64"), (np.int64(-(2**63)), np.int64(2**63 - 1), np.int64(2**62)),
+     np.array([-(2**63), -(2**62), 0, 2**62], "int64")),
+    ("int64 arange by the most negative step", _arange("int64"), (np.int64(2**62), np.int64(-(2**62)), np.int64(-(2**63))),
+     np.array([2**62], "int64")),
+    ("take from an empty axis", _take(0, "fast"), (_f32(0, 2), np.int32(2**31 - 1)),
+     (KernelError, "take: indices into an empty axis")),
+    ("take from an empty axis, wrapping", _take(1, "wrap", index_shape=(A,)), (_f32(2, 0), np.array([-7], "int32")),
+     (KernelError, "take: indices into an empty axis")),
+    ("take from an empty flattened tensor", _take(None, "clip", index_shape=(A,)), (_f32(3, 0), np.array([0], "int32")),
+     (KernelError, "take: indices into an empty axis")),
+    ("take nothing from an empty axis", _take(0, "clip", index_shape=(A,)), (_f32(0, 2), np.zeros(0, "int32")),
+     np.zeros((0, 2), "float32")),
+    ("where of (1,), (0, 0) and (3, 0, 1)", _where((1,), (A, A), (A, A, A)),
+     (np.ones(1, bool), _f32(0, 0), _f32(3, 0, 1)), np.zeros((3, 0, 0), "float32")),
+    ("where of (0,) and (1,)", _where((A,), (A,), (A,)),
+     (np.ones(0, bool), _f32(1), _f32(1)), np.zeros(0, "float32")),
+    ("where of (2, 1) and (3,)", _where((A, A), (A, A), (A,)),
+     (np.array([[True], [False]]), _f32(2, 1), _f32(3) + 10), np.where([[True], [False]], _f32(2, 1), _f32(3) + 10)),
+    ("where of (2,) and (3,)", _where((A,), (A,), (A,)), (np.ones(2, bool), _f32(2), _f32(3)),
+     (KernelError, "where: the shapes do not broadcast together")),
+    ("dyn.tile of an empty axis by -1", _dyn_tile, (_f32(1, 0), np.array([-1])),
+     (KernelError, "tile: a repetition is negative")),
+    ("dyn.tile by 0", _dyn_tile, (_f32(2, 3), np.array([0])), np.zeros((2, 0), "float32")),
+    ("dense with a ? number of rows, 4 of them", _dense, (_f32(1, 4), _f32(4, 4) - 7), _f32(1, 4) @ (_f32(4, 4) - 7).T),
+    ("dense with a ? number of rows, 9 of them", _dense, (_f32(2, 3), _f32(9, 3) / 4), _f32(2, 3) @ (_f32(9, 3) / 4).T),
+    ("take a row of an empty (?, 2) tensor", _take(0, "clip", data_shape=(A, 2)), (_f32(0, 2), np.int32(0)),
+     (KernelError, "take: indices into an empty axis")),
 ]
 
 

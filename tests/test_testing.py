@@ -120,6 +120,7 @@ def test_a_crashing_oracle_is_reported_not_fatal():
                                            isolate=isolated)
         assert "crashed" in report.skipped["interpreter"]
         assert "SIGSEGV" in report.skipped["interpreter"]
+        assert report.outcomes["interpreter"].cause == "crashed"
         # The oracle restarts after a crash.
         again = testing.equivalence_report(DEEP, (np.int32(10),), backends=["python"], references=["interpreter"],
                                           isolate=isolated)
@@ -127,9 +128,11 @@ def test_a_crashing_oracle_is_reported_not_fatal():
 
 
 def test_isolated_and_in_process_references_agree():
+    """TVM's references, and relay_aot's backends (compiled in the child, as the hostile-shape
+    campaign runs them), in a child process and in this one."""
     args = (X, Y)
     with oracle.IsolatedOracle() as isolated:
-        for executor in oracle.REFERENCES:
+        for executor in oracle.REFERENCES + oracle.BACKENDS:
             inside = oracle.evaluate(TWO_KERNELS, args, executor)
             outside = isolated.run(TWO_KERNELS, args, executor)
             assert inside.kind == outside.kind == "value"

@@ -34,18 +34,24 @@ from tvm.te.hybrid import script
 def _arange_int(start, stop, step):
     out = output_tensor((1,), "int64")
     assert int64(step[()]) != int64(0), "arange: the step is zero"
-    # Far from int64's limits, so that stop - start cannot wrap: an arange of 2^62 elements could
-    # not be allocated anyway.
-    span = float64(stop[()]) - float64(start[()])
-    assert span < 4.0e18, "arange: the range is too large"
-    assert span > -4.0e18, "arange: the range is too large"
-    out[0] = int64(0)
+    # The distance and the step's magnitude in 64 unsigned bits: stop - start may not fit in
+    # int64 (from -2^63 to 2^63 - 1 by 2^62 is 4 elements), nor may -step.
+    span = uint64(0)
+    by = uint64(1)
     if step[()] > 0:
         if stop[()] > start[()]:
-            out[0] = ceil_div(int64(stop[()]) - int64(start[()]), int64(step[()]))
+            span = uint64(int64(stop[()])) - uint64(int64(start[()]))
+            by = uint64(int64(step[()]))
     else:
         if start[()] > stop[()]:
-            out[0] = ceil_div(int64(start[()]) - int64(stop[()]), int64(0) - int64(step[()]))
+            span = uint64(int64(start[()])) - uint64(int64(stop[()]))
+            by = uint64(int64(-1) - int64(step[()])) + uint64(1)  # (TVM folds 0 - x to 0 for unsigned x)
+    count = span // by
+    if span % by != uint64(0):
+        count += uint64(1)
+    # As for float bounds: an arange of 2^62 elements could not be allocated anyway.
+    assert count < uint64(2000000000) * uint64(2000000000), "arange: the range is too large"  # 4e18
+    out[0] = int64(count)
     return out
 
 
@@ -282,6 +288,37 @@ def _slice_dynamic(attrs, inputs, out_ndims):
                    convert(size_mode))]
 
 
+@script
+def _numpy_broadcast(shape1, shape2):
+    rank1 = shape1.shape[0]
+    rank2 = shape2.shape[0]
+    out_rank = max(rank1, rank2)
+    out = output_tensor((out_rank,), "int64")
+    for index in const_range(out_rank):
+        dim1 = int64(1)
+        dim2 = int64(1)
+        if rank1 == out_rank:
+            dim1 = shape1[index]
+        elif rank1 - (out_rank - index) >= 0:
+            dim1 = shape1[rank1 - (out_rank - index)]
+        if rank2 == out_rank:
+            dim2 = shape2[index]
+        elif rank2 - (out_rank - index) >= 0:
+            dim2 = shape2[rank2 - (out_rank - index)]
+        assert dim1 == dim2 or dim1 == 1 or dim2 == 1, "where: the shapes do not broadcast together"
+        out[index] = dim1
+        if dim1 == 1:
+            out[index] = dim2
+    return out
+
+
+def _where(attrs, inputs, out_ndims):
+    """numpy's broadcast of ``where``'s three shapes: an extent of 1 takes the other one, 0
+    included (TVM's takes the larger, 1 against 0, and the kernel then fails its own check)."""
+    shapes = [_static_values([1], "scalar_shape") if len(s.shape) == 0 else s for s in inputs]
+    return [_numpy_broadcast(_numpy_broadcast(shapes[1], shapes[2]), shapes[0])]
+
+
 #: Relay operator -> its shape function, replacing TVM's (see the module docstring).
 REPLACED = {
     "arange": _arange,
@@ -289,6 +326,7 @@ REPLACED = {
     "dyn.reshape": _reshape_dynamic,
     "strided_slice": _slice_static,
     "dyn.strided_slice": _slice_dynamic,
+    "where": _where,
 }
 
 
@@ -401,6 +439,33 @@ def _k_within(data_shape, k, axis, outputs):
     return out
 
 
+@script
+def _take_from_nonempty(data_shape, indices_shape, out_shape, axis):
+    out = output_tensor((out_shape.shape[0],), "int64")
+    for i in const_range(out_shape.shape[0]):
+        out[i] = out_shape[i]
+    count = allocate((2,), "int64")
+    count[0] = int64(1)
+    count[1] = int64(1)
+    for i in const_range(indices_shape.shape[0]):
+        count[0] = count[0] * indices_shape[i]
+    for i in const_range(data_shape.shape[0]):
+        if axis < 0 or i == axis:
+            count[1] = count[1] * data_shape[i]
+    assert count[1] > int64(0) or count[0] == int64(0), "take: indices into an empty axis"
+    return out
+
+
+@script
+def _non_negative_reps(reps, out_shape):
+    out = output_tensor((out_shape.shape[0],), "int64")
+    for i in const_range(out_shape.shape[0]):
+        out[i] = out_shape[i]
+    for i in const_range(reps.shape[0]):
+        assert int64(reps[i]) >= int64(0), "tile: a repetition is negative"
+    return out
+
+
 def _check_reshape(attrs, inputs, outputs):
     if len(inputs[0].shape) == 0:  # a 0-d input: its shape tensor is 0-d
         return outputs
@@ -457,6 +522,22 @@ def _check_topk(attrs, inputs, outputs):
     return [_k_within(shape, k, tvm.tir.const(axis, "int32"), out) for out in outputs]
 
 
+def _check_tile(attrs, inputs, outputs):
+    return [_non_negative_reps(inputs[1], outputs[0])]
+
+
+def _check_take(attrs, inputs, outputs):
+    data, indices = inputs[0], inputs[1]
+    if len(indices.shape) == 0:  # 0-d indices: their shape tensor is 0-d; one index
+        indices = _static_values([1], "one_index")
+    if attrs.axis is None:  # the flattened data
+        axis = -1
+    else:
+        axis = int(attrs.axis)
+        axis = axis + int(data.shape[0]) if axis < 0 else axis
+    return [_take_from_nonempty(data, indices, outputs[0], tvm.tir.const(axis, "int32"))]
+
+
 def _shape_tensor(data):
     """The shape of ``data`` (a tensor a shape function reads as data) as an int64 tensor."""
 
@@ -482,4 +563,6 @@ CHECKS = {
     "dyn.broadcast_to": _check_broadcast_to,
     "topk": _check_topk,
     "dyn.topk": _check_topk,
+    "take": _check_take,
+    "dyn.tile": _check_tile,
 }

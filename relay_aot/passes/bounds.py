@@ -8,6 +8,11 @@ negative begin is not counted from the end and an out-of-range one is not clampe
 the output length follows numpy's rules too (``kernels/shape_rules.py``). A begin that selects
 nothing for a negative stride (numpy's -1) is written as ``-1 - extent``, which counts from the
 end to the same -1, so that the shape function, which applies numpy's rules again, agrees.
+
+``nn.dense`` whose weight has a ``?`` number of rows gets TVM's x86 ``dense_pack`` kernel, which
+packs the weight into blocks of 16 rows assuming there is a whole number of them: 4 or 9 rows
+are read past the packed weight (garbage, or NaN). Such a ``dense`` becomes the ``nn.matmul``
+it is (``transpose_b``), whose kernel reads only what it is given.
 """
 
 from __future__ import annotations
@@ -45,16 +50,39 @@ def _is_dynamic_slice(call: relay.Call) -> bool:
 def numpy_slice_begin(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:class:`_NumpySliceBegin` on every function of ``mod`` that has a ``dyn.strided_slice``
     (type-checked: the rewrite reads the begin's type)."""
+    return _rewrite(mod, _is_dynamic_slice, _NumpySliceBegin)
+
+
+def _rewrite(mod: tvm.IRModule, wanted, mutator) -> tvm.IRModule:
+    """``mod`` with ``mutator()`` applied to each function that has a call ``wanted(call)``."""
     updates = {}
     for gvar, func in mod.functions.items():
-        if isinstance(func, relay.Function) and _has_dynamic_slice(func):
-            updates[gvar] = _NumpySliceBegin().visit(func)
+        if isinstance(func, relay.Function):
+            found = []
+            relay.analysis.post_order_visit(func, lambda n: found.append(n) if isinstance(n, relay.Call) and wanted(n) else None)
+            if found:
+                updates[gvar] = mutator().visit(func)
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
 
 
-def _has_dynamic_slice(func: relay.Function) -> bool:
-    found = []
-    relay.analysis.post_order_visit(func, lambda n: found.append(n) if isinstance(n, relay.Call) and _is_dynamic_slice(n) else None)
-    return bool(found)
+class _UnpackedDynamicDense(relay.ExprMutator):
+    def visit_call(self, call):
+        dynamic = _is_dense(call) and not isinstance(call.args[1].checked_type.shape[0], tvm.tir.IntImm)
+        call = super().visit_call(call)
+        if not dynamic:
+            return call
+        attrs = call.attrs
+        return relay.op.nn._make.matmul(call.args[0], call.args[1], attrs.units, attrs.out_dtype, False, True)
+
+
+def _is_dense(call: relay.Call) -> bool:
+    return isinstance(call.op, tvm.ir.Op) and call.op.name == "nn.dense"
+
+
+@tvm.transform.module_pass(opt_level=0, name="UnpackedDynamicDense")
+def unpacked_dynamic_dense(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:class:`_UnpackedDynamicDense` on every function of ``mod`` with an ``nn.dense``
+    (type-checked: the rewrite reads the weight's type)."""
+    return _rewrite(mod, _is_dense, _UnpackedDynamicDense)

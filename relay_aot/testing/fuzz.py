@@ -6,6 +6,9 @@ compared with TVM's executors (run in a child process, so an executor crash is r
 than fatal). On a disagreement the failing batch is shrunk by Hypothesis, the smallest failing
 case is isolated and written as Relay text, ready to be pinned as a regression test.
 
+``--hostile`` runs the other campaign, :func:`run_hostile_campaign`: programs over ``?``
+dimensions fed hostile arguments, judged against numpy (``hostile.py``).
+
 See ``docs/testing.md`` for the options and for how failures become regression cases.
 """
 
@@ -22,6 +25,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from . import hostile
 from .oracle import IsolatedOracle, Outcome, unsupported_reason
 from .strategies import Program
 from . import Mismatch, Report, compare_outcomes, equivalence_report
@@ -249,6 +253,63 @@ def run_campaign(
     return 0
 
 
+def run_hostile_campaign(
+    examples: int,
+    arg_sets: int,
+    backends: Iterable[str],
+    references: Iterable[str],
+    seed: Optional[int],
+    out_dir: Path,
+    operators: Optional[Sequence[str]] = None,
+    minutes: Optional[float] = None,
+) -> int:
+    """Check ``examples`` hostile programs (``arg_sets`` argument sets each), taking the operator
+    families of ``operators`` (default all of ``hostile.OPERATORS``) in turn, for at most
+    ``minutes``. Every finding is printed (the first of each kind as it is found) and all are
+    written to ``out_dir``; returns 1 if there was one."""
+    import random
+
+    backends, references = tuple(backends), tuple(references)
+    families = list(operators or hostile.OPERATORS)
+    unknown = sorted(set(families) - set(hostile.OPERATORS))
+    if unknown:
+        raise ValueError(f"unknown operator families {unknown}: choose among {', '.join(hostile.OPERATORS)}")
+    seed = random.randrange(2**32) if seed is None else seed
+    print(f"relay_aot.testing.fuzz: hostile campaign, seed {seed}", file=sys.stderr)
+    total = hostile.Tally()
+    seen: set = set()
+    start = time.time()
+    mine, theirs = hostile.oracles()
+    with mine, theirs:
+        for index in range(examples):
+            if minutes is not None and time.time() - start > minutes * 60:
+                break
+            program = hostile.numbered_program(seed, index, arg_sets, families)
+            tally = hostile.check(program, mine, theirs, backends, references)
+            for finding in tally.findings:
+                if finding.signature() not in seen:
+                    seen.add(finding.signature())
+                    print(f"relay_aot.testing.fuzz: finding (seed {seed}, program {index})\n{finding}\n",
+                          file=sys.stderr)
+            total.add(tally)
+            if total.programs % 10 == 0:
+                print(f"relay_aot.testing.fuzz: {total} ({time.time() - start:.0f} s)", file=sys.stderr)
+    print(f"relay_aot.testing.fuzz: hostile campaign, {time.time() - start:.0f} s: {total}")
+    print("  operators: " + ", ".join(f"{op} {n}" for op, n in sorted(total.operators.items())))
+    print("  hostile kinds: " + ", ".join(f"{k} {total.kinds[k]}" for k in hostile.KINDS))
+    if not total.findings:
+        print("relay_aot.testing.fuzz: relay_aot kept the rule on every argument set")
+        return 0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"hostile-{int(time.time())}.txt"
+    path.write_text("\n\n".join(str(f) for f in total.findings))
+    kinds = Counter(f.signature() for f in total.findings)
+    print(f"relay_aot.testing.fuzz: {len(total.findings)} findings ({len(kinds)} kinds), written to {path}")
+    for signature, count in kinds.most_common():
+        print(f"  {count}x {' / '.join(signature)}")
+    return 1
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry: ``python -m relay_aot.testing.fuzz --help``."""
     parser = argparse.ArgumentParser(prog="python -m relay_aot.testing.fuzz", description=__doc__.split("\n\n")[0])
@@ -262,8 +323,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max-size", type=int, default=60, help="expression nodes per program (default 60)")
     parser.add_argument("--out", type=Path, default=Path("fuzz-failures"), help="where failure reports go")
     parser.add_argument("--dynamic", action="store_true", help="give about half the variables ? dimensions")
+    parser.add_argument("--hostile", action="store_true",
+                        help="hostile shapes and attributes judged against numpy (--examples counts programs)")
+    parser.add_argument("--arg-sets", type=int, default=8, help="with --hostile: argument sets per program (default 8)")
+    parser.add_argument("--operators", default="", help="with --hostile: comma-separated operator families (default all)")
+    parser.add_argument("--minutes", type=float, default=None, help="with --hostile: stop after this many minutes")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOPHUB_LOCATION", "NONE")
+    if args.hostile:
+        return run_hostile_campaign(
+            args.examples, args.arg_sets, [b for b in args.backends.split(",") if b],
+            [r for r in args.references.split(",") if r], args.seed, args.out,
+            [o for o in args.operators.split(",") if o], args.minutes,
+        )
     return run_campaign(
         args.examples, args.cases, [b for b in args.backends.split(",") if b],
         [r for r in args.references.split(",") if r], args.seed, args.out, args.max_depth, args.max_size,

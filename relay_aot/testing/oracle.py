@@ -7,7 +7,9 @@ process with it). This module
 
 * tells in advance when an executor cannot run a program (:func:`unsupported_reason`);
 * runs an executor in-process (:func:`run_reference`), or in a child process
-  (:class:`IsolatedOracle`), where a crash or a hang becomes a reported outcome.
+  (:class:`IsolatedOracle`), where a crash or a hang becomes a reported outcome. The child can
+  run relay_aot's own backends too (:data:`BACKENDS`): the hostile-shape campaign
+  (``hostile.py``) must see relay_aot crash without crashing itself.
 
 Results cross the process boundary already normalized (numpy arrays and tuples), see
 ``testing.normalize``.
@@ -34,6 +36,13 @@ from .compare import normalize
 
 #: TVM's executors, by the names check_equivalence uses.
 REFERENCES = ("interpreter", "vm")
+
+#: relay_aot's backends, as executors an :class:`IsolatedOracle` can run (compiled in the child).
+BACKENDS = ("cpp", "python")
+
+#: Compiled programs an :class:`IsolatedOracle`'s child keeps, so that a program run on many
+#: argument sets is compiled once per executor.
+CHILD_CACHE_SIZE = 8
 
 #: Deepest recursion the interpreter survives with margin (it crashes at about 1,500-2,000).
 INTERPRETER_MAX_DEPTH = 1000
@@ -115,22 +124,39 @@ class Outcome:
 
     ``kind`` is ``"value"`` (``value`` holds the normalized result), ``"raised"`` (the program
     failed at run time; ``detail`` holds ``"Type: message"``), or ``"unavailable"`` (the
-    executor could not run the program: rejected it, crashed or hung; ``detail`` says why).
+    executor could not run the program; ``detail`` says why and ``cause`` is ``"rejected"``
+    when it refused to compile it, ``"crashed"`` or ``"hung"`` in a child process).
     """
 
     kind: str
     value: Any = None
     detail: str = ""
+    cause: str = ""
 
 
-def evaluate(mod: tvm.IRModule, args: Sequence[Any], executor: str) -> Outcome:
-    """Run a reference in this process and classify the result (see :class:`Outcome`)."""
+def _runner(mod: tvm.IRModule, executor: str):
+    """``(convert, func)``: ``func(*convert(args))`` runs ``executor`` on ``mod`` (compiled now;
+    raises if the executor rejects the program). A :data:`BACKENDS` name compiles with relay_aot."""
+    if executor in BACKENDS:
+        from ..compiler import compile as aot_compile
+
+        return tuple, aot_compile(mod, backend=executor)
+    mod = _prepared(mod)
+    return (lambda args: reference_args(mod, args)), _executor(mod, executor)
+
+
+def _rejected(executor: str, err: BaseException) -> Outcome:
+    return Outcome("unavailable", detail=f"{executor} rejected the program: {error_text(err)}", cause="rejected")
+
+
+def evaluate(mod: tvm.IRModule, args: Sequence[Any], executor: str, runner=None) -> Outcome:
+    """Run a reference (or a :data:`BACKENDS` name: relay_aot) in this process and classify the
+    result (see :class:`Outcome`). ``runner`` is ``_runner(mod, executor)``, if already made."""
     try:
-        mod = _prepared(mod)
-        func = _executor(mod, executor)
-        converted = reference_args(mod, args)
+        convert, func = runner if runner is not None else _runner(mod, executor)
+        converted = convert(args)
     except Exception as err:  # noqa: BLE001 - any rejection means "cannot run this program"
-        return Outcome("unavailable", detail=f"{executor} rejected the program: {error_text(err)}")
+        return _rejected(executor, err)
     try:
         return Outcome("value", normalize(func(*converted)))
     except Exception as err:  # noqa: BLE001 - a run-time failure is an outcome to compare
@@ -193,10 +219,17 @@ class IsolatedOracle:
     :class:`Outcome`. If the child dies (a segmentation fault in an executor) or exceeds
     ``timeout`` seconds, the outcome is ``unavailable`` with the reason, and the next request
     starts a fresh child. Use as a context manager, or call :meth:`close`.
+
+    The executor may also be one of relay_aot's :data:`BACKENDS`, compiled in the child. The
+    child keeps the last :data:`CHILD_CACHE_SIZE` programs it compiled, per executor.
+    ``memory_limit`` (bytes) caps the child's address space (``RLIMIT_AS``), so that a
+    program that computes a huge shape fails to allocate instead of taking the machine's
+    memory.
     """
 
-    def __init__(self, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, memory_limit: Optional[int] = None):
         self.timeout = timeout
+        self.memory_limit = memory_limit
         self._proc: Optional[subprocess.Popen] = None
         self._send: Optional[Connection] = None
         self._recv: Optional[Connection] = None
@@ -212,8 +245,9 @@ class IsolatedOracle:
         env.setdefault("TOPHUB_LOCATION", "NONE")
         # The references run tiny kernels, for which TVM's thread pool costs more than it saves.
         env.setdefault("TVM_NUM_THREADS", "1")
+        limit = [] if self.memory_limit is None else ["--memory-limit", str(int(self.memory_limit))]
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "relay_aot.testing.oracle"],
+            [sys.executable, "-m", "relay_aot.testing.oracle", *limit],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -230,12 +264,11 @@ class IsolatedOracle:
             self._send.send_bytes(pickle.dumps(request))
             if not self._recv.poll(self.timeout):
                 self._stop()
-                return Outcome("unavailable", detail=f"{executor} did not finish within {self.timeout:g} s")
-            kind, value, detail = pickle.loads(self._recv.recv_bytes())
-            return Outcome(kind, value, detail)
+                return Outcome("unavailable", detail=f"{executor} did not finish within {self.timeout:g} s", cause="hung")
+            return Outcome(*pickle.loads(self._recv.recv_bytes()))
         except (EOFError, OSError):
             code = self._stop()
-            return Outcome("unavailable", detail=f"{executor} crashed ({_describe_exit(code)})")
+            return Outcome("unavailable", detail=f"{executor} crashed ({_describe_exit(code)})", cause="crashed")
 
     def _stop(self) -> Optional[int]:
         proc, self._proc = self._proc, None
@@ -268,28 +301,47 @@ def _describe_exit(code: Optional[int]) -> str:
     return f"exit status {code}"
 
 
-def _serve() -> None:
+def _serve(memory_limit: Optional[int] = None) -> None:
     """The child side of :class:`IsolatedOracle`: answer requests until stdin closes."""
+    if memory_limit is not None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     requests = Connection(os.dup(0), writable=False)
     replies = Connection(os.dup(1), readable=False)
     # Anything TVM prints must not corrupt the reply channel.
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    runners: dict = {}  # (module text, executor) -> _runner's result, or the Outcome of a rejection
     while True:
         try:
             data = requests.recv_bytes()
         except EOFError:
             return
         text, args, executor = pickle.loads(data)
-        try:
-            mod = tvm.ir.load_json(text)
-        except tvm.error.TVMError as err:
-            outcome = Outcome("unavailable", detail=f"the module did not reach the child process: {error_text(err)}")
-        else:
-            outcome = evaluate(mod, args, executor)
+        key = (text, executor)
+        runner = runners.pop(key, None)
+        if runner is None:
+            try:
+                mod = tvm.ir.load_json(text)
+            except tvm.error.TVMError as err:
+                runner = Outcome("unavailable", detail=f"the module did not reach the child process: {error_text(err)}")
+            else:
+                try:
+                    runner = _runner(mod, executor)
+                except Exception as err:  # noqa: BLE001 - as in evaluate
+                    runner = _rejected(executor, err)
+        runners[key] = runner  # the most recently used last
+        while len(runners) > CHILD_CACHE_SIZE:
+            del runners[next(iter(runners))]
+        outcome = runner if isinstance(runner, Outcome) else evaluate(None, args, executor, runner)
         # A plain tuple: this module runs as __main__ here, so its classes do not unpickle.
-        replies.send_bytes(pickle.dumps((outcome.kind, outcome.value, outcome.detail)))
+        replies.send_bytes(pickle.dumps((outcome.kind, outcome.value, outcome.detail, outcome.cause)))
 
 
 if __name__ == "__main__":
-    _serve()
+    import argparse
+
+    _parser = argparse.ArgumentParser(description="the child process of IsolatedOracle (reads requests on stdin)")
+    _parser.add_argument("--memory-limit", type=int, default=None, help="address space limit in bytes")
+    _serve(_parser.parse_args().memory_limit)

@@ -41,6 +41,8 @@ import tvm
 from hypothesis import strategies as st
 from tvm import relay
 
+from . import hostile
+
 DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8", "bool")
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64", "int8", "uint8")
@@ -1031,3 +1033,17 @@ def _tensor_types(ty):
     elif isinstance(ty, relay.TupleType):
         for f in ty.fields:
             yield from _tensor_types(f)
+
+
+# ----------------------------------------------------------------------------------------
+# Hostile dynamic shapes
+
+
+@st.composite
+def hostile_programs(draw, arg_sets: int = 8, operators: Optional[list] = None):
+    """A small program over ``?`` dimensions around one dynamic-shape operator, with
+    ``arg_sets`` hostile argument sets and its numpy reference (a
+    :class:`relay_aot.testing.hostile.HostileProgram`; ``operators`` picks among
+    :data:`relay_aot.testing.hostile.OPERATORS`)."""
+    choices = hostile.Choices(lambda lo, hi: draw(st.integers(lo, hi)))
+    return hostile.draw_program(choices, arg_sets, operators)
