@@ -196,8 +196,9 @@ def test_argument_errors_are_clean(backend):
     compiled = relay_aot.compile(tvm.relay.parse(FIB_TEXT), backend=backend)
     with pytest.raises(TypeError, match="takes 1 arguments, got 0"):
         compiled()
-    with pytest.raises(TypeError, match=r"%n.*int32.*float32"):
-        compiled(np.float32(3))
+    with pytest.raises(TypeError, match=r"%n.*int32.*float32.*does not hold exactly"):
+        compiled(np.float32(3.5))
+    assert int(compiled(np.float32(10)).numpy()) == int(compiled(np.int32(10)).numpy())  # held exactly
     with pytest.raises(TypeError, match=r"%n.*int32"):
         compiled(3.5)
     with pytest.raises(ValueError, match=r"%n.*\(\).*\(2,\)"):

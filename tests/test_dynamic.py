@@ -134,9 +134,11 @@ def test_entry_checks_rank_dtype_and_static_dimensions(backend):
     compiled = relay_aot.compile(_two_inputs(relay.subtract), backend=backend)
     good = np.ones((3, 4), "float32")
     for bad, error in [(np.ones((3, 5), "float32"), ValueError), (np.ones((3, 4, 1), "float32"), ValueError),
-                       (np.ones((3, 4), "int32"), TypeError)]:
-        with pytest.raises(error, match=r"Tensor\[\(\?, 4\), float32\]"):
+                       (np.full((3, 4), 2**24 + 1, "int32"), TypeError)]:
+        with pytest.raises(error, match=r"Tensor\[\(\?, 4\), float32\]|float32 does not hold exactly"):
             compiled(good, bad)
+    # an int32 tensor whose values float32 holds exactly is converted (docs/guarantees.md)
+    np.testing.assert_array_equal(compiled(good, np.ones((3, 4), "int32")).numpy(), np.zeros((3, 4), "float32"))
     assert compiled(np.ones((0, 4), "float32"), np.ones((0, 4), "float32")).numpy().shape == (0, 4)
 
 

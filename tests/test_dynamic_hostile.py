@@ -139,6 +139,23 @@ def _dyn_tile():
     return [x, r], relay.tile(x, r)
 
 
+def _dyn_pad():
+    x, widths = _var("x", (A, A, A, A)), _i64("widths", (A, A))
+    return [x, widths], relay.nn.pad(x, widths)
+
+
+def _edge_pad():
+    # as TVM's ONNX importer writes Pad: a static tensor, a computed pad width, a float pad value
+    x, pads = _var("x", (1, 3, 4, 5)), _i64("pads", (8,))
+    width = relay.transpose(relay.reshape(pads, [2, -1]))
+    return [x, pads], relay.nn.pad(x, width, pad_mode="edge")
+
+
+def _dyn_resize():
+    x, size = _var("x", (1, 1, A, A)), _i64("size", (A,))
+    return [x, size], relay.image.resize2d(x, size)
+
+
 def _f32(*shape):
     return np.arange(int(np.prod(shape)), dtype="float32").reshape(shape)
 
@@ -221,6 +238,16 @@ CASES = [
     # 10
     ("int64 arange to 2^40", _arange("int64"), (np.int64(0), np.int64(2**40), np.int64(1)),
      (MemoryError, "unable to allocate 8796093022208 bytes for a tensor of shape (1099511627776,) and dtype int64")),
+    # shape tensors of the wrong length, as TVM's ONNX importer makes them for Pad and Resize with axes
+    ("dyn.nn.pad with two rows of pad width for four axes", _dyn_pad, (_f32(1, 1, 2, 2), np.ones((2, 2), "int64")),
+     (KernelError, "reshape would change the number of elements")),
+    ("dyn.nn.pad of every axis", _dyn_pad, (_f32(1, 1, 2, 2), np.ones((4, 2), "int64")),
+     np.pad(_f32(1, 1, 2, 2), 1)),
+    ("dyn.nn.pad of edges, its shape function's output on the stack", _edge_pad,
+     (_f32(1, 3, 4, 5), np.array([0, 0, 1, 1, 0, 0, 1, 1], "int64")),
+     np.pad(_f32(1, 3, 4, 5), [(0, 0), (0, 0), (1, 1), (1, 1)], mode="edge")),
+    ("dyn.image.resize2d to an empty size", _dyn_resize, (_f32(1, 1, 2, 2), np.zeros(0, "int64")),
+     (KernelError, "the size has two elements")),
     # 11
     ("add of (0, 4) and (1, 4)", _add, (_f32(0, 4), _f32(1, 4)), np.zeros((0, 4), "float32")),
     ("sum of rows of a (3, 0) tensor", _sum_rows, (_f32(3, 0),), np.zeros(3, "float32")),

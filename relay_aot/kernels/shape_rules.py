@@ -319,8 +319,28 @@ def _where(attrs, inputs, out_ndims):
     return [_numpy_broadcast(_numpy_broadcast(shapes[1], shapes[2]), shapes[0])]
 
 
+@script
+def _resize2d(data, size, height_axis, width_axis):
+    out = output_tensor((len(data.shape),), "int64")
+    assert int64(size.shape[0]) == int64(2), "resize2d: the size has two elements"
+    for i in const_range(len(data.shape)):
+        out[i] = int64(data.shape[i])
+    out[height_axis] = int64(size[0])
+    out[width_axis] = int64(size[1])
+    return out
+
+
+def _resize2d_dynamic(attrs, inputs, out_ndims):
+    """``dyn.image.resize2d`` with its size checked to have two elements first (TVM's reads two,
+    past an empty size)."""
+    layout = str(attrs.layout)
+    axes = [layout.index("H"), layout.index("W")] if "H" in layout and "W" in layout else [2, 3]
+    return [_resize2d(inputs[0], inputs[1], convert(axes[0]), convert(axes[1]))]
+
+
 #: Relay operator -> its shape function, replacing TVM's (see the module docstring).
 REPLACED = {
+    "dyn.image.resize2d": _resize2d_dynamic,
     "arange": _arange,
     "reshape": _reshape_static,
     "dyn.reshape": _reshape_dynamic,

@@ -13,12 +13,20 @@ end to the same -1, so that the shape function, which applies numpy's rules agai
 packs the weight into blocks of 16 rows assuming there is a whole number of them: 4 or 9 rows
 are read past the packed weight (garbage, or NaN). Such a ``dense`` becomes the ``nn.matmul``
 it is (``transpose_b``), whose kernel reads only what it is given.
+
+``dyn.nn.pad`` builds its kernel from the pad width's static number of rows: a ``?`` one
+dereferences a null pointer inside TVM (the process dies: the VM's too), and fewer rows than the
+data has axes make a kernel that reads past the pad width (TVM's ONNX importer does that for a
+``Pad`` with ``axes``). A pad width with ``?`` dimensions is reshaped to a row of two per axis, which
+checks its size at run time; one with other static dimensions is refused.
 """
 
 from __future__ import annotations
 
 import tvm
 from tvm import relay
+
+from ..errors import UnsupportedError
 
 
 class _NumpySliceBegin(relay.ExprMutator):
@@ -86,3 +94,33 @@ def unpacked_dynamic_dense(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:class:`_UnpackedDynamicDense` on every function of ``mod`` with an ``nn.dense``
     (type-checked: the rewrite reads the weight's type)."""
     return _rewrite(mod, _is_dense, _UnpackedDynamicDense)
+
+
+class _StaticPadWidth(relay.ExprMutator):
+    def visit_call(self, call):
+        wanted = _is_dynamic_pad(call)
+        call = super().visit_call(call)
+        if not wanted:
+            return call
+        rank = len(call.args[0].checked_type.shape)
+        shape = call.args[1].checked_type.shape
+        static = [int(dim) if isinstance(dim, tvm.tir.IntImm) else None for dim in shape]
+        if static == [rank, 2]:
+            return call
+        if any(dim is not None and dim != want for dim, want in zip(static, (rank, 2))):
+            raise UnsupportedError(
+                f"dyn.nn.pad of a tensor of rank {rank} with a pad width of shape {tuple(shape)} "
+                f"(it needs ({rank}, 2): TVM's ONNX importer makes this for a Pad with axes)")
+        width = relay.reshape(call.args[1], [rank, 2])
+        return relay.Call(call.op, [call.args[0], width, *call.args[2:]], call.attrs, call.type_args, call.span)
+
+
+def _is_dynamic_pad(call: relay.Call) -> bool:
+    return isinstance(call.op, tvm.ir.Op) and call.op.name == "dyn.nn.pad"
+
+
+@tvm.transform.module_pass(opt_level=0, name="StaticPadWidth")
+def static_pad_width(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:class:`_StaticPadWidth` on every function of ``mod`` with a ``dyn.nn.pad`` (type-checked:
+    the rewrite reads the pad width's type)."""
+    return _rewrite(mod, _is_dynamic_pad, _StaticPadWidth)
