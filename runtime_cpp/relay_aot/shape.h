@@ -18,8 +18,10 @@
 #include <tvm/runtime/container/shape_tuple.h>
 #include <tvm/runtime/ndarray.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <string>
 
 #include "errors.h"
@@ -43,13 +45,23 @@ inline bool is_compact_of_shape(const DLTensor* t, const int64_t* dims, int ndim
 
 }  // namespace detail
 
-/*! \brief The shape of a tensor as a shape function's input: int64[ndim] (0-d int64 for 0-d). */
+/*!
+ * \brief The shape of a tensor as a shape function's input: int64[ndim] (0-d int64 for 0-d),
+ *        copied into 64-byte-aligned storage. TVM's kernels assume every buffer they are given
+ *        is aligned so (kAlignment) and load and store whole vectors with aligned instructions
+ *        (AVX2's vmovdqa faults on a 16-byte-aligned address): a tensor's shape array is not.
+ */
 class ShapeInput {
  public:
   explicit ShapeInput(const DLTensor* tensor) : ndim_(tensor->ndim) {
-    static int64_t zero = 0;
-    tensor_ = DLTensor{ndim_ > 0 ? tensor->shape : &zero, kDevice, ndim_ > 0 ? 1 : 0, DLDataType{kDLInt, 64, 1},
-                       nullptr, nullptr, 0};
+    int64_t* dims = dims_;
+    if (ndim_ > kInline) {
+      dims = static_cast<int64_t*>(std::aligned_alloc(detail::kAlignment, detail::rounded(sizeof(int64_t) * ndim_)));
+      if (dims == nullptr) throw std::bad_alloc();
+      heap_.reset(dims);
+    }
+    if (ndim_ > 0) std::memcpy(dims, tensor->shape, sizeof(int64_t) * ndim_);
+    tensor_ = DLTensor{dims, kDevice, ndim_ > 0 ? 1 : 0, DLDataType{kDLInt, 64, 1}, nullptr, nullptr, 0};
   }
   ShapeInput(const ShapeInput&) = delete;
   /*! \brief The argument (valid while this object lives: to the end of the full expression). */
@@ -59,6 +71,12 @@ class ShapeInput {
   }
 
  private:
+  static constexpr int kInline = 8;
+  struct Free {
+    void operator()(int64_t* block) const { std::free(block); }
+  };
+  alignas(detail::kAlignment) int64_t dims_[kInline] = {};  // 0 for a 0-d tensor's shape
+  std::unique_ptr<int64_t, Free> heap_;
   int64_t ndim_;
   DLTensor tensor_;
 };
@@ -113,10 +131,14 @@ class ShapeOutput {
   }
 
  private:
-  int64_t dims_[Rank > 0 ? Rank : 1] = {};
+  // aligned as every buffer a kernel is given must be (ShapeInput)
+  alignas(detail::kAlignment) int64_t dims_[Rank > 0 ? Rank : 1] = {};
   int64_t rank_ = Rank;
   DLTensor tensor_;
 };
+
+static_assert(alignof(ShapeOutput<1>) >= detail::kAlignment && alignof(ShapeInput) >= detail::kAlignment,
+              "a shape function's buffers are aligned as TVM's kernels assume");
 
 /*!
  * \brief Whether every one of \p outputs (ShapeOutputs) has no elements: then the kernel that
