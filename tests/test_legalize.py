@@ -96,3 +96,43 @@ def test_qnn_operators_agree_with_the_vm(backend, make):
             info = np.iinfo(ty.dtype)
             args.append(rng.integers(info.min, info.max, shape, endpoint=True).astype(ty.dtype))
     testing.check_equivalence(mod, args, backends=[backend], references=("vm",))
+
+
+def _u8_by_s8(op: str) -> tvm.IRModule:
+    shapes = {"conv2d": ((1, 16, 6, 6), (32, 16, 3, 3)), "dense": ((4, 64), (32, 64)),
+              "batch_matmul": ((2, 4, 64), (2, 32, 64))}[op]
+    x = relay.var("x", shape=shapes[0], dtype="uint8")
+    w = relay.var("w", shape=shapes[1], dtype="int8")
+    if op == "conv2d":
+        out = relay.nn.conv2d(x, w, kernel_size=(3, 3), channels=32, out_dtype="int32")
+    elif op == "dense":
+        out = relay.nn.dense(x, w, out_dtype="int32")
+    else:
+        out = relay.nn.batch_matmul(x, w, out_dtype="int32")
+    return tvm.IRModule.from_expr(relay.Function([x, w], out))
+
+
+@pytest.mark.parametrize("op", ["conv2d", "dense", "batch_matmul"])
+def test_uint8_by_int8_products_are_exact_on_the_host_cpu(op):
+    # TVM's x86 int8 kernels add pairs of products in int16 with saturation (vpmaddubsw) unless
+    # the CPU has VNNI: full-range values gave wrong sums on the host target (passes/exact_int8.py).
+    rng = np.random.default_rng(3)
+    mod = relay.transform.InferType()(_u8_by_s8(op))
+    x, w = (np.full([int(d) for d in p.checked_type.shape], value, p.checked_type.dtype)
+            for p, value in zip(mod["main"].params, (255, 127)))
+    x = np.where(rng.random(x.shape) < 0.2, rng.integers(0, 255, x.shape), x).astype("uint8")
+    expected = {"conv2d": lambda: _conv2d_reference(x, w), "dense": lambda: x.astype("int64") @ w.astype("int64").T,
+                "batch_matmul": lambda: x.astype("int64") @ w.astype("int64").transpose(0, 2, 1)}[op]()
+    got = relay_aot.compile(mod)(x, w).numpy()  # the default target: this machine's CPU
+    np.testing.assert_array_equal(got, expected)
+
+
+def _conv2d_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    n, c, h, width = x.shape
+    k, _, r, s = w.shape
+    out = np.zeros((n, k, h - r + 1, width - s + 1), "int64")
+    for i in range(r):
+        for j in range(s):
+            patch = x[:, :, i:i + h - r + 1, j:j + width - s + 1].astype("int64")
+            out += np.einsum("nchw,kc->nkhw", patch, w[:, :, i, j].astype("int64"))
+    return out

@@ -30,6 +30,7 @@ from .te_compiler_speed import cached_libinfo, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
 from . import dense_transposes, invariants
 from .bounds import numpy_slice_begin, static_pad_width, unpacked_dynamic_dense
+from .exact_int8 import exact_int8_products
 from .walk import ChainMutator
 
 
@@ -403,7 +404,8 @@ def prepare(
     mod = prune(mod)
     mod = bind_params(mod, params)
     fuse_level = 0 if opt_level < 1 else 2
-    sequence = [relay.transform.InferType(), *_legalizations(), relay.transform.SimplifyInference(), bounded_take,
+    sequence = [relay.transform.InferType(), *_legalizations(), relay.transform.InferType(), exact_int8_products,
+                relay.transform.SimplifyInference(), bounded_take,
                 relay.transform.InferType(), numpy_slice_begin, unpacked_dynamic_dense, static_pad_width, relay.transform.InferType()]
     if opt_level >= 2:
         sequence += [fold_constants, *_graph_simplifications(opt_level)]

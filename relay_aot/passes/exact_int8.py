@@ -1,0 +1,66 @@
+"""Products of ``uint8`` by ``int8`` computed exactly on x86 CPUs without VNNI.
+
+TVM's x86 strategies compute a ``uint8`` x ``int8`` ``conv2d``, ``dense`` or ``batch_matmul``
+(int32 out) with ``vpmaddubsw``, which adds each pair of products into an ``int16`` with
+saturation: 255 * 127 * 2 does not fit, so a kernel over full-range values returns wrong numbers
+(on a target with SSE4.2, which every x86 CPU named by ``-mcpu`` has; the generic ``llvm`` target
+takes the plain kernels). TVM's QNN legalization makes exactly these products out of
+``qnn.conv2d`` and ``qnn.dense`` on such targets, so a quantized network from ONNX came back wrong.
+Only VNNI's ``vpdpbusd`` (``avx512vnni``, ``avxvnni``) sums them in ``int32``. Without it, the
+operands are widened to ``int16`` first, which is what TVM's legalization does on CPUs it does
+not consider fast at int8: the same values, computed by the ordinary kernels.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relay
+from tvm.target.codegen import target_has_features
+
+#: Operators TVM's x86 strategies compute with ``vpmaddubsw`` for uint8 data and int8 weights.
+PRODUCTS = ("nn.conv2d", "nn.dense", "nn.batch_matmul", "nn.contrib_dense_pack")
+
+
+def _saturates(target: tvm.target.Target) -> bool:
+    """Whether ``target``'s uint8 x int8 kernels may saturate (x86 with SSE4.2, no VNNI)."""
+    if target is None or target.kind.name != "llvm":
+        return False
+    return target_has_features("sse4.2", target) and not (
+        target_has_features("avx512vnni", target) or target_has_features("avxvnni", target))
+
+
+def _is_u8_by_s8(call: relay.Call) -> bool:
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name in PRODUCTS and len(call.args) >= 2):
+        return False
+    data, weight = (arg.checked_type for arg in call.args[:2])
+    return (isinstance(data, relay.TensorType) and isinstance(weight, relay.TensorType)
+            and data.dtype == "uint8" and weight.dtype == "int8")
+
+
+class _Widen(relay.ExprMutator):
+    def visit_call(self, call):
+        wanted = _is_u8_by_s8(call)
+        call = super().visit_call(call)
+        if not wanted:
+            return call
+        data, weight = (relay.cast(arg, "int16") for arg in call.args[:2])
+        return relay.Call(call.op, [data, weight, *call.args[2:]], call.attrs, call.type_args, call.span)
+
+
+@tvm.transform.module_pass(opt_level=0, name="ExactInt8Products")
+def exact_int8_products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """Widen the operands of every uint8 x int8 product to int16 when the target in scope would
+    compute it with saturation (module docstring); type-checked input, a no-op elsewhere."""
+    if not _saturates(tvm.target.Target.current(allow_none=True)):
+        return mod
+    updates = {}
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relay.Function):
+            found = []
+            relay.analysis.post_order_visit(
+                func, lambda n: found.append(n) if isinstance(n, relay.Call) and _is_u8_by_s8(n) else None)
+            if found:
+                updates[gvar] = _Widen().visit(func)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
