@@ -31,7 +31,7 @@ from ..errors import CompileError, UnsupportedError
 from .scalars import is_native_scalar, scalar_kernel
 from .copies import copy_form
 from .divisions import guard_divisions
-from .llvm_debug_info import inline_float_lets
+from .llvm_debug_info import for_llvm
 from .shape_funcs import ShapeFunc, make_shape_func
 from . import isolated, tuning
 
@@ -242,7 +242,6 @@ class KernelTable:
             dynamic = not all(t.is_static for t in kernel.inputs + kernel.outputs)
             for gvar, prim in cached.funcs.functions.items():
                 name = kernel.symbol if gvar.same_as(cached.prim_fn_var) else f"{kernel.symbol}_{gvar.name_hint}"
-                prim = inline_float_lets(prim)
                 if dynamic:  # it divides by extents only known at run time
                     prim = guard_divisions(prim)
                 merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim, self._parallel_threshold()).with_attr("global_symbol", name)
@@ -299,7 +298,7 @@ class KernelTable:
         # A PassContext of our own: the caller's (its TIR options, MetaSchedule) is not part of
         # the cache key, so it must not change what is built.
         with tvm.transform.PassContext():
-            merged = self.lower_all(progress)
+            merged = for_llvm(self.lower_all(progress), self.target)
         if self.config.standalone:
             merged = merged.with_attr("executor", _UNPACKED)
         self._build_isolated(merged, path, self.target)
