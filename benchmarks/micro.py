@@ -78,17 +78,29 @@ _SECTION = re.compile(r"^ (\.[\w.$]+|COMMON)\s*(?:\n\s+|\s+)0x([0-9a-f]+)\s+0x([
 _KINDS = {"text": (".text", ".rodata", ".ARM.exidx", ".ARM.extab"), "data": (".data", ".got"), "bss": (".bss", "COMMON")}
 
 
+#: A map line placing bytes: an input section or a fill, its address and size.
+_PLACED = re.compile(r"0x([0-9a-f]+)\s+0x([0-9a-f]+)")
+
+
 def model_sizes(map_file: Path, is_model) -> dict:
-    """text (code and constants), data and bss bytes of the sections from the model's objects."""
+    """text (code and constants), data and bss bytes of the sections from the model's objects.
+
+    A section of mergeable strings (``.rodata.*.str1.4``) whose strings the linker merged into
+    an earlier one still shows its size before merging: what it really takes is up to where
+    the next placed bytes start (nothing, if they start at its own address)."""
     sizes = {"text": 0, "data": 0, "bss": 0}
     text = map_file.read_text()
-    start = text.find("Linker script and memory map")
-    for name, _, size, origin in _SECTION.findall(text[start:]):
-        if not is_model(origin) or int(size, 16) == 0:
+    text = text[text.find("Linker script and memory map"):]
+    for m in _SECTION.finditer(text):
+        name, address, size, origin = m.group(1), int(m.group(2), 16), int(m.group(3), 16), m.group(4)
+        after = _PLACED.search(text, m.end())
+        if after and int(after.group(1), 16) >= address:
+            size = min(size, int(after.group(1), 16) - address)
+        if not is_model(origin) or size == 0:
             continue
         for kind, prefixes in _KINDS.items():
             if name.startswith(prefixes):  # loaded sections only (not .comment, debug information)
-                sizes[kind] += int(size, 16)
+                sizes[kind] += size
     return sizes
 
 
@@ -106,13 +118,19 @@ def instructions(elf_for_runs) -> int:
     return (counts[1] - counts[0]) // 10
 
 
+def _main(api, args, runs: int) -> str:
+    """The same C99 main for both: runs, prints the outputs and (relay_aot's) last_error, and
+    calls nothing TVM's entry lacks (no workspace_peak)."""
+    return sa.c_main(api, args, runs).replace("(unsigned long)tvmgen_default_workspace_peak()", "0ul")
+
+
 def measure_relay_aot(mod, args, work: Path) -> dict:
     package = relay_aot.export_standalone(mod, work / "pkg", name="default", target="cortex-m4")
     sa.make_package(package)
 
     def elf(runs: int) -> Path:
         main = work / f"main{runs}.c"
-        main.write_text(sa.c_main(package.api, args, runs))
+        main.write_text(_main(package.api, args, runs))
         return _link([str(package.library)], main, work / f"relay_aot{runs}.elf", [str(package.directory)])
 
     sizes = model_sizes(Path(f"{elf(1)}.map"), lambda origin: "libtvmgen_default.a" in origin)
@@ -139,9 +157,8 @@ def measure_tvm(mod, args, work: Path) -> dict:
 
     def elf(runs: int) -> Path:
         main = work / f"main{runs}.c"
-        # TVM's C entry has no last_error or workspace_peak
-        main.write_text(sa.c_main(api, args, runs).replace(
-            "(unsigned long)tvmgen_default_workspace_peak()", "0ul").replace("tvmgen_default_last_error()", '""'))
+        # TVM's C entry has no last_error
+        main.write_text(_main(api, args, runs).replace("tvmgen_default_last_error()", '""'))
         return _link(objects, main, work / f"tvm{runs}.elf", include)
 
     sizes = model_sizes(Path(f"{elf(1)}.map"), lambda origin: "tvm_model" in origin)

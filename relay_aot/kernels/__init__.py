@@ -33,7 +33,7 @@ from .copies import copy_form
 from .divisions import guard_divisions
 from .llvm_debug_info import for_llvm
 from .shape_funcs import ShapeFunc, make_shape_func
-from . import isolated, tuning
+from . import isolated, scratch, tuning
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
 
@@ -262,7 +262,8 @@ class KernelTable:
         """Whether any kernel must be built (scalar kernels are computed natively instead)."""
         return any(k.scalar is None for k in self.kernels)
 
-    def build(self, progress: Optional[Callable[[int, int], None]] = None) -> Optional[tvm.runtime.Module]:
+    def build(self, progress: Optional[Callable[[int, int], None]] = None,
+              scratch_params: bool = False) -> Optional[tvm.runtime.Module]:
         """Build every kernel into one LLVM module in memory (None when there are none to build).
 
         TVM generates the code in a child process (see :meth:`write_object`), which writes the
@@ -271,13 +272,14 @@ class KernelTable:
         it would the module ``tvm.build`` returns.
 
         A standalone package's kernels (``Config.standalone``) get TVM's unpacked signature, as
-        the AOT executor's ``unpacked-api`` gives them: one ``void*`` per buffer, no TVMValues.
+        the AOT executor's ``unpacked-api`` gives them: one ``void*`` per buffer, no TVMValues;
+        with ``scratch_params``, their scratch buffers are parameters too (:meth:`scratch`).
         """
         if not self.needs_build:
             return None
         with tempfile.TemporaryDirectory(prefix="relay_aot-kernels-") as tmp:
             path = os.path.join(tmp, "kernels.bc")
-            self._build_file(path, progress)
+            self._build_file(path, progress, scratch_params)
             return tvm.get_global_func("runtime.module.loadfile_ll")(path, "ll")
 
     def write_object(self, path, progress: Optional[Callable[[int, int], None]] = None) -> bool:
@@ -292,26 +294,23 @@ class KernelTable:
         self._build_file(str(path), progress)
         return True
 
-    def _build_file(self, path: str, progress: Optional[Callable[[int, int], None]]) -> None:
+    def _build_file(self, path: str, progress: Optional[Callable[[int, int], None]], scratch_params: bool = False) -> None:
         """Lower the kernels here, build them into ``path`` in a child (its suffix picks the
         format: ``.o`` an object file, ``.bc`` LLVM bitcode)."""
-        # A PassContext of our own: the caller's (its TIR options, MetaSchedule) is not part of
-        # the cache key, so it must not change what is built.
-        with tvm.transform.PassContext():
-            merged = for_llvm(self.lower_all(progress), self.target)
+        merged = for_llvm(self.lowered(None, progress, scratch_params)[0], self.target)
         if self.config.standalone:
             merged = merged.with_attr("executor", _UNPACKED)
         self._build_isolated(merged, path, self.target)
 
-    def build_c(self, target: str) -> Optional[str]:
+    def build_c(self, target: str, scratch_params: bool = False) -> Optional[str]:
         """The kernels as C source from TVM's ``c`` target ``target``, unpacked (a standalone
         package compiles it with its own toolchain, as TVM's microcontroller path does); None
         when there are none. TVM's C code generator cannot print vector types, so TIR's
-        vectorized loops stay loops (``tir.disable_vectorize``, as for TVM's own C)."""
+        vectorized loops stay loops (``tir.disable_vectorize``, as for TVM's own C).
+        ``scratch_params``: as for :meth:`build`."""
         if not self.needs_build:
             return None
-        with tvm.transform.PassContext(config={"tir.disable_vectorize": True}):
-            merged = self.lower_all()
+        merged = self.lowered(target, None, scratch_params)[0]
         # Lowered with the package's llvm target (its schedules); printed as C.
         funcs = {gvar: func.without_attr("target") for gvar, func in merged.functions.items()}
         merged = tvm.IRModule(funcs).with_attr("executor", _UNPACKED)
@@ -320,6 +319,24 @@ class KernelTable:
             self._build_isolated(merged, path, tvm.target.Target(target))
             with open(path) as source:
                 return source.read()
+
+    def scratch_plan(self, c_target: Optional[str] = None) -> dict[str, scratch.Scratch]:
+        """Per kernel symbol, the scratch parameters ``build(scratch_params=True)`` (or
+        ``build_c(c_target, scratch_params=True)``) gives it (``kernels/scratch.py``)."""
+        if not self.needs_build:
+            return {}
+        return self.lowered(c_target, None, True)[1]
+
+    def lowered(self, c_target: Optional[str] = None, progress=None, scratch_params: bool = False):
+        """The lowered kernels as they are built (for TVM's ``c`` target ``c_target``, or LLVM),
+        and what :mod:`.scratch` did to them (nothing unless ``scratch_params``)."""
+        # A PassContext of our own: the caller's (its TIR options, MetaSchedule) is not part of
+        # the cache key, so it must not change what is built.
+        with tvm.transform.PassContext(config={"tir.disable_vectorize": True} if c_target else {}):
+            merged = self.lower_all(progress)
+        if not scratch_params:
+            return merged, {}
+        return scratch.apply(merged, {k.symbol for k in self.kernels if k.scalar is None})
 
     def _build_isolated(self, merged: tvm.IRModule, path: str, target) -> None:
         try:

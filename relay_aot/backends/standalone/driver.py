@@ -35,6 +35,7 @@ from ...request import Request
 from ...version import __version__
 from ..cpp.capi import CApi, c_api, header_text
 from .emit import RUNTIME_HEADER, StandaloneEmitter, check_supported, standalone_header_extra
+from .plan import straight_line
 from .targets import DEFAULT_WORKSPACE_SIZE, StandaloneTarget, resolve
 
 #: The flags every package's C++ needs, whatever the caller's CXXFLAGS: no exceptions, RTTI or
@@ -112,7 +113,10 @@ def export_standalone(
         api = c_api(Signature.of_program(program, name))
     except UnsupportedError as err:
         raise UnsupportedError(f"no standalone package: {err}") from None
-    emitter = StandaloneEmitter(program, name, api, row.alignment)
+    # a planned program's kernels take their scratch buffers as parameters, planned with its tensors
+    planned = straight_line(program)
+    c_target = row.kernel_c_target or None
+    emitter = StandaloneEmitter(program, name, api, row.alignment, kernels.scratch_plan(c_target) if planned else {})
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("kernels.o", "kernels.c"):
@@ -120,20 +124,20 @@ def export_standalone(
             (out / stale).unlink()
     kernel_file, asks_workspace = None, False
     if row.kernel_c_target:
-        source = kernels.build_c(row.kernel_c_target)
+        source = kernels.build_c(row.kernel_c_target, scratch_params=planned)
         if source is not None:
             kernel_file = "kernels.c"
             (out / kernel_file).write_text(source)
             asks_workspace = "TVMBackendAllocWorkspace(" in source
             _copy_tvm_headers(out / TVM_HEADERS_DIR)
     else:
-        module = kernels.build()
+        module = kernels.build(scratch_params=planned)
         if module is not None:
             kernel_file = "kernels.o"
             module.save(str(out / kernel_file))
             asks_workspace = _asks_workspace(module)
     if emitter.plan is not None:
-        size = _kernel_workspace(kernels, row.alignment) if asks_workspace else 0
+        size = _kernel_workspace(kernels, row.alignment, c_target) if asks_workspace else 0
     else:
         size = DEFAULT_WORKSPACE_SIZE if workspace_size is None else workspace_size
 
@@ -189,12 +193,12 @@ def _asks_workspace(module) -> bool:
         return True  # cannot tell: keep the arena
 
 
-def _kernel_workspace(kernels, alignment: int) -> int:
-    """The most scratch memory one kernel asks for (kernels run one at a time)."""
+def _kernel_workspace(kernels, alignment: int, c_target: Optional[str]) -> int:
+    """The most workspace one kernel asks for (kernels run one at a time), of a planned
+    program's kernels (what is left once their scratch buffers are parameters)."""
     if not kernels.needs_build:
         return 0
-    with tvm.transform.PassContext():
-        lowered = kernels.lower_all()
+    lowered = kernels.lowered(c_target, scratch_params=True)[0]
     most = 0
     for _, func in lowered.functions.items():
         if isinstance(func, tvm.tir.PrimFunc):

@@ -6,13 +6,14 @@ allocates the same buffers in the same order on every run. Its tensors then get 
 static buffer, chosen here: a tensor's bytes are reused once its last reader has run (first fit,
 in the order the tensors are made), and the tensor ``@main`` returns is written by its kernel
 straight into the caller's output buffer. That is what TVM's AOT executor does for a dataflow
-graph, and it needs no arena (only kernels' scratch memory, sized from their TIR).
+graph. The kernels' scratch buffers (``kernels/scratch.py``) are planned the same way, live only
+while their kernel runs, so the program needs no arena at all.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 from ... import ir
 from ...kernels.scalars import is_native_scalar
@@ -24,6 +25,7 @@ class StoragePlan:
 
     offsets: dict[int, int]  #: variable id -> byte offset
     size: int
+    scratch: dict[int, list[int]]  #: variable id -> offsets of its kernel's scratch buffers
     direct_output: bool  #: @main's result is written by its kernel into the caller's buffer
     result_id: Optional[int]
     storage: str = "planned_storage"
@@ -33,33 +35,48 @@ class StoragePlan:
         """Where kernel output ``name`` (the value of ``v``) lives."""
         if self.direct_output and v.id == self.result_id:
             return self.output_pointer
-        return f"static_cast<Value>({self.storage} + {self.offsets[v.id]})"
+        return self.at(self.offsets[v.id])
+
+    def at(self, offset: int) -> str:
+        """The planned storage at ``offset``."""
+        return f"static_cast<Value>({self.storage} + {offset})"
 
 
 def _aligned(n: int, alignment: int) -> int:
     return (n + alignment - 1) // alignment * alignment
 
 
-def plan_storage(program: ir.Program, api, alignment: int, nbytes: Callable[[ir.TensorType], int]) -> Optional[StoragePlan]:
-    """The plan of ``program``, or None when it is not one straight line of tensor kernels."""
+def straight_line(program: ir.Program) -> bool:
+    """Whether ``program`` is one straight line of tensor kernels (its storage can be planned)."""
     if len(program.functions) != 1:
-        return None
+        return False
     main = program.function(program.main)
     stmts = main.body.stmts
     if not isinstance(main.body.result, ir.Var):
-        return None
+        return False
     for stmt in stmts:
         if not isinstance(stmt, ir.Let):
-            return None
+            return False
         rhs = stmt.rhs
         if isinstance(rhs, ir.Constant):
             continue
         if not isinstance(rhs, ir.KernelCall):
-            return None
+            return False
         kernel = program.kernels[rhs.kernel]
         scalar = kernel.scalar is not None and is_native_scalar(stmt.var.type)
         if not scalar and not isinstance(kernel.result, ir.TensorType):
-            return None  # a tuple of results would need a cell
+            return False  # a tuple of results would need a cell
+    return True
+
+
+def plan_storage(program: ir.Program, api, alignment: int, nbytes: Callable[[ir.TensorType], int],
+                 scratch: Mapping[str, Sequence[int]] = {}) -> Optional[StoragePlan]:
+    """The plan of ``program``, or None when it is not one straight line of tensor kernels;
+    ``scratch``: per kernel symbol, the bytes of its scratch parameters."""
+    if not straight_line(program):
+        return None
+    main = program.function(program.main)
+    stmts = main.body.stmts
     result = main.body.result
     last_use: dict[int, int] = {}
     for index, stmt in enumerate(stmts):
@@ -71,20 +88,31 @@ def plan_storage(program: ir.Program, api, alignment: int, nbytes: Callable[[ir.
               and any(isinstance(s.rhs, ir.KernelCall) and s.var is result for s in stmts)
               and len(api.outputs) == 1)
     offsets: dict[int, int] = {}
+    scratch_offsets: dict[int, list[int]] = {}
     live: list[tuple[int, int, int]] = []  # (offset, size, last use)
     size = 0
-    for index, stmt in enumerate(stmts):
-        v = stmt.var
-        if not isinstance(stmt.rhs, ir.KernelCall) or is_native_scalar(v.type) or (direct and v is result):
-            continue
-        live = [slot for slot in live if slot[2] >= index]  # readers of a buffer run before it is reused
-        need = _aligned(nbytes(v.type), alignment)
+
+    def place(nbytes_: int, last: int) -> int:
+        nonlocal size
+        need = _aligned(nbytes_, alignment)
         offset = 0
         for start, length, _ in sorted(live):
             if offset + need <= start:
                 break
             offset = max(offset, start + length)
-        offsets[v.id] = offset
-        live.append((offset, need, last_use.get(v.id, index)))
+        live.append((offset, need, last))
         size = max(size, offset + need)
-    return StoragePlan(offsets, size, direct, result.id)
+        return offset
+
+    for index, stmt in enumerate(stmts):
+        v = stmt.var
+        if not isinstance(stmt.rhs, ir.KernelCall):
+            continue
+        live = [slot for slot in live if slot[2] >= index]  # readers of a buffer run before it is reused
+        if not is_native_scalar(v.type) and not (direct and v is result):
+            offsets[v.id] = place(nbytes(v.type), last_use.get(v.id, index))
+        # the kernel's scratch: live while it runs, beside its inputs and output
+        sizes = scratch.get(program.kernels[stmt.rhs.kernel].symbol, ())
+        if sizes:
+            scratch_offsets[v.id] = [place(n, index) for n in sizes]
+    return StoragePlan(offsets, size, scratch_offsets, direct, result.id)

@@ -1,0 +1,93 @@
+"""Kernels' scratch memory as parameters, for programs whose storage is planned at compile time.
+
+A TVM kernel gets a large intermediate buffer (a dense layer's packed weights, a convolution's
+padded input) by calling ``TVMBackendAllocWorkspace`` at run time, checking the pointer and
+freeing it again: code in every such kernel and two hooks in the package, plus an arena sized
+for the largest request. A standalone package whose tensors are planned at compile time
+(``backends/standalone/plan.py``) places these buffers beside its tensors instead, as TVM's
+unified static memory planner does for its AOT executor: each one becomes one more pointer
+parameter of its kernel (after the outputs) and the caller passes a planned block.
+
+Only allocations ``LowerTVMBuiltin`` would turn into workspace calls, and of a size known at
+compile time, move; smaller ones stay on the kernel's stack, as TVM puts them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tvm
+from tvm import tir
+
+#: TVM's ``runtime::kMaxStackAlloca``: a CPU kernel's global buffers smaller than this many bytes
+#: are arrays on its stack, larger ones come from the workspace.
+MAX_STACK_ALLOCA = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Scratch:
+    """What :func:`to_params` did to one kernel."""
+
+    sizes: tuple[int, ...]  #: bytes of each scratch parameter, in order
+    fallible: bool  #: it can still return non-zero (a workspace call or an assertion remains)
+
+
+def _workspace_bytes(node: tir.Allocate):
+    """Bytes of ``node`` if LowerTVMBuiltin serves it from the workspace and its size is
+    constant; 0 if it stays on the stack; None if it is a workspace call of unknown size."""
+    if node.buffer_var.type_annotation.storage_scope != "global":
+        return None
+    extents = [int(e) if isinstance(e, tir.IntImm) else None for e in node.extents]
+    if None in extents:
+        return None
+    count = 1
+    for e in extents:
+        count *= e
+    dtype = tvm.DataType(str(node.dtype))
+    nbytes = count * dtype.bits * dtype.lanes // 8
+    return 0 if 0 < nbytes < MAX_STACK_ALLOCA else nbytes
+
+
+def to_params(func: tir.PrimFunc) -> tuple[tir.PrimFunc, Scratch]:
+    """``func`` with each workspace allocation of constant size turned into a parameter."""
+    moved: list[tuple[tir.Allocate, int]] = []
+    fallible = [False]
+
+    def post(node):
+        if isinstance(node, tir.Allocate):
+            nbytes = _workspace_bytes(node)
+            if nbytes:
+                moved.append((node, nbytes))
+                return node.body
+            if nbytes is None:
+                fallible[0] = True
+        elif isinstance(node, tir.AssertStmt):
+            fallible[0] = True
+        return None
+
+    body = tir.stmt_functor.ir_transform(func.body, None, post, ["tir.Allocate", "tir.AssertStmt"])
+    if not moved:
+        return func, Scratch((), fallible[0])
+    # a parameter like the kernel's others: a handle, its buffer (over the allocation's data) in the map
+    params, buffer_map = list(func.params), dict(func.buffer_map)
+    for node, _ in moved:
+        param = tir.Var(node.buffer_var.name, "handle")
+        params.append(param)
+        buffer_map[param] = tir.decl_buffer(node.extents, node.dtype, node.buffer_var.name, data=node.buffer_var)
+    new = tir.PrimFunc(params, body, func.ret_type, buffer_map, func.attrs, func.span)
+    return new, Scratch(tuple(n for _, n in moved), fallible[0])
+
+
+def apply(merged: tvm.IRModule, symbols) -> tuple[tvm.IRModule, dict[str, Scratch]]:
+    """:func:`to_params` on the functions of ``merged`` named in ``symbols`` (the kernels the
+    generated code calls; functions they call keep their workspace calls)."""
+    functions, done = {}, {}
+    for gvar, func in merged.functions.items():
+        if gvar.name_hint in symbols and isinstance(func, tir.PrimFunc):
+            func, done[gvar.name_hint] = to_params(func)
+        functions[gvar] = func
+    out = tvm.IRModule(functions)
+    if merged.attrs is not None:
+        for key, value in merged.attrs.items():
+            out = out.with_attr(key, value)
+    return out, done
