@@ -153,6 +153,27 @@ def test_static_program_gets_planned_storage_and_no_arena(tmp_path):
     assert "unit0.cc" not in package.files  # the one function sits beside the entry, inlined
 
 
+def test_kernel_scratch_is_planned_storage_and_the_entry_has_no_state(tmp_path):
+    """The MLP with its weights as inputs: the dense kernels pack the weights into scratch
+    memory, which is planned beside the intermediate (no workspace call, no arena)."""
+    from benchmarks.micro import mlp as mlp_of
+
+    mod, args = mlp_of(weights_as_inputs=True)
+    row = TARGETS["cortex-m4"]
+    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="mlp", target="cortex-m4")
+    assert package.workspace_size == 0
+    assert package.planned_size == 256 + 8192  # the intermediate, then the packed 64 x 32 weights
+    assert "TVMBackendAllocWorkspace" not in (package.directory / "kernels.c").read_text()
+    entry = (package.directory / "entry.cc").read_text()
+    assert "State state" not in entry and "a kernel failed" not in entry
+    _require_tools(row)
+    sa.make_package(package)
+    assert not sa.disallowed(sa.undefined_symbols(package))
+    rc, error, outputs = sa.run_c_main(package, args, work=tmp_path)
+    assert rc == 0, error
+    np.testing.assert_allclose(outputs[0], _flatten(run_reference(mod, args))[0], rtol=1e-4, atol=1e-5)
+
+
 ARENA_MAIN = r"""
 #include <stdio.h>
 #include <string.h>
@@ -265,3 +286,13 @@ Linker script and memory map
 """)
     sizes = micro.model_sizes(map_file, lambda origin: "libtvmgen_m.a" in origin)
     assert sizes == {"text": 0x20 + 0x100, "data": 0x24, "bss": 0x40}
+    # a string section merged into the one before it takes no bytes, whatever size it shows
+    map_file.write_text("""Linker script and memory map
+ .rodata.tvmgen_m_run.str1.4
+                0x000028c8       0x20 pkg/libtvmgen_m.a(entry.o)
+ .rodata.tvmgen_m_last_error.str1.4
+                0x000028e8       0x20 pkg/libtvmgen_m.a(entry.o)
+                                  0x1 (size before relaxing)
+ *fill*         0x000028e8        0x8
+""")
+    assert micro.model_sizes(map_file, lambda origin: "libtvmgen_m.a" in origin)["text"] == 0x20
