@@ -149,7 +149,7 @@ def test_static_program_gets_planned_storage_and_no_arena(tmp_path):
     header = package.header.read_text()
     assert "#define TVMGEN_MLP_PLANNED_SIZE 256" in header
     entry = (package.directory / "entry.cc").read_text()
-    assert "arena_alloc(" not in entry and "static inline Value f0(Value v0)" in entry
+    assert "arena_alloc(" not in entry and "static inline Value f0(Value v0, Value output_buffer)" in entry
     assert "unit0.cc" not in package.files  # the one function sits beside the entry, inlined
 
 
