@@ -9,6 +9,7 @@ missing is skipped outside CI and fails in CI.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from pathlib import Path
@@ -25,6 +26,15 @@ from relay_aot.testing.oracle import run_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS_DIR = ROOT / "tests" / "programs"
+
+#: float64 kernels and scalars; on the Cortex-M4 (a single-precision FPU) in software.
+FLOAT64 = """#[version = "0.0.5"]
+def @main(%d: Tensor[(4), float64], %w: Tensor[(3, 4), float64], %s: float64, %f: Tensor[(4), float32]) {
+  let %y = nn.dense(reshape(%d, newshape=[1, 4]), %w, units=None);
+  (exp(%y), sum(multiply(%d, %d)), add(%s, 1.5f64), sqrt(%d), cast(%f, dtype="float64"),
+   cast(%d, dtype="float32"), divide(%d, %s), tanh(%d))
+}
+"""
 
 DTYPES = """#[version = "0.0.5"]
 type Holder[A] { Hold(A) }
@@ -93,6 +103,8 @@ PROGRAMS = {
     "dtypes": _parsed(DTYPES, [np.array([1, -2, 3], dtype="int32"), np.array([-128, 0, 127], dtype="int8"),
                                np.array([True, False, True]), np.int64(2**40), np.array([3, 9], dtype="uint8"),
                                np.array([300, -7], dtype="int16")]),
+    "float64": _parsed(FLOAT64, [_rng.uniform(0.1, 2, 4), _rng.uniform(-1, 1, (3, 4)), np.float64(0.25),
+                                 _rng.uniform(-1, 1, 4).astype("float32")]),
     "mlp": mlp,
 }
 
@@ -244,7 +256,9 @@ def test_what_cannot_run_standalone_is_refused_by_name(text, message, tmp_path):
     assert message in str(info.value)
 
 
-def test_float64_kernels_are_refused_on_the_cortex_m4(tmp_path):
+def test_a_targets_unsupported_dtype_is_refused_by_name(tmp_path, monkeypatch):
+    row = dataclasses.replace(TARGETS["cortex-m4"], unsupported_dtypes=("float64",))
+    monkeypatch.setitem(TARGETS, "cortex-m4", row)
     mod = tvm.relay.parse("""#[version = "0.0.5"]
 def @main(%d: Tensor[(2), float64]) { multiply(%d, %d) }""")
     with pytest.raises(relay_aot.UnsupportedError, match="float64, which TVM's kernels do not support on cortex-m4"):
