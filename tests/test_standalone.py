@@ -186,6 +186,24 @@ def test_kernel_scratch_is_planned_storage_and_the_entry_has_no_state(tmp_path):
     np.testing.assert_allclose(outputs[0], _flatten(run_reference(mod, args))[0], rtol=1e-4, atol=1e-5)
 
 
+def test_only_workspace_sized_allocations_become_scratch_parameters():
+    from tvm import te, tir
+
+    from relay_aot.kernels import scratch
+
+    a = te.placeholder((512,), name="a")
+    big = te.compute((512,), lambda i: a[i] * 2, name="big")  # 2 KiB: TVM asks the workspace
+    c = te.compute((512,), lambda i: big[i] + 1, name="c")
+    small = te.compute((8,), lambda i: a[i] * 3, name="small")  # 32 B: TVM puts it on the stack
+    d = te.compute((8,), lambda i: small[i] + 1, name="d")
+    func = tvm.lower(te.create_schedule([c.op, d.op]), [a, c, d])["main"]
+    moved, info = scratch.to_params(func)
+    assert info == scratch.Scratch((2048,), fallible=False)
+    assert [p.name for p in moved.params] == ["a", "c", "d", "big"]
+    asserting = func.with_body(tir.SeqStmt([tir.AssertStmt(tir.const(True), tir.StringImm("no"), tir.Evaluate(0)), func.body]))
+    assert scratch.to_params(asserting)[1].fallible
+
+
 ARENA_MAIN = r"""
 #include <stdio.h>
 #include <string.h>

@@ -24,6 +24,11 @@ from tvm import tir
 MAX_STACK_ALLOCA = 1024
 
 
+#: Calls whose failure a kernel returns (besides its workspace calls and assertions).
+_FAILING_CALLS = frozenset({"tir.tvm_call_packed", "tir.tvm_call_cpacked", "tir.tvm_call_packed_lowered",
+                            "tir.tvm_call_cpacked_lowered", "tir.tvm_throw_last_error"})
+
+
 @dataclasses.dataclass(frozen=True)
 class Scratch:
     """What :func:`to_params` did to one kernel."""
@@ -63,9 +68,11 @@ def to_params(func: tir.PrimFunc) -> tuple[tir.PrimFunc, Scratch]:
                 fallible[0] = True
         elif isinstance(node, tir.AssertStmt):
             fallible[0] = True
+        elif isinstance(node, tir.Call) and (isinstance(node.op, tvm.ir.GlobalVar) or node.op.name in _FAILING_CALLS):
+            fallible[0] = True  # another function of the module, or TVM's runtime, may fail
         return None
 
-    body = tir.stmt_functor.ir_transform(func.body, None, post, ["tir.Allocate", "tir.AssertStmt"])
+    body = tir.stmt_functor.ir_transform(func.body, None, post, ["tir.Allocate", "tir.AssertStmt", "tir.Call"])
     if not moved:
         return func, Scratch((), fallible[0])
     # a parameter like the kernel's others: a handle, its buffer (over the allocation's data) in the map

@@ -421,11 +421,12 @@ class StandaloneEmitter(CppEmitter):
             for f in self.program.functions:
                 self.emit_function(f)
                 e.line()
-            # its kernels cannot fail (no workspace call, no assertion) and it divides by no scalar
-            self.fails = "fail(" in e.body[start:]
-        if self.plan is not None and not workspace_size and not self.fails:
-            self._lean_entry(e, stack_budget)
-            return e.text()
+            # its kernels cannot fail (no workspace call, no assertion) and it divides by no
+            # scalar, and it needs no arena: the entry's checks of the buffers are all that fails
+            if not workspace_size and "fail(" not in e.body[start:]:
+                self.fails = False
+                self._lean_entry(e, stack_budget)
+                return e.text()
         if workspace_size:
             e.line(f"alignas({self.alignment}) uint8_t default_arena[{workspace_size}];")
         # a planned program's messages have no numbers (its sizes are fixed at compile time)
