@@ -18,6 +18,7 @@ Evaluation order follows TVM's Relay interpreter: call arguments left to right, 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Optional, Union
 
@@ -529,10 +530,12 @@ class FunctionLowering:
 
 
 def lower_program(
-    mod: tvm.IRModule, model: str, target: tvm.target.Target, config: Config
+    mod: tvm.IRModule, model: str, target: tvm.target.Target, config: Config,
+    shared_extents: tuple[ir.SharedExtent, ...] = (),
 ) -> tuple[ir.Program, KernelTable]:
-    """Lower a prepared module (see ``passes.prepare``) to a control-IR program."""
+    """Lower a prepared module (see ``passes.prepare_with_extents``, which also gives the
+    ``shared_extents`` of its entry) to a control-IR program."""
     lowering = ProgramLowering(mod, model, target, config)
-    program = lowering.run()
+    program = dataclasses.replace(lowering.run(), shared_extents=tuple(shared_extents))
     mark_escapes(program)
     return program, lowering.kernels

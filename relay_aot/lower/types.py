@@ -5,7 +5,8 @@ every instantiation), except inside ADT definitions, where they become
 :class:`ir.TypeParam` so that field types can be instantiated when values are converted.
 Types inference leaves open (``IncompleteType``, e.g. the argument of a polymorphic nullary
 constructor that is only stored in a reference) are erased to :class:`ir.AnyType` as well.
-Dynamic shapes (``?`` dimensions) are rejected: kernels are compiled for static shapes.
+A dimension that is not an extent (``?``, a named variable, an expression of them) is
+:data:`ir.ANY_DIM`, an extent known at run time.
 """
 
 from __future__ import annotations
@@ -77,15 +78,10 @@ class TypeLowering:
     # -- one handler per Relay type node -------------------------------------------------
 
     def _tensor(self, ty, params):
-        shape = []
-        for dim in ty.shape:
-            if isinstance(dim, tvm.tir.IntImm):
-                shape.append(int(dim))
-            elif isinstance(dim, tvm.tir.Any):
-                shape.append(ir.ANY_DIM)
-            else:
-                raise UnsupportedError(f"tensor type {ty} has the symbolic dimension {dim}; only extents and ? are supported")
-        return ir.TensorType(tuple(shape), str(ty.dtype))
+        # Anything but an extent -- ?, a variable, an expression such as ?*8 that type
+        # inference makes of a layout_transform of a ? dimension -- is known only at run time.
+        shape = tuple(int(dim) if isinstance(dim, tvm.tir.IntImm) else ir.ANY_DIM for dim in ty.shape)
+        return ir.TensorType(shape, str(ty.dtype))
 
     def _tuple(self, ty, params):
         return ir.TupleType(tuple(self.lower(f, params) for f in ty.fields))
