@@ -32,7 +32,7 @@ from ..errors import RelayAotError, UnsupportedError
 from ..ir.escapes import mark_escapes
 from ..kernels import KernelTable
 from ..recursion import deep_recursion
-from .types import TypeLowering
+from .types import TypeLowering, untyped_tensor
 
 Binding = Union[ir.Var, ir.Kernel]
 Result = Union[ir.Var, ir.TailCall]
@@ -354,7 +354,10 @@ class FunctionLowering:
         while isinstance(expr, relay.Let):
             var, value = expr.var, expr.value
             if isinstance(value, relay.Function) and is_primitive(value):
-                self.env[var] = self.prog.kernels.add(value)
+                if any(untyped_tensor(p.checked_type) is not None for p in value.params):
+                    self.env[var] = value  # no kernel can take it: its call is refused, naming the argument
+                else:
+                    self.env[var] = self.prog.kernels.add(value)
             elif isinstance(value, relay.Function):
                 recursive = any(v.same_as(var) for v in relay.analysis.free_vars(value))
                 self.env[var] = self.closure(value, stmts, var, recursive)
@@ -393,9 +396,13 @@ class FunctionLowering:
                 "relay_aot compiles operators only through TVM's FuseOps"
             )
         if isinstance(op, relay.Function) and is_primitive(op):
+            self._refuse_untyped(expr)
             return self._kernel_call(self.prog.kernels.add(op), expr, stmts, dest)
         if isinstance(op, relay.Var) and isinstance(self.lookup(op), ir.Kernel):
             return self._kernel_call(self.lookup(op), expr, stmts, dest)
+        if isinstance(op, relay.Var) and isinstance(self.lookup(op), relay.Function):
+            self._refuse_untyped(expr)
+            return self._kernel_call(self.prog.kernels.add(self.lookup(op)), expr, stmts, dest)  # refused there
         if isinstance(op, relay.Constructor):
             adt, index = self.prog.types.constructor(op)
             fields = self.atoms(expr.args, stmts)
@@ -416,6 +423,20 @@ class FunctionLowering:
             func = self.known[closure.id]
             return self.emit(stmts, expr, ir.CallKnown(func, closure, args), dest, f"call of {func}")
         return self.emit(stmts, expr, ir.CallClosure(closure, args), dest, "closure call")
+
+    def _refuse_untyped(self, call: relay.Call) -> None:
+        """``UnsupportedError`` naming the argument of a kernel call that is a tensor with no
+        element type (see ``types.untyped_tensor``): no kernel can compute on one."""
+        for arg in call.args:
+            untyped = untyped_tensor(arg.checked_type)
+            if untyped is not None:
+                hint = getattr(self.lookup(arg), "hint", "") if isinstance(arg, relay.Var) else ""
+                name = f"%{hint}" if hint else "an argument"
+                shape = ", ".join(str(d) for d in untyped.shape)
+                raise UnsupportedError(
+                    f"{name} has the type Tensor[({shape}), ], a tensor with no element type (TVM's ONNX importer makes one "
+                    f"of an ONNX optional input), and reaches a kernel in {self.hint}: no kernel can compute on it. "
+                    "relay_aot takes such a value only where the program passes it along or ignores it")
 
     def _kernel_call(self, kernel: ir.Kernel, expr, stmts, dest):
         args = self.atoms(expr.args, stmts)

@@ -6,7 +6,8 @@ every instantiation), except inside ADT definitions, where they become
 Types inference leaves open (``IncompleteType``, e.g. the argument of a polymorphic nullary
 constructor that is only stored in a reference) are erased to :class:`ir.AnyType` as well.
 A dimension that is not an extent (``?``, a named variable, an expression of them) is
-:data:`ir.ANY_DIM`, an extent known at run time.
+:data:`ir.ANY_DIM`, an extent known at run time. A tensor type with no element type
+(``Tensor[(4), ]``) is erased too: no kernel can take it (:func:`untyped_tensor`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,15 @@ from tvm import relay
 from .. import ir
 from ..dispatch import method_for
 from ..errors import UnsupportedError
+
+
+def untyped_tensor(ty: relay.Type) -> Optional[relay.TensorType]:
+    """A tensor type with no element type inside ``ty`` (through tuples), or None."""
+    if isinstance(ty, relay.TensorType):
+        return None if str(ty.dtype) else ty
+    if isinstance(ty, relay.TupleType):
+        return next((t for t in map(untyped_tensor, ty.fields) if t is not None), None)
+    return None
 
 
 class TypeLowering:
@@ -78,6 +88,12 @@ class TypeLowering:
     # -- one handler per Relay type node -------------------------------------------------
 
     def _tensor(self, ty, params):
+        if not str(ty.dtype):
+            # A tensor with no element type (TVM's ONNX importer makes one of an ONNX optional
+            # input): no kernel can compute on it, so the program can only pass it along or
+            # ignore it. It takes any value, as in TVM's VM; a kernel given one is refused
+            # (lower/__init__.py).
+            return ir.AnyType()
         # Anything but an extent -- ?, a variable, an expression such as ?*8 that type
         # inference makes of a layout_transform of a ? dimension -- is known only at run time.
         shape = tuple(int(dim) if isinstance(dim, tvm.tir.IntImm) else ir.ANY_DIM for dim in ty.shape)

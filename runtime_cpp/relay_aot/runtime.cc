@@ -293,6 +293,11 @@ RELAY_AOT_RUNTIME_LINKAGE ObjectRef object_from_arg(const TVMArgValue& arg, cons
       DLTensor* tensor = arg.operator DLTensor*();
       return NDArray::NewFromDLTensor(tensor, tensor->device);
     }
+    case kTVMNullptr:
+      // None where the type says nothing (a type variable, a tensor with no element type): the
+      // program cannot look at the value, and TVM's VM takes None there too.
+      if (expected.kind == Kind::kAny) return ObjectRef();
+      break;
     case kDLInt:
     case kDLFloat:
     case kTVMArgBool:
@@ -302,12 +307,13 @@ RELAY_AOT_RUNTIME_LINKAGE ObjectRef object_from_arg(const TVMArgValue& arg, cons
         return scalar_of_dtype(expected.dtype, kind, code == kDLFloat ? arg.value().v_float64 : 0.0,
                                code == kDLFloat ? 0 : arg.value().v_int64, what.c_str());
       }
-      [[fallthrough]];
+      break;
     default:
-      raise_type_error(what + ": expected " + expected.text +
-                       ", got a value that is not a tensor, tuple, ADT or function (TVM type code " +
-                       std::to_string(arg.type_code()) + ")");
+      break;
   }
+  raise_type_error(what + ": expected " + expected.text +
+                   ", got a value that is not a tensor, tuple, ADT or function (TVM type code " +
+                   std::to_string(arg.type_code()) + ")");
 }
 
 RELAY_AOT_RUNTIME_LINKAGE void ClosureObj::CallPacked(const PackedFuncObj* obj, TVMArgs args, TVMRetValue* rv) {
