@@ -72,8 +72,8 @@ class Request:
         # Layout passes ask AutoTVM for schedules too: its raw messages are held back here;
         # the build reports untuned kernels once (kernels/tuning.py).
         with tvm.transform.PassContext(opt_level=self.opt_level), tuning.watch():
-            prepared = passes.prepare(self.mod, self.params, self.opt_level, self.target)
-            return lower_program(prepared, self.name, self.target, self.config)
+            prepared, extents = passes.prepare_with_extents(self.mod, self.params, self.opt_level, self.target)
+            return lower_program(prepared, self.name, self.target, self.config, extents)
 
     def fingerprint(self) -> Optional[list[str]]:
         """The exact identity of the module, parameters and options, as text for a cache key;

@@ -16,6 +16,7 @@ from tvm.relay.prelude import Prelude
 
 import relay_aot
 from relay_aot import testing
+from relay_aot.errors import ArgumentValueError
 from relay_aot.compiler import generate_source
 
 BACKENDS = ["cpp", "python"]
@@ -295,3 +296,130 @@ def test_onnx_scan(backend):
 def test_onnx_if(backend):
     model, inputs = onnx_models.if_branches(width=4)
     _onnx_agree(model, inputs, [(1.0,), (-1.0,)], backend)
+
+
+# -- named symbolic dimensions (tir.Var, SizeVar) ------------------------------------------------
+
+
+def _named(n) -> tvm.IRModule:
+    """dense, add and concatenate over two parameters typed ``(n, 16)``."""
+    x = relay.var("x", shape=(n, 16), dtype="float32")
+    y = relay.var("y", shape=(n, 16), dtype="float32")
+    w = relay.var("w", shape=(8, 16), dtype="float32")
+    body = relay.Tuple([relay.nn.dense(relay.add(x, y), w), relay.concatenate([x, y], 0)])
+    return _module(relay.Function([x, y, w], body))
+
+
+def _named_cases(rng):
+    w = rng.standard_normal((8, 16)).astype("float32")
+    return [[rng.standard_normal((rows, 16)).astype("float32") for _ in range(2)] + [w] for rows in (3, 1, 0)]
+
+
+def _named_expected(x, y, w):
+    return ((x + y) @ w.T, np.concatenate([x, y]))
+
+
+_DIMENSIONS = {
+    "var": lambda: tvm.tir.Var("n", "int32"),
+    "size_var": lambda: tvm.tir.SizeVar("n", "int32"),
+    "var_int64": lambda: tvm.tir.Var("n", "int64"),
+    "size_var_int64": lambda: tvm.tir.SizeVar("n", "int64"),
+}
+
+
+@pytest.mark.parametrize("dimension", list(_DIMENSIONS))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_named_dimensions_are_run_time_extents(backend, dimension):
+    """A ``tir.Var``/``SizeVar`` in a parameter's type is an extent known at run time, like ``?``;
+    results typed with it come back with the actual extent. TVM's VM runs int32 variables (it
+    fails to build the kernels of int64 ones): numpy is the reference for all."""
+    mod = _named(_DIMENSIONS[dimension]())
+    references = ("vm",) if "int64" not in dimension else ()
+    compiled = relay_aot.compile(mod, backend=backend)
+    for args in _named_cases(np.random.default_rng(0)):
+        testing.check_equivalence(mod, args, backends=[(backend, compiled)], references=references,
+                                  expected=_named_expected(*args), rtol=1e-4, atol=1e-4)
+        assert compiled(*args)[1].shape == (2 * args[0].shape[0], 16)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parameters_sharing_a_named_dimension_must_agree(backend, tmp_path):
+    """Two parameters typed ``(n, 16)`` must have the same first extent: the entry refuses others
+    with ArgumentValueError naming both axes and extents (the VM would add by broadcasting, or
+    concatenate, what the types say cannot be passed). The library checks it itself, so a raw
+    PackedFunc call (and a library loaded in another process) is checked too."""
+    compiled = relay_aot.compile(_named(tvm.tir.Var("n", "int64")), backend=backend)
+    x, y, w = np.ones((3, 16), "float32"), np.ones((1, 16), "float32"), np.ones((8, 16), "float32")
+    message = (r"argument 0 \(%x\) axis 0 and argument 1 \(%y\) axis 0 are both the dimension n of the "
+               r"program's types, but have the extents 3 and 1")
+    for args in [(x, y, w), (tvm.nd.array(x), tvm.nd.array(y), tvm.nd.array(w))]:
+        with pytest.raises(ArgumentValueError, match=message):
+            compiled(*args)
+    if backend == "cpp":
+        with pytest.raises(tvm.error.TVMError, match=message):
+            compiled.module[compiled.name](tvm.nd.array(x), tvm.nd.array(y), tvm.nd.array(w))
+        loaded = relay_aot.load(compiled.export_library(tmp_path / "named.so"))
+        assert loaded.signature.shared_extents == compiled.signature.shared_extents
+        with pytest.raises(ArgumentValueError, match=message):
+            loaded(x, y, w)
+        # no C API: a named dimension has no size for the header, as a ? has none
+        with pytest.raises(relay_aot.UnsupportedError, match=r"parameter %x has the dynamic type Tensor\[\(\?, 16\)"):
+            compiled.c_header()
+    np.testing.assert_allclose(compiled(x, x, w)[0].numpy(), np.full((3, 8), 32, "float32"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_named_dimension_on_two_axes_and_inside_a_tuple(backend):
+    """``n`` twice in one parameter (a square matrix) and in a tuple parameter's field: each
+    axis is named by its path in the message."""
+    n = tvm.tir.SizeVar("n", "int32")
+    m = relay.var("m", shape=(n, n), dtype="float32")
+    p = relay.var("p", relay.TupleType([relay.TensorType((4,), "float32"), relay.TensorType((n,), "float32")]))
+    body = relay.add(relay.sum(m, axis=[1]), relay.TupleGetItem(p, 1))
+    mod = _module(relay.Function([m, p], body))
+    compiled = relay_aot.compile(mod, backend=backend)
+    square, row = np.arange(9, dtype="float32").reshape(3, 3), np.ones(3, "float32")
+    np.testing.assert_allclose(compiled(square, (np.ones(4, "float32"), row)).numpy(), square.sum(1) + 1)
+    with pytest.raises(ArgumentValueError,
+                       match=r"argument 0 \(%m\) axis 0 and argument 0 \(%m\) axis 1 .* extents 3 and 2"):
+        compiled(np.ones((3, 2), "float32"), (np.ones(4, "float32"), row))
+    with pytest.raises(ArgumentValueError,
+                       match=r"argument 0 \(%m\) axis 0 and argument 1 \(%p\)\[1\] axis 0 .* extents 3 and 5"):
+        compiled(square, (np.ones(4, "float32"), np.ones(5, "float32")))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_types_mentioning_expressions_of_named_dimensions(backend):
+    """A global typed ``(n, 4) -> (n + n, 4)`` and a ``@main`` whose result type mentions ``n``
+    and another variable: expressions of variables are run-time extents too (TVM's VM fails to
+    build this program; numpy is the reference)."""
+    n, k = tvm.tir.SizeVar("n", "int32"), tvm.tir.Var("k", "int64")
+    mod = tvm.IRModule()
+    twice = relay.GlobalVar("twice")
+    a = relay.var("a", shape=(n, 4), dtype="float32")
+    mod[twice] = relay.Function([a], relay.concatenate([a, a], 0), ret_type=relay.TensorType((n + n, 4), "float32"))
+    p, q = relay.var("p", shape=(n, 4), dtype="float32"), relay.var("q", shape=(4, k), dtype="float32")
+    ret = relay.TupleType([relay.TensorType((n + n, k), "float32"), relay.TensorType((n, 4), "float32")])
+    mod["main"] = relay.Function([p, q], relay.Tuple([relay.nn.matmul(twice(p), q), p]), ret_type=ret)
+    mod = relay.transform.InferType()(mod)
+    compiled = relay_aot.compile(mod, backend=backend)
+    rng = np.random.default_rng(1)
+    for rows, cols in [(3, 5), (0, 2)]:
+        x, y = rng.standard_normal((rows, 4)).astype("float32"), rng.standard_normal((4, cols)).astype("float32")
+        product, same = compiled(x, y)
+        np.testing.assert_allclose(product.numpy(), np.concatenate([x, x]) @ y, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(same.numpy(), x)
+
+
+@pytest.mark.parametrize("opt_level", [0, 3])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layout_transform_of_unknown_extents(backend, opt_level):
+    """``layout_transform`` from NCHW16c to NCHW2c of a ``?`` channel dimension has the type
+    ``?*8``; unfused (opt_level 0) it is the input of the next kernel."""
+    x = relay.var("x", shape=(A, A, 2, 2, 16), dtype="float32")
+    body = relay.add(relay.layout_transform(x, "NCHW16c", "NCHW2c"), relay.const(1.0))
+    mod = _module(relay.Function([x], body))
+    compiled = relay_aot.compile(mod, backend=backend, opt_level=opt_level)
+    for shape in [(1, 2, 2, 2, 16), (2, 1, 2, 2, 16)]:
+        data = np.random.default_rng(2).standard_normal(shape).astype("float32")
+        testing.check_equivalence(mod, [data], backends=[(backend, compiled)], references=("vm",))

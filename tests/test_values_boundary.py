@@ -210,6 +210,37 @@ def test_interpreter_reference_values_where_the_interpreter_takes_them(backend):
     np.testing.assert_array_equal(result.value.numpy(), np.arange(3, dtype="float32"))
 
 
+def _no_element_type(body) -> tvm.IRModule:
+    """``@main(%opt: Tensor[(4), ], %y: Tensor[(4), float32])``: a parameter whose tensor type
+    has no element type, as TVM's ONNX importer makes of an ONNX optional input."""
+    opt = relay.var("opt", relay.TensorType((4,), ""))
+    y = relay.var("y", shape=(4,), dtype="float32")
+    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([opt, y], body(opt, y))))
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+def test_a_parameter_with_no_element_type_takes_any_value_where_nothing_computes_on_it(backend):
+    """Unused, or passed along, it takes any value (None too), as TVM's VM does; a kernel given
+    it is refused at compile time, naming it (the VM fails to build that kernel)."""
+    y = np.arange(4, dtype="float32")
+    unused = _no_element_type(lambda opt, y: relay.add(y, y))
+    returned = _no_element_type(lambda opt, y: relay.Tuple([opt, relay.add(y, y)]))
+    for mod in (unused, returned):
+        compiled = relay_aot.compile(mod, backend=backend)
+        for arg in (np.ones(4, "float32"), np.zeros(3, "int64"), (y, y)):
+            testing.check_equivalence(mod, [arg, y], backends=[(backend, compiled)], references=["vm"])
+        result = compiled(None, y)
+        np.testing.assert_array_equal((result if mod is unused else result[1]).numpy(), y + y)
+        if mod is returned:
+            assert result[0] is None
+            passed = tvm.nd.array(np.ones(4, "float32"))
+            assert compiled(passed, y)[0].same_as(passed)
+    computed = _no_element_type(lambda opt, y: relay.add(opt, opt))
+    with pytest.raises(relay_aot.UnsupportedError, match=r"%opt has the type Tensor\[\(4\), \], a tensor with no "
+                                                         r"element type .* reaches a kernel in @main"):
+        relay_aot.compile(computed, backend=backend)
+
+
 KINDS = '''
 #[version = "0.0.5"]
 def @main(%i: int32, %f: float32, %b: bool, %l: int64) { (%i, %f, %b, %l) }

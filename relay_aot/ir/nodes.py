@@ -98,6 +98,25 @@ class TypeParam(Type):
 
 
 @dataclass(frozen=True)
+class Axis:
+    """One axis of a tensor inside an entry parameter: the parameter's index, the tuple fields
+    leading from it to the tensor (``()`` for a tensor parameter), and the axis."""
+
+    param: int
+    path: tuple[int, ...]
+    axis: int
+
+
+@dataclass(frozen=True)
+class SharedExtent:
+    """A named symbolic dimension (a ``tir.Var`` such as ``n``) on several axes of ``@main``'s
+    parameters: each is a ``?`` in the types, and the entry checks that they agree."""
+
+    name: str
+    axes: tuple[Axis, ...]
+
+
+@dataclass(frozen=True)
 class CtorDef:
     """One constructor of an ADT: its Relay name, runtime tag and field types."""
 
@@ -441,6 +460,8 @@ class Program:
     constants: list  # numpy arrays
     adts: list[AdtDef]
     cpu: Optional[CpuRequirement] = None  #: what the kernels need of the CPU (None: nothing recorded)
+    #: the named symbolic dimensions the entry's parameters share (checked at the entry)
+    shared_extents: tuple[SharedExtent, ...] = ()
 
     def function(self, func_id: str) -> Function:
         """The function with id ``func_id``."""

@@ -2,7 +2,8 @@
 
 A library exports ``<model>__metadata``, returning this JSON text: the entry function's
 parameter names and types, its result type, the ADT definitions those types mention, and what
-its kernels need of the CPU (``cpu``: the target and its features, see ``relay_aot/cpu.py``).
+its kernels need of the CPU (``cpu``: the target and its features, see ``relay_aot/cpu.py``), and
+the axes of its parameters that share a named dimension (``shared_extents``, when there are any).
 ``relay_aot.load`` reads it to convert and check arguments without the Relay program.
 """
 
@@ -51,17 +52,18 @@ class Signature:
     """What callers of a compiled program need: parameters, result type and ADT definitions."""
 
     def __init__(self, model: str, params: list[ir.Param], ret: ir.Type, adts: list[ir.AdtDef],
-                 cpu: Optional[CpuRequirement] = None):
+                 cpu: Optional[CpuRequirement] = None, shared_extents: tuple[ir.SharedExtent, ...] = ()):
         self.model = model
         self.params = params
         self.ret = ret
         self.adts = adts
         self.cpu = cpu  #: what the kernels need of the CPU (None: a library from before it was recorded)
+        self.shared_extents = shared_extents  #: axes of the parameters that must agree (see ir.SharedExtent)
 
     @classmethod
     def of_program(cls, program: ir.Program, model: str) -> "Signature":
         """The signature of a lowered program."""
-        return cls(model, program.params, program.ret, program.adts, program.cpu)
+        return cls(model, program.params, program.ret, program.adts, program.cpu, program.shared_extents)
 
     def to_json(self) -> str:
         """The signature as JSON text."""
@@ -83,6 +85,8 @@ class Signature:
                     for adt in self.adts
                 ],
                 **({"cpu": self.cpu.to_json()} if self.cpu is not None else {}),
+                **({"shared_extents": [[e.name, [[a.param, list(a.path), a.axis] for a in e.axes]]
+                                       for e in self.shared_extents]} if self.shared_extents else {}),
             },
             sort_keys=True,
         )
@@ -102,4 +106,7 @@ class Signature:
             for a in data["adts"]
         ]
         params = [ir.Param(p["name"], type_from_json(p["type"])) for p in data["params"]]
-        return cls(data["model"], params, type_from_json(data["ret"]), adts, CpuRequirement.from_json(data.get("cpu")))
+        shared = tuple(ir.SharedExtent(name, tuple(ir.Axis(p, tuple(path), axis) for p, path, axis in axes))
+                       for name, axes in data.get("shared_extents", []))
+        return cls(data["model"], params, type_from_json(data["ret"]), adts, CpuRequirement.from_json(data.get("cpu")),
+                   shared)

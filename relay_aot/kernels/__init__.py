@@ -44,6 +44,9 @@ def flatten_tensor_types(ty: ir.Type, what: str) -> list[ir.TensorType]:
         return [ty]
     if isinstance(ty, ir.TupleType):
         return [t for f in ty.fields for t in flatten_tensor_types(f, what)]
+    if isinstance(ty, ir.AnyType):
+        raise UnsupportedError(f"a fused kernel's {what} has no static type (a tensor with no element type, "
+                               "which TVM's ONNX importer makes of an ONNX optional input?): no kernel can compute on it")
     raise UnsupportedError(f"a fused kernel's {what} has type {ty}, which is not a tensor or tuple")
 
 

@@ -18,6 +18,7 @@ Evaluation order follows TVM's Relay interpreter: call arguments left to right, 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Optional, Union
 
@@ -31,7 +32,7 @@ from ..errors import RelayAotError, UnsupportedError
 from ..ir.escapes import mark_escapes
 from ..kernels import KernelTable
 from ..recursion import deep_recursion
-from .types import TypeLowering
+from .types import TypeLowering, untyped_tensor
 
 Binding = Union[ir.Var, ir.Kernel]
 Result = Union[ir.Var, ir.TailCall]
@@ -353,7 +354,10 @@ class FunctionLowering:
         while isinstance(expr, relay.Let):
             var, value = expr.var, expr.value
             if isinstance(value, relay.Function) and is_primitive(value):
-                self.env[var] = self.prog.kernels.add(value)
+                if any(untyped_tensor(p.checked_type) is not None for p in value.params):
+                    self.env[var] = value  # no kernel can take it: its call is refused, naming the argument
+                else:
+                    self.env[var] = self.prog.kernels.add(value)
             elif isinstance(value, relay.Function):
                 recursive = any(v.same_as(var) for v in relay.analysis.free_vars(value))
                 self.env[var] = self.closure(value, stmts, var, recursive)
@@ -392,9 +396,13 @@ class FunctionLowering:
                 "relay_aot compiles operators only through TVM's FuseOps"
             )
         if isinstance(op, relay.Function) and is_primitive(op):
+            self._refuse_untyped(expr)
             return self._kernel_call(self.prog.kernels.add(op), expr, stmts, dest)
         if isinstance(op, relay.Var) and isinstance(self.lookup(op), ir.Kernel):
             return self._kernel_call(self.lookup(op), expr, stmts, dest)
+        if isinstance(op, relay.Var) and isinstance(self.lookup(op), relay.Function):
+            self._refuse_untyped(expr)
+            return self._kernel_call(self.prog.kernels.add(self.lookup(op)), expr, stmts, dest)  # refused there
         if isinstance(op, relay.Constructor):
             adt, index = self.prog.types.constructor(op)
             fields = self.atoms(expr.args, stmts)
@@ -415,6 +423,20 @@ class FunctionLowering:
             func = self.known[closure.id]
             return self.emit(stmts, expr, ir.CallKnown(func, closure, args), dest, f"call of {func}")
         return self.emit(stmts, expr, ir.CallClosure(closure, args), dest, "closure call")
+
+    def _refuse_untyped(self, call: relay.Call) -> None:
+        """``UnsupportedError`` naming the argument of a kernel call that is a tensor with no
+        element type (see ``types.untyped_tensor``): no kernel can compute on one."""
+        for arg in call.args:
+            untyped = untyped_tensor(arg.checked_type)
+            if untyped is not None:
+                hint = getattr(self.lookup(arg), "hint", "") if isinstance(arg, relay.Var) else ""
+                name = f"%{hint}" if hint else "an argument"
+                shape = ", ".join(str(d) for d in untyped.shape)
+                raise UnsupportedError(
+                    f"{name} has the type Tensor[({shape}), ], a tensor with no element type (TVM's ONNX importer makes one "
+                    f"of an ONNX optional input), and reaches a kernel in {self.hint}: no kernel can compute on it. "
+                    "relay_aot takes such a value only where the program passes it along or ignores it")
 
     def _kernel_call(self, kernel: ir.Kernel, expr, stmts, dest):
         args = self.atoms(expr.args, stmts)
@@ -529,10 +551,12 @@ class FunctionLowering:
 
 
 def lower_program(
-    mod: tvm.IRModule, model: str, target: tvm.target.Target, config: Config
+    mod: tvm.IRModule, model: str, target: tvm.target.Target, config: Config,
+    shared_extents: tuple[ir.SharedExtent, ...] = (),
 ) -> tuple[ir.Program, KernelTable]:
-    """Lower a prepared module (see ``passes.prepare``) to a control-IR program."""
+    """Lower a prepared module (see ``passes.prepare_with_extents``, which also gives the
+    ``shared_extents`` of its entry) to a control-IR program."""
     lowering = ProgramLowering(mod, model, target, config)
-    program = lowering.run()
+    program = dataclasses.replace(lowering.run(), shared_extents=tuple(shared_extents))
     mark_escapes(program)
     return program, lowering.kernels

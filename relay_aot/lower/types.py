@@ -5,7 +5,9 @@ every instantiation), except inside ADT definitions, where they become
 :class:`ir.TypeParam` so that field types can be instantiated when values are converted.
 Types inference leaves open (``IncompleteType``, e.g. the argument of a polymorphic nullary
 constructor that is only stored in a reference) are erased to :class:`ir.AnyType` as well.
-Dynamic shapes (``?`` dimensions) are rejected: kernels are compiled for static shapes.
+A dimension that is not an extent (``?``, a named variable, an expression of them) is
+:data:`ir.ANY_DIM`, an extent known at run time. A tensor type with no element type
+(``Tensor[(4), ]``) is erased too: no kernel can take it (:func:`untyped_tensor`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ from tvm import relay
 from .. import ir
 from ..dispatch import method_for
 from ..errors import UnsupportedError
+
+
+def untyped_tensor(ty: relay.Type) -> Optional[relay.TensorType]:
+    """A tensor type with no element type inside ``ty`` (through tuples), or None."""
+    if isinstance(ty, relay.TensorType):
+        return None if str(ty.dtype) else ty
+    if isinstance(ty, relay.TupleType):
+        return next((t for t in map(untyped_tensor, ty.fields) if t is not None), None)
+    return None
 
 
 class TypeLowering:
@@ -77,15 +88,16 @@ class TypeLowering:
     # -- one handler per Relay type node -------------------------------------------------
 
     def _tensor(self, ty, params):
-        shape = []
-        for dim in ty.shape:
-            if isinstance(dim, tvm.tir.IntImm):
-                shape.append(int(dim))
-            elif isinstance(dim, tvm.tir.Any):
-                shape.append(ir.ANY_DIM)
-            else:
-                raise UnsupportedError(f"tensor type {ty} has the symbolic dimension {dim}; only extents and ? are supported")
-        return ir.TensorType(tuple(shape), str(ty.dtype))
+        if not str(ty.dtype):
+            # A tensor with no element type (TVM's ONNX importer makes one of an ONNX optional
+            # input): no kernel can compute on it, so the program can only pass it along or
+            # ignore it. It takes any value, as in TVM's VM; a kernel given one is refused
+            # (lower/__init__.py).
+            return ir.AnyType()
+        # Anything but an extent -- ?, a variable, an expression such as ?*8 that type
+        # inference makes of a layout_transform of a ? dimension -- is known only at run time.
+        shape = tuple(int(dim) if isinstance(dim, tvm.tir.IntImm) else ir.ANY_DIM for dim in ty.shape)
+        return ir.TensorType(shape, str(ty.dtype))
 
     def _tuple(self, ty, params):
         return ir.TupleType(tuple(self.lower(f, params) for f in ty.fields))

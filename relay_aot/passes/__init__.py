@@ -25,10 +25,11 @@ import numpy as np
 import tvm
 from tvm import relay
 
+from .. import ir
 from ..errors import RelayAotError, UnsupportedError
 from .te_compiler_speed import cached_libinfo, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
-from . import dense_transposes, invariants
+from . import dense_transposes, invariants, symbolic
 from .bounds import numpy_slice_begin, static_pad_width, unpacked_dynamic_dense
 from .exact_int8 import exact_int8_products
 from .walk import ChainMutator
@@ -383,7 +384,20 @@ def prepare(
     opt_level: int = 3,
     target: Optional[tvm.target.Target] = None,
 ) -> tvm.IRModule:
+    """The module :func:`prepare_with_extents` prepares (without the equalities of its entry)."""
+    return prepare_with_extents(mod, params, opt_level, target)[0]
+
+
+def prepare_with_extents(
+    mod: tvm.IRModule,
+    params: Optional[Mapping[str, object]] = None,
+    opt_level: int = 3,
+    target: Optional[tvm.target.Target] = None,
+) -> tuple[tvm.IRModule, tuple[ir.SharedExtent, ...]]:
     """Run the pass pipeline: type check, bind params, legalize, simplify, fuse, A-normal form.
+
+    Named symbolic dimensions become ``?`` first (:mod:`.symbolic`); the second result is the
+    equalities they stated between ``@main``'s parameters, for the entry to check.
 
     From ``opt_level`` 1, the legalizations of ``relay.build`` run first (QNN, then the
     target's: see :func:`_legalizations`), as in TVM's executors.
@@ -403,6 +417,8 @@ def prepare(
         warm_error_backtraces()  # AlterOpLayout raises one (see te_compiler_speed)
     mod = prune(mod)
     mod = bind_params(mod, params)
+    extents = symbolic.shared_extents(mod["main"])
+    mod = symbolic.erase(mod)
     fuse_level = 0 if opt_level < 1 else 2
     sequence = [relay.transform.InferType(), *_legalizations(), relay.transform.InferType(), exact_int8_products,
                 relay.transform.SimplifyInference(), bounded_take,
@@ -419,13 +435,14 @@ def prepare(
         sequence.append(hoist_invariants)
     sequence += [
         relay.transform.FuseOps(fuse_level),
+        symbolic.erase_pass,
         relay.transform.InferType(),
         relay.transform.ToANormalForm(),
         relay.transform.InferType(),
     ]
     with tvm.transform.PassContext(opt_level=opt_level), (target or tvm.target.Target("llvm")):
         try:
-            return tvm.transform.Sequential(sequence)(mod)
+            return tvm.transform.Sequential(sequence)(mod), extents
         except tvm.error.DiagnosticError as err:
             raise RelayAotError(f"the Relay program does not type-check: {err}") from None
 

@@ -49,6 +49,8 @@
 namespace py = pybind11;
 using relay_aot::Kind;
 using relay_aot::TypeDesc;
+using relay_aot::AxisDesc;
+using relay_aot::SharedExtentDesc;
 using tvm::runtime::NDArray;
 using tvm::runtime::Object;
 using tvm::runtime::ObjectRef;
@@ -266,6 +268,44 @@ void check_computed_shape(const std::string& kernel, const std::vector<int64_t>&
 }
 
 /*!
+ * \brief check.h's check of the named dimensions entry arguments share: \p extents are rows
+ *        (name, [(param, path, axis), ...]) of relay_aot.ir.SharedExtent, \p values the converted
+ *        arguments, \p names the parameters' names.
+ */
+void check_shared_extents(const py::list& values, const py::list& extents, const std::vector<std::string>& names,
+                          const py::tuple& kinds) {
+  Kinds k(kinds);
+  std::vector<ObjectRef> objects;
+  for (py::handle value : values) objects.push_back(object_of(value, k));
+  std::vector<const char*> name_texts;
+  for (const std::string& name : names) name_texts.push_back(name.c_str());
+  // Every array the descriptors point to is sized before it is filled: no pointer moves.
+  const size_t count = extents.size();
+  std::vector<std::string> group_names(count);
+  std::vector<std::vector<AxisDesc>> axes(count);
+  std::vector<std::vector<std::vector<int>>> paths(count);
+  std::vector<SharedExtentDesc> descs(count);
+  for (size_t g = 0; g < count; ++g) {
+    py::tuple row = extents[g].cast<py::tuple>();
+    group_names[g] = row[0].cast<std::string>();
+    py::list rows = row[1].cast<py::list>();
+    paths[g].resize(rows.size());
+    axes[g].resize(rows.size());
+    for (size_t a = 0; a < rows.size(); ++a) {
+      py::tuple axis = rows[a].cast<py::tuple>();
+      paths[g][a] = axis[1].cast<std::vector<int>>();
+      const int param = axis[0].cast<int>();
+      if (param < 0 || static_cast<size_t>(param) >= objects.size() || param >= static_cast<int>(names.size())) {
+        throw py::index_error("a shared extent names no parameter");
+      }
+      axes[g][a] = AxisDesc{param, static_cast<int>(paths[g][a].size()), paths[g][a].data(), axis[2].cast<int>()};
+    }
+    descs[g] = SharedExtentDesc{group_names[g].c_str(), static_cast<int>(rows.size()), axes[g].data()};
+  }
+  relay_aot::check_shared_extents(objects.data(), descs.data(), static_cast<int>(count), name_texts.data());
+}
+
+/*!
  * \brief A type table (check.h's TypeDesc array) built from the rows of relay_aot/ir/typetable.py,
  *        owning every array and string its descriptors point to.
  */
@@ -456,6 +496,8 @@ PYBIND11_MODULE(_fastcall, m) {
   m.def("call_packed", &call_packed, py::arg("handle"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
         py::arg("raise_error"));
   m.def("empty", &empty, py::arg("shape"), py::arg("code"), py::arg("bits"), py::arg("make_result"));
+  m.def("check_shared_extents", &check_shared_extents, py::arg("values"), py::arg("extents"), py::arg("names"),
+        py::arg("kinds"));
   m.def("check_computed_shape", &check_computed_shape, py::arg("kernel"), py::arg("dims"), py::arg("expected"));
   m.def("make_adt", &make_adt, py::arg("tag"), py::arg("fields"), py::arg("kinds"), py::arg("make_result"));
   m.def("parts", &parts, py::arg("value"), py::arg("of_constructor_value"), py::arg("make_result"));

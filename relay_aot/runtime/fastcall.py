@@ -165,6 +165,13 @@ def constructor_value_parts(value) -> tuple[int, list]:
     return _fastcall.parts(value, True, make_result)
 
 
+def check_shared_extents(values: list, shared_extents, names: list[str]) -> None:
+    """check.h's check that the axes of entry arguments ``values`` (converted, checked against
+    their types) sharing a named dimension (``ir.SharedExtent``) agree; ``ValueError`` if not."""
+    rows = [(e.name, [(a.param, list(a.path), a.axis) for a in e.axes]) for e in shared_extents]
+    _fastcall.check_shared_extents(values, rows, names, KINDS)
+
+
 class TypeTable:
     """check.h's checks against a type table (rows from :mod:`relay_aot.ir.typetable`), run in
     Python: the same code and messages as inside every compiled library."""

@@ -194,7 +194,9 @@ class CompiledModule:
         if len(args) != len(params):
             raise ArgumentTypeError(f"{self.name}: @main takes {len(params)} arguments, got {len(args)}")
         convert = self._converter.to_runtime
-        return [convert(a, p.type, f"argument {i} (%{p.name})") for i, (a, p) in enumerate(zip(args, params))]
+        converted = [convert(a, p.type, f"argument {i} (%{p.name})") for i, (a, p) in enumerate(zip(args, params))]
+        self._converter.check_shared_extents(converted)
+        return converted
 
     def _fast(self, args) -> bool:
         """Whether ``args`` can go straight to the library: not the interpreter's values, and

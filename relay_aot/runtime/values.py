@@ -91,6 +91,8 @@ class Converter:
     def __init__(self, signature: Signature, checks: bool):
         self.adts = signature.adts
         self.checks = checks
+        self._shared = signature.shared_extents
+        self._names = [p.name for p in signature.params]
         self._table = TypeTable(signature.adts)
         for ty in [p.type for p in signature.params] + [signature.ret]:
             self._index_all(ty)
@@ -159,6 +161,12 @@ class Converter:
         if self.checks:
             self._checker.check(results[0], self._table.index(ty), str(where))
         return results[0]
+
+    def check_shared_extents(self, values: list) -> None:
+        """Where ``checks``: that the entry's converted arguments ``values`` agree on the named
+        dimensions their types share (check.h's ``check_shared_extents``)."""
+        if self.checks and self._shared:
+            fastcall.check_shared_extents(values, self._shared, self._names)
 
     def from_runtime(self, value: Any, ty: ir.Type) -> Any:
         """A runtime value of static type ``ty`` as returned to Python."""

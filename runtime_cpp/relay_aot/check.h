@@ -95,6 +95,35 @@ std::string path_of(const std::vector<Pending>& seen, int index);
 }  // namespace detail
 
 /*!
+ * \brief One axis of a tensor inside an entry parameter (relay_aot.ir.Axis): the parameter, the
+ *        tuple fields from it to the tensor (\p depth of them), and the axis.
+ */
+struct AxisDesc {
+  int param;
+  int depth;
+  const int* path;
+  int axis;
+};
+
+/*!
+ * \brief A named dimension of the program's types (`n` in `Tensor[(n, 16), float32]`) shared by
+ *        several axes of the entry's parameters, which must agree (relay_aot.ir.SharedExtent).
+ */
+struct SharedExtentDesc {
+  const char* name;
+  int count;
+  const AxisDesc* axes;
+};
+
+/*!
+ * \brief Raise ArgumentValueError unless, for each of \p count shared dimensions, every axis it
+ *        names has the same extent in \p values (the entry's arguments, each already checked
+ *        against its type). \p names are the parameters' Relay names, for the message.
+ */
+void check_shared_extents(const ObjectRef* values, const SharedExtentDesc* extents, int count,
+                          const char* const* names);
+
+/*!
  * \brief Raise TypeError/ValueError unless \p value fits type \p type of \p table.
  * \param what How the value is called in messages ("argument 0 (%x)").
  */

@@ -43,6 +43,8 @@ struct EntrySignature {
   const int* param_types;    //!< type index of each parameter
   const char* const* names;  //!< Relay name of each parameter
   const CpuRequirement* cpu;  //!< what the kernels need of the CPU, checked before anything runs
+  int num_shared_extents = 0;  //!< named dimensions several parameters share (checked after their types)
+  const SharedExtentDesc* shared_extents = nullptr;
 };
 
 /*! \brief The packed arguments of an entry call, checked against \p signature and converted. */

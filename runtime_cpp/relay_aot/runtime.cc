@@ -242,6 +242,40 @@ RELAY_AOT_RUNTIME_LINKAGE void check_value(const ObjectRef& value, int type, con
   }
 }
 
+namespace detail {
+
+/*! \brief The extent of \p axis in \p values (see AxisDesc), and how the message names it. */
+static int64_t axis_extent(const ObjectRef* values, const AxisDesc& axis, const char* const* names, std::string* where) {
+  const Object* obj = values[axis.param].get();
+  *where = "argument " + std::to_string(axis.param) + " (%" + names[axis.param] + ")";
+  for (int i = 0; i < axis.depth; ++i) {
+    obj = (*static_cast<const ADTObj*>(obj))[axis.path[i]].get();
+    *where += "[" + std::to_string(axis.path[i]) + "]";
+  }
+  *where += " axis " + std::to_string(axis.axis);
+  return static_cast<const NDArray::Container*>(obj)->dl_tensor.shape[axis.axis];
+}
+
+}  // namespace detail
+
+RELAY_AOT_RUNTIME_LINKAGE void check_shared_extents(const ObjectRef* values, const SharedExtentDesc* extents, int count,
+                                                    const char* const* names) {
+  for (int g = 0; g < count; ++g) {
+    const SharedExtentDesc& shared = extents[g];
+    std::string first_where;
+    const int64_t first = detail::axis_extent(values, shared.axes[0], names, &first_where);
+    for (int i = 1; i < shared.count; ++i) {
+      std::string where;
+      const int64_t extent = detail::axis_extent(values, shared.axes[i], names, &where);
+      if (extent != first) {
+        throw Error("ArgumentValueError", first_where + " and " + where + " are both the dimension " + shared.name +
+                                              " of the program's types, but have the extents " +
+                                              std::to_string(first) + " and " + std::to_string(extent));
+      }
+    }
+  }
+}
+
 }  // namespace relay_aot
 
 // ---- closure.h ---------------------------------------------------------------------------------
@@ -259,6 +293,11 @@ RELAY_AOT_RUNTIME_LINKAGE ObjectRef object_from_arg(const TVMArgValue& arg, cons
       DLTensor* tensor = arg.operator DLTensor*();
       return NDArray::NewFromDLTensor(tensor, tensor->device);
     }
+    case kTVMNullptr:
+      // None where the type says nothing (a type variable, a tensor with no element type): the
+      // program cannot look at the value, and TVM's VM takes None there too.
+      if (expected.kind == Kind::kAny) return ObjectRef();
+      break;
     case kDLInt:
     case kDLFloat:
     case kTVMArgBool:
@@ -268,12 +307,13 @@ RELAY_AOT_RUNTIME_LINKAGE ObjectRef object_from_arg(const TVMArgValue& arg, cons
         return scalar_of_dtype(expected.dtype, kind, code == kDLFloat ? arg.value().v_float64 : 0.0,
                                code == kDLFloat ? 0 : arg.value().v_int64, what.c_str());
       }
-      [[fallthrough]];
+      break;
     default:
-      raise_type_error(what + ": expected " + expected.text +
-                       ", got a value that is not a tensor, tuple, ADT or function (TVM type code " +
-                       std::to_string(arg.type_code()) + ")");
+      break;
   }
+  raise_type_error(what + ": expected " + expected.text +
+                   ", got a value that is not a tensor, tuple, ADT or function (TVM type code " +
+                   std::to_string(arg.type_code()) + ")");
 }
 
 RELAY_AOT_RUNTIME_LINKAGE void ClosureObj::CallPacked(const PackedFuncObj* obj, TVMArgs args, TVMRetValue* rv) {
@@ -543,6 +583,7 @@ RELAY_AOT_RUNTIME_LINKAGE std::vector<ObjectRef> entry_arguments(TVMValue* args,
     values.push_back(object_from_arg(packed[i], what, signature.types[signature.param_types[i]]));
     check_value(values.back(), signature.param_types[i], signature.types, what);
   }
+  check_shared_extents(values.data(), signature.shared_extents, signature.num_shared_extents, signature.names);
   return values;
 }
 

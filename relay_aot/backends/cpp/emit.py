@@ -833,9 +833,10 @@ class CppEmitter:
             names_list = ", ".join(cpp_string_literal(p.name) for p in self.program.params)
             e.line(f"const char* const {param_names}[] = {{{names_list}}};")
         self.emit_cpu_requirement()
+        shared = self.emit_shared_extents()
         e.line(
             f"const EntrySignature {names.ENTRY_SIGNATURE}{{{len(params)}, {names.TYPE_TABLE}, {param_types}, "
-            f"{param_names}, &{names.CPU_REQUIREMENT}}};"
+            f"{param_names}, &{names.CPU_REQUIREMENT}{shared}}};"
         )
         signature = Signature.of_program(self.program, self.model).to_json().encode()
         e.line()
@@ -844,6 +845,29 @@ class CppEmitter:
         for start in range(0, len(signature), 24):
             e.line(", ".join(str(b) for b in signature[start : start + 24]) + ",")
         e.line("};")
+
+    def emit_shared_extents(self) -> str:
+        """The named dimensions the entry's parameters share (``SharedExtentDesc``, check.h), which
+        the entry checks after their types; the initialisers ``EntrySignature`` then takes ("":
+        none, the defaults)."""
+        shared = self.program.shared_extents
+        if not shared:
+            return ""
+        e = self.out
+        e.comment("Named dimensions several parameters share: their extents must agree (see check.h).")
+        for g, group in enumerate(shared):
+            axes = []
+            for a, axis in enumerate(group.axes):
+                path = "nullptr"
+                if axis.path:
+                    path = f"kSharedPath{g}_{a}"
+                    e.line(f"const int {path}[] = {{{', '.join(str(i) for i in axis.path)}}};")
+                axes.append(f"{{{axis.param}, {len(axis.path)}, {path}, {axis.axis}}}")
+            e.line(f"const AxisDesc kSharedAxes{g}[] = {{{', '.join(axes)}}};")
+        groups = ", ".join(f"{{{cpp_string_literal(group.name)}, {len(group.axes)}, kSharedAxes{g}}}"
+                           for g, group in enumerate(shared))
+        e.line(f"const SharedExtentDesc kSharedExtents[] = {{{groups}}};")
+        return f", {len(shared)}, kSharedExtents"
 
     def emit_cpu_requirement(self) -> None:
         """``kCpu``: the target of the kernels and the CPU features it enables, which the entries

@@ -335,6 +335,8 @@ def _convert_tree(value, composite: type, identity: Callable, parts: Callable, l
 
 
 def _import_leaf(value: Any) -> Any:
+    if value is None:  # where the type says nothing (checked before: runtime.values.Converter)
+        return None
     if isinstance(value, tvm.nd.NDArray):
         return unbox(value) if not value.shape and str(value.dtype) in _NUMPY_OF else value
     if isinstance(value, ExportedCell):
