@@ -77,7 +77,9 @@ KINDS = (
 
 #: Exceptions relay_aot may raise on arguments the reference refuses (docs/guarantees.md),
 #: by the class names ``oracle.error_text`` reports.
-CLEAR_ERRORS = ("KernelError", "ValueError", "TypeError", "MemoryError", "OutOfMemoryError")
+CLEAR_ERRORS = ("KernelError", "ValueError", "TypeError", "MemoryError",
+                # relay_aot's subclasses of those (relay_aot/errors.py)
+                "ShapeError", "ArgumentValueError", "ArgumentTypeError", "OutOfMemoryError")
 
 #: Results up to this size are computed; larger ones below HUGE_BYTES are never drawn.
 MAX_BYTES = 1 << 24
@@ -275,6 +277,8 @@ def _arange(c: Choices) -> Built:
             if s == 0:
                 raise Refused("arange: the step is zero")
             count = (b - a) / s
+            if count == -math.inf:  # an infinite bound behind the start: no element
+                return np.zeros(0, dtype)
             if not math.isfinite(count) or count >= 2**62:
                 raise Refused("arange: the number of elements is not finite or too large")
             length = max(math.ceil(count), 0)
