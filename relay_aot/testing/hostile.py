@@ -223,6 +223,13 @@ def values(shape: Sequence[int], dtype: str, distinct: bool = False) -> np.ndarr
     return data.astype(dtype).reshape(shape)
 
 
+def _fitting(value: np.ndarray) -> np.ndarray:
+    """``value`` (an operator's result, maybe a broadcast view taking no memory) once :func:`fits`
+    accepts its shape: a fused step after it computes it in full."""
+    fits(value.shape, str(value.dtype))
+    return value
+
+
 def fits(shape: Sequence[int], dtype: str) -> None:
     """Check a result shape before a reference allocates it: :class:`Refused` if it has a
     negative extent or could not be allocated anywhere (:data:`HUGE_BYTES`, 2^63 elements; an
@@ -1100,7 +1107,7 @@ def draw_program(c: Choices, arg_sets: int = 8, operators: Optional[Sequence[str
         body, reference, follow_on = built.body, built.reference, None
         if built.dtype is not None and c.flip(1, 3):
             follow_on, make, step = c.choose(_follow_ons(built.dtype))
-            body, reference = make(body), (lambda ref, step: (lambda *a: step(ref(*a))))(built.reference, step)
+            body, reference = make(body), (lambda ref, step: (lambda *a: step(_fitting(ref(*a)))))(built.reference, step)
         mod = tvm.IRModule()
         mod["main"] = relay.Function(built.params, body)
         try:
