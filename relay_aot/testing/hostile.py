@@ -225,8 +225,11 @@ def values(shape: Sequence[int], dtype: str, distinct: bool = False) -> np.ndarr
 
 def _fitting(value: np.ndarray) -> np.ndarray:
     """``value`` (an operator's result, maybe a broadcast view taking no memory) once :func:`fits`
-    accepts its shape: a fused step after it computes it in full."""
+    accepts its shape: a fused step after it computes it in full. An empty one whose other
+    extents are large is :class:`Unsafe` too: a reduction over its empty axis makes them real."""
     fits(value.shape, str(value.dtype))
+    if math.prod(d for d in value.shape if d) * 8 > MAX_BYTES:
+        raise Unsafe(value.shape)
     return value
 
 
