@@ -246,6 +246,9 @@ CASES = [
     ("dyn.nn.pad of edges, its shape function's output on the stack", _edge_pad,
      (_f32(1, 3, 4, 5), np.array([0, 0, 1, 1, 0, 0, 1, 1], "int64")),
      np.pad(_f32(1, 3, 4, 5), [(0, 0), (0, 0), (1, 1), (1, 1)], mode="edge")),
+    ("dyn.nn.pad by widths near 2^63 (campaign seed 4240649185, program 58)", _dyn_pad,
+     (_f32(1, 1, 2, 2), np.array([[0, 0], [0, 0], [0, 2**21], [2**63 - 1, 2**63 - 1]], "int64")),
+     (KernelError, "a pad width of 2^62 or more")),
     ("dyn.image.resize2d to an empty size", _dyn_resize, (_f32(1, 1, 2, 2), np.zeros(0, "int64")),
      (KernelError, "the size has two elements")),
     # 11

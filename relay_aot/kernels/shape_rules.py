@@ -320,6 +320,23 @@ def _where(attrs, inputs, out_ndims):
 
 
 @script
+def _pad(data, pad_width, limit):
+    out = output_tensor((len(data.shape),), "int64")
+    for i in const_range(len(data.shape)):
+        assert pad_width[i, 0] < limit, "pad: a pad width of 2^62 or more"
+        assert pad_width[i, 1] < limit, "pad: a pad width of 2^62 or more"
+        out[i] = int64(pad_width[i, 0] + pad_width[i, 1] + data.shape[i])
+    return out
+
+
+def _pad_dynamic(attrs, inputs, out_ndims):
+    """``dyn.nn.pad`` whose widths cannot overflow the output extent (TVM's adds them in int64:
+    two widths near 2^63 wrapped to an empty tensor). Below 2^62 each, the sum of two widths and an
+    extent fits; a result too large to allocate is then refused as any other."""
+    return [_pad(inputs[0], inputs[1], tvm.tir.const(1 << 62, "int64"))]
+
+
+@script
 def _resize2d(data, size, height_axis, width_axis):
     out = output_tensor((len(data.shape),), "int64")
     assert int64(size.shape[0]) == int64(2), "resize2d: the size has two elements"
@@ -340,6 +357,7 @@ def _resize2d_dynamic(attrs, inputs, out_ndims):
 
 #: Relay operator -> its shape function, replacing TVM's (see the module docstring).
 REPLACED = {
+    "dyn.nn.pad": _pad_dynamic,
     "dyn.image.resize2d": _resize2d_dynamic,
     "arange": _arange,
     "reshape": _reshape_static,
