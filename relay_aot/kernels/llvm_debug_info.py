@@ -51,4 +51,5 @@ def for_llvm(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
             lowered = tir.transform.LowerIntrin()(tvm.IRModule({gvar: func}))
             func = inline_float_lets(lowered[gvar])
         funcs[gvar] = func
-    return tvm.IRModule(funcs, attrs=None).with_attrs(mod.attrs) if mod.attrs is not None else tvm.IRModule(funcs)
+    lowered = tvm.IRModule(funcs)
+    return lowered.with_attrs(mod.attrs) if mod.attrs is not None else lowered

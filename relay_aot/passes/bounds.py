@@ -58,10 +58,10 @@ def _is_dynamic_slice(call: relay.Call) -> bool:
 def numpy_slice_begin(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:class:`_NumpySliceBegin` on every function of ``mod`` that has a ``dyn.strided_slice``
     (type-checked: the rewrite reads the begin's type)."""
-    return _rewrite(mod, _is_dynamic_slice, _NumpySliceBegin)
+    return rewrite_functions(mod, _is_dynamic_slice, _NumpySliceBegin)
 
 
-def _rewrite(mod: tvm.IRModule, wanted, mutator) -> tvm.IRModule:
+def rewrite_functions(mod: tvm.IRModule, wanted, mutator) -> tvm.IRModule:
     """``mod`` with ``mutator()`` applied to each function that has a call ``wanted(call)``."""
     updates = {}
     for gvar, func in mod.functions.items():
@@ -93,7 +93,7 @@ def _is_dense(call: relay.Call) -> bool:
 def unpacked_dynamic_dense(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:class:`_UnpackedDynamicDense` on every function of ``mod`` with an ``nn.dense``
     (type-checked: the rewrite reads the weight's type)."""
-    return _rewrite(mod, _is_dense, _UnpackedDynamicDense)
+    return rewrite_functions(mod, _is_dense, _UnpackedDynamicDense)
 
 
 class _StaticPadWidth(relay.ExprMutator):
@@ -123,4 +123,4 @@ def _is_dynamic_pad(call: relay.Call) -> bool:
 def static_pad_width(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:class:`_StaticPadWidth` on every function of ``mod`` with a ``dyn.nn.pad`` (type-checked:
     the rewrite reads the pad width's type)."""
-    return _rewrite(mod, _is_dynamic_pad, _StaticPadWidth)
+    return rewrite_functions(mod, _is_dynamic_pad, _StaticPadWidth)

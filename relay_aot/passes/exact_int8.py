@@ -17,6 +17,8 @@ import tvm
 from tvm import relay
 from tvm.target.codegen import target_has_features
 
+from .bounds import rewrite_functions
+
 #: Operators TVM's x86 strategies compute with ``vpmaddubsw`` for uint8 data and int8 weights.
 PRODUCTS = ("nn.conv2d", "nn.dense", "nn.batch_matmul", "nn.contrib_dense_pack")
 
@@ -53,14 +55,4 @@ def exact_int8_products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     compute it with saturation (module docstring); type-checked input, a no-op elsewhere."""
     if not _saturates(tvm.target.Target.current(allow_none=True)):
         return mod
-    updates = {}
-    for gvar, func in mod.functions.items():
-        if isinstance(func, relay.Function):
-            found = []
-            relay.analysis.post_order_visit(
-                func, lambda n: found.append(n) if isinstance(n, relay.Call) and _is_u8_by_s8(n) else None)
-            if found:
-                updates[gvar] = _Widen().visit(func)
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return mod
+    return rewrite_functions(mod, _is_u8_by_s8, _Widen)
