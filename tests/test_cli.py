@@ -271,6 +271,15 @@ def test_onnx_importer_failures_are_one_line(monkeypatch, tmp_path, capsys):
     assert err == [f"relay-aot: error: {tmp_path / 'mlp.onnx'}: TVM's ONNX importer failed: KeyError: 'Softmax_axis'"]
 
 
+def test_text_that_crashes_tvms_parser_is_one_line(tmp_path, capsys):
+    """TVM's parser segfaults on a local used after a let but never declared (found by the
+    campaign below in CI); the CLI parses in a child first and says so."""
+    (tmp_path / "undeclared.relay").write_text('#[version = "0.0.5"]\ndef @main(%x: int32) {\n  let %a = 1;\n  %y\n}\n')
+    assert cli.main(["show", str(tmp_path / "undeclared.relay")]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "crashed (SIGSEGV) parsing this Relay text" in lines[0], lines
+
+
 def test_damaged_relay_text_ends_in_one_line(tmp_path, capsys):
     """Relay text with tokens removed, repeated or swapped (a small fuzz campaign): `show`
     prints the source, or one error line with exit status 1."""

@@ -132,6 +132,7 @@ def _read_relay(path: Path, shapes: dict) -> tuple:
         text = path.read_text()
     except UnicodeDecodeError:
         raise CliError(f"{path}: not a Relay text file (not UTF-8 text; use --format onnx for ONNX)") from None
+    _survive_parsing(text, path)
     # Parse and type-check here, where TVM's rendered diagnostics can become one line.
     with _captured_stderr() as diagnostics:
         try:
@@ -145,6 +146,26 @@ def _read_relay(path: Path, shapes: dict) -> tuple:
     if failure is not None:
         raise CliError(f"{path}: the Relay text does not parse: {_parser_error(failure)}")
     raise CliError(_diagnostic(diagnostics[0]) or f"{path}: the Relay text does not parse or type-check")
+
+
+def _survive_parsing(text: str, path: Path) -> None:
+    """Parse and type-check ``text`` once in a forked child: TVM's Relay parser dereferences
+    the undefined variable of some wrong texts (a local never declared, used after a ``let``:
+    SIGSEGV), and a CLI error is one line, not a dead process. A child that raised is fine:
+    this process parses again and reports TVM's diagnostics."""
+    import tvm
+
+    from ..kernels import isolated
+
+    def parse() -> None:
+        tvm.relay.transform.InferType()(tvm.relay.parse(text, source_name=str(path)))
+
+    try:
+        isolated.run(parse, doing="parsing")
+    except isolated.ChildFailure as failure:
+        if not failure.raised:
+            raise CliError(f"{path}: TVM {failure.verb} this Relay text (its parser does so on some wrong "
+                           "texts, such as a local variable used after a let but never declared)") from None
 
 
 _MISSING_ATTRIBUTE = re.compile(r"(relay\.attrs\.\w+): Cannot find required field '(\w+)'")

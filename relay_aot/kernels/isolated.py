@@ -49,10 +49,11 @@ _RAISED = 3
 class ChildFailure(Exception):
     """The build in the child failed: ``verb`` says how ("failed to build", "crashed (SIGSEGV)
     building", ...), ``detail`` is the last line of its error or of its stderr, ``output`` all
-    it wrote to stderr; ``stalled``: it hung and was killed."""
+    it wrote to stderr; ``stalled``: it hung and was killed; ``raised``: the function raised a
+    Python exception (it neither crashed nor hung: calling it in this process is safe)."""
 
-    def __init__(self, verb: str, detail: str, output: str, stalled: bool = False):
-        self.verb, self.detail, self.output, self.stalled = verb, detail, output, stalled
+    def __init__(self, verb: str, detail: str, output: str, stalled: bool = False, raised: bool = False):
+        self.verb, self.detail, self.output, self.stalled, self.raised = verb, detail, output, stalled, raised
         super().__init__(self.describe("kernels"))
 
     def describe(self, what: str) -> str:
@@ -65,8 +66,10 @@ def available() -> bool:
     return hasattr(os, "fork")
 
 
-def run(build: Callable[[], None]) -> None:
+def run(build: Callable[[], None], doing: str = "building") -> None:
     """Call ``build()`` in a forked child and wait for it; return when it succeeded.
+
+    ``doing`` names the work in the failure's verb ("crashed (SIGSEGV) parsing").
 
     Whatever the child wrote to stderr is written to this process's stderr when it succeeds
     (TVM's warnings are not lost). Raises :class:`ChildFailure` when it raised, crashed or
@@ -76,7 +79,7 @@ def run(build: Callable[[], None]) -> None:
         try:
             build()
         except Exception as err:  # noqa: BLE001 - reported as the child's would be
-            raise ChildFailure("failed to build", last_line(_error_text(err)), _error_text(err)) from None
+            raise ChildFailure("failed to build", last_line(_error_text(err)), _error_text(err), raised=True) from None
         return
     join_background_threads()
     sys.stdout.flush()
@@ -102,9 +105,9 @@ def run(build: Callable[[], None]) -> None:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
     if output is None:
-        raise ChildFailure(f"made no progress (no CPU time for {STALL_SECONDS:g} s, killed) building", "", "",
+        raise ChildFailure(f"made no progress (no CPU time for {STALL_SECONDS:g} s, killed) {doing}", "", "",
                            stalled=True)
-    _judge(status, output)
+    _judge(status, output, doing)
 
 
 def _child(build: Callable[[], None], stderr_fd: int) -> None:
@@ -168,7 +171,7 @@ def _collect(pid: int, fd: int) -> Optional[bytes]:
             return None
 
 
-def _judge(status: int, output: bytes) -> None:
+def _judge(status: int, output: bytes, doing: str) -> None:
     """Return if the child succeeded; else raise :class:`ChildFailure` saying how it failed."""
     stderr, _, raised = output.partition(_ERROR_MARK)
     text = stderr.decode("utf-8", "replace")
@@ -178,16 +181,16 @@ def _judge(status: int, output: bytes) -> None:
         return
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _RAISED and raised:
         message = raised.decode("utf-8", "replace")
-        raise ChildFailure("failed to build", last_line(message), text + message)
+        raise ChildFailure("failed to build", last_line(message), text + message, raised=True)
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         try:
             name = signal.Signals(number).name
         except ValueError:
             name = f"signal {number}"
-        verb = f"crashed ({name}) building"
+        verb = f"crashed ({name}) {doing}"
     else:
-        verb = f"ended with status {os.WEXITSTATUS(status)} building"
+        verb = f"ended with status {os.WEXITSTATUS(status)} {doing}"
     raise ChildFailure(verb, last_line(text), text)
 
 

@@ -122,7 +122,7 @@ def watch(target: str = "", lowering: bool = False) -> Iterator[Untuned]:
         _cached_under = context
     logger = logging.getLogger("autotvm")
     saved = (logger.level, logger.propagate, list(logger.handlers), set(autotvm.task.DispatchContext.warning_messages),
-             te_compiler._first_warning)
+             te_compiler._first_warning, autotvm.GLOBAL_SCOPE.silent)
     untuned = Untuned(context, target)
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
@@ -130,10 +130,15 @@ def watch(target: str = "", lowering: bool = False) -> Iterator[Untuned]:
     # TVM reports a workload once per process: forget the earlier ones so this build counts its own.
     autotvm.task.DispatchContext.warning_messages.clear()
     te_compiler._first_warning = False
+    # TVM's select_implementation sets this flag around its template queries and leaves it set
+    # when a compute raises there (a refused shape, say): every later lowering in the process
+    # would then report no untuned workload. The messages are held back above anyway.
+    autotvm.GLOBAL_SCOPE.silent = False
     try:
         yield untuned
     finally:
-        level, propagate, handlers, messages, first = saved
+        level, propagate, handlers, messages, first, silent = saved
+        autotvm.GLOBAL_SCOPE.silent = silent
         logger.setLevel(level)
         logger.propagate = propagate
         logger.handlers = handlers
