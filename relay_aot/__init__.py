@@ -24,11 +24,13 @@ from .errors import (  # noqa: E402
     UnsupportedError,
 )
 from .runtime import Closure, CompiledModule, load  # noqa: E402
+from .tuner import tune  # noqa: E402
 
 __all__ = [
     "export_standalone",
     "compile",
     "load",
+    "tune",
     "clear_cache",
     "CompiledModule",
     "Closure",

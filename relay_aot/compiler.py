@@ -17,6 +17,7 @@ from .backends.cpp.driver import compile_cpp, generate_cpp
 from .backends.python.driver import compile_python, generate_python
 from .backends.standalone.driver import export_standalone  # noqa: F401 - public: relay_aot.export_standalone
 from .ir.printer import format_program
+from .kernels import tuning
 from .request import Request
 from .runtime import CompiledModule
 
@@ -41,6 +42,7 @@ def compile(  # noqa: A001 - the name users expect
     cache: bool = True,
     verbose: bool = False,
     profile: bool = False,
+    tuning_records=None,
 ) -> CompiledModule:
     """Compile ``mod["main"]`` (and what it reaches) into a callable.
 
@@ -63,9 +65,12 @@ def compile(  # noqa: A001 - the name users expect
     :param profile: build the variant instrumented for profiling (a library of its own, cached
         under its own key); only needed for a library to export and profile after
         :func:`relay_aot.load`: ``CompiledModule.profile`` builds the variant itself.
+    :param tuning_records: an AutoTVM log (:func:`relay_aot.tune` writes one): kernels use its
+        best records, as inside ``autotvm.apply_history_best(log)``; they are part of the cache key.
     :returns: the compiled program; call it like ``mod["main"]``.
-    :raises UnsupportedError: the program uses something relay_aot does not compile (dynamic
-        shapes, a non-CPU target, ...).
+    :raises UnsupportedError: the program uses something relay_aot does not compile (a
+        non-CPU target, an operator TVM cannot lower, ...).
+    :raises FileNotFoundError, ValueError: ``tuning_records`` is missing or not an AutoTVM log.
     :raises RelayAotError: the program does not type-check, or ``params`` names no parameter.
     :raises CompileError: the generated C++ did not compile (its output and sources are kept).
     :raises ValueError: a bad model name, backend or target.
@@ -76,11 +81,12 @@ def compile(  # noqa: A001 - the name users expect
     it came from the cache (``.cached``) and its key.
     """
     compile_with, _ = _driver(backend)
-    request = Request.make(mod, target, params, name, opt_level, profile)
-    if request.config.standalone:
-        raise ValueError("RELAY_AOT_STANDALONE is set: standalone packages are written by export_standalone "
-                         "(relay-aot compile --standalone), not by compile")
-    return compile_with(request, cache=cache, verbose=verbose)
+    with tuning.records(tuning_records):
+        request = Request.make(mod, target, params, name, opt_level, profile)
+        if request.config.standalone:
+            raise ValueError("RELAY_AOT_STANDALONE is set: standalone packages are written by export_standalone "
+                             "(relay-aot compile --standalone), not by compile")
+        return compile_with(request, cache=cache, verbose=verbose)
 
 
 

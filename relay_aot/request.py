@@ -67,12 +67,13 @@ class Request:
         """The same compile for a standalone package (an output setting, hashed like ``profile``)."""
         return dataclasses.replace(self, config=dataclasses.replace(self.config, standalone=True))
 
-    def lower(self) -> tuple[ir.Program, KernelTable]:
-        """Run the passes and lower the result into the control IR and its kernel table."""
+    def lower(self, layouts: bool = True) -> tuple[ir.Program, KernelTable]:
+        """Run the passes and lower the result into the control IR and its kernel table
+        (``layouts=False``: without the layout choice, for AutoTVM's task extraction)."""
         # Layout passes ask AutoTVM for schedules too: its raw messages are held back here;
         # the build reports untuned kernels once (kernels/tuning.py).
         with tvm.transform.PassContext(opt_level=self.opt_level), tuning.watch():
-            prepared, extents = passes.prepare_with_extents(self.mod, self.params, self.opt_level, self.target)
+            prepared, extents = passes.prepare_with_extents(self.mod, self.params, self.opt_level, self.target, layouts)
             return lower_program(prepared, self.name, self.target, self.config, extents)
 
     def fingerprint(self) -> Optional[list[str]]:

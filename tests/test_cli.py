@@ -483,3 +483,24 @@ def test_randomly_damaged_input_files_end_in_one_line(lstm_so, tmp_path, capsys)
         assert status == 0 or (status == 1 and len(err) == 1 and err[0].startswith("relay-aot: error: ")), err
 
     damaged()
+
+
+def test_tune_writes_records_that_compile_reads(tmp_path, capsys):
+    (tmp_path / "dense.relay").write_text(
+        '#[version = "0.0.5"]\ndef @main(%x: Tensor[(2, 24), float32], %w: Tensor[(40, 24), float32]) {\n'
+        "  nn.relu(nn.dense(%x, %w, units=40))\n}\n")
+    log = tmp_path / "records.json"
+    assert cli.main(["tune", str(tmp_path / "dense.relay"), "-o", str(log), "--trials", "1", "--tuner", "random"]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {log}" in out and "--tuning-records" in out, out
+    assert log.read_text().count("\n") >= 1
+    assert cli.main(["tune", str(tmp_path / "dense.relay"), "-o", str(log), "--trials", "1"]) == 0
+    assert "0 trials measured now" in capsys.readouterr().out
+    assert cli.main(["compile", str(tmp_path / "dense.relay"), "-o", str(tmp_path / "dense.so"),
+                     "--tuning-records", str(log)]) == 0
+    x, w = np.ones((2, 24), "float32"), np.ones((40, 24), "float32")
+    result = relay_aot.load(tmp_path / "dense.so")(x, w).numpy()
+    np.testing.assert_allclose(result, np.full((2, 40), 24.0))
+    assert cli.main(["compile", str(tmp_path / "dense.relay"), "-o", str(tmp_path / "x.so"),
+                     "--tuning-records", str(tmp_path / "none.json")]) == 1
+    assert "--tuning-records" in capsys.readouterr().err

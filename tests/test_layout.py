@@ -26,7 +26,7 @@ RANKS = [
                     "backends.python.emit", "backends.standalone"]),
     ("5 build", ["build"]),
     ("6 runtime", ["runtime", "backends.python.runtime"]),
-    ("drivers", ["backends.cpp.driver", "backends.python.driver", "backends.standalone.driver", "compiler", ""]),
+    ("drivers", ["backends.cpp.driver", "backends.python.driver", "backends.standalone.driver", "compiler", "tuner", ""]),
     ("tools", ["cli", "testing"]),
 ]
 

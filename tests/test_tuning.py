@@ -104,3 +104,33 @@ def test_meta_schedule_is_not_silently_ignored():
     with tvm.transform.PassContext(config={"relay.backend.use_meta_schedule": True}):
         with pytest.warns(UserWarning, match="MetaSchedule"):
             relay_aot.compile(_dense_module(), backend="python")
+
+
+def test_tune_measures_this_compiles_kernels_resumes_and_compile_reads_the_log(tmp_path):
+    mod = _dense_module()
+    log = tmp_path / "records.json"
+    tasks = relay_aot.tuner.tasks(mod)
+    assert {t.name for t in tasks} >= {"dense_pack.x86"}, [t.name for t in tasks]
+    first = relay_aot.tune(mod, log, trials=2, tuner="random")
+    assert [now for _, now, _ in first.tasks] == [2] * len(tasks)
+    logged = {str(inp.task.workload) for inp, _ in autotvm.record.load_from_file(str(log))}
+    assert logged == {str(t.workload) for t in tasks}
+    # resumed: every task has its trials, nothing is measured again
+    again = relay_aot.tune(mod, log, trials=2, tuner="random")
+    assert [(now, before) for _, now, before in again.tasks] == [(0, 2)] * len(tasks)
+    plain = relay_aot.compile(mod)
+    tuned = relay_aot.compile(mod, tuning_records=log)
+    with autotvm.apply_history_best(str(log)):
+        inside = relay_aot.compile(mod)
+    assert tuned.build_result.key != plain.build_result.key and inside.build_result.key == tuned.build_result.key
+    np.testing.assert_allclose(tuned(*_args()).numpy(), _expected(*_args()), rtol=1e-5)
+
+
+def test_tuning_records_that_are_not_a_log_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        relay_aot.compile(_dense_module(), tuning_records=tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("not a record\n")
+    with pytest.raises(ValueError, match="bad.json: not an AutoTVM log"):
+        relay_aot.compile(_dense_module(), tuning_records=tmp_path / "bad.json")
+    with pytest.raises(ValueError, match="trials"):
+        relay_aot.tune(_dense_module(), tmp_path / "log.json", trials=0)

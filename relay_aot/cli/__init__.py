@@ -305,8 +305,11 @@ def _compile_args(args) -> dict:
         raise CliError(f"--name: {err}", 2) from None
     mod, params = read_model(args.model, args.format, args.input_shapes)
     params = {**params, **read_params(args.params)}
+    records = getattr(args, "tuning_records", None)
+    if records is not None and not Path(records).is_file():
+        raise CliError(f"--tuning-records {records}: no such file")
     return dict(mod=mod, target=args.target, params=params, backend=args.backend, name=args.name,
-                opt_level=args.opt_level, profile=args.profile)
+                opt_level=args.opt_level, profile=args.profile, **({"tuning_records": records} if records else {}))
 
 
 def cmd_compile(args) -> int:
@@ -334,6 +337,25 @@ def cmd_compile(args) -> int:
     print(f"wrote {out}: model {compiled.name}{built}, {_signature_line(compiled.signature)}")
     if args.c_header:
         print(f"wrote {args.c_header}: the C API, {names.c_api(compiled.name, 'run')}")
+    return 0
+
+
+def cmd_tune(args) -> int:
+    """``relay-aot tune``: tune the model's kernels with AutoTVM, appending records to ``-o``."""
+    import relay_aot
+
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise CliError(f"-o {args.output}: directory {out.parent} does not exist")
+    if args.trials < 1:
+        raise CliError(f"--trials {args.trials}: must be at least 1", 2)
+    mod, params = read_model(args.model, args.format, args.input_shapes)
+    params = {**params, **read_params(args.params)}
+    result = relay_aot.tune(mod, out, params=params, target=args.target, trials=args.trials,
+                            opt_level=args.opt_level, tuner=args.tuner, progress=print)
+    measured = sum(now for _, now, _ in result.tasks)
+    print(f"wrote {out}: {len(result.tasks)} tasks, {measured} trials measured now; "
+          f"compile with --tuning-records {out}")
     return 0
 
 
@@ -402,20 +424,24 @@ def cmd_show(args) -> int:
     return 0
 
 
-def _model_options(parser: argparse.ArgumentParser) -> None:
+def _model_options(parser: argparse.ArgumentParser, library: bool = True) -> None:
+    """MODEL and how it is read and compiled; ``library``: also the options of what is made of
+    it (name, backend, profiling), which tuning has no use for."""
     parser.add_argument("model", metavar="MODEL", help="a Relay text file, or an ONNX file (.onnx)")
     parser.add_argument("--format", choices=FORMATS, help="the MODEL's format (default: by suffix, .onnx is ONNX)")
-    parser.add_argument("--name", default="default",
-                        help="model name, the prefix of every exported symbol (default: %(default)s)")
     parser.add_argument("--params", metavar="P.npz", help="bind parameters of @main to these arrays (by name)")
     parser.add_argument("--input-shapes", metavar="SHAPES",
                         help='ONNX input shapes, e.g. "x:[1,3,224,224] y:[10]" (needed for dynamic ones)')
-    parser.add_argument("--backend", choices=("cpp", "python"), default="cpp", help="(default: %(default)s)")
     parser.add_argument("--opt-level", type=int, choices=OPT_LEVELS, default=3,
                         help="Relay optimization level (default: %(default)s)")
     parser.add_argument("--target", default=None,
                         help="TVM target of the kernels (default: $RELAY_AOT_TARGET, else host: this machine's CPU; "
                              "llvm runs on any x86-64)")
+    if not library:
+        return
+    parser.add_argument("--name", default="default",
+                        help="model name, the prefix of every exported symbol (default: %(default)s)")
+    parser.add_argument("--backend", choices=("cpp", "python"), default="cpp", help="(default: %(default)s)")
     parser.add_argument("--profile", action="store_true",
                         help="instrumented for profiling: compile a library for relay-aot run --profile, "
                         "or show the instrumented source")
@@ -450,6 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("--c-header", metavar="NAME.h",
                           help="also write the C API's header (tvmgen_<name>.h convention: structs of "
                           "input and output buffers and tvmgen_<name>_run; see docs/deployment.md)")
+    compile_.add_argument("--tuning-records", metavar="LOG",
+                          help="an AutoTVM log (relay-aot tune writes one): kernels use its best records")
     compile_.add_argument("-v", "--verbose", action="store_true", help="show the C++ build's commands")
     _debug_option(compile_)
     compile_.set_defaults(run=cmd_compile)
@@ -471,6 +499,18 @@ def build_parser() -> argparse.ArgumentParser:
                      "library must be compiled with --profile)")
     _debug_option(run)
     run.set_defaults(run=cmd_run)
+
+    tune = commands.add_parser("tune", help="tune MODEL's kernels with AutoTVM into a log",
+                               description="Measure schedules of the kernels relay-aot compile builds for MODEL "
+                               "(AutoTVM, on this machine) and append them to a log; a task with its trials "
+                               "in the log already is skipped, so an interrupted run resumes.")
+    _model_options(tune, library=False)
+    tune.add_argument("-o", "--output", metavar="LOG", required=True, help="the AutoTVM log to append to")
+    tune.add_argument("--trials", type=int, default=200, help="configurations per kernel at most (default: %(default)s)")
+    tune.add_argument("--tuner", choices=("auto", "xgb", "ga", "random", "grid"), default="auto",
+                      help="AutoTVM's tuner (default: %(default)s: xgb if xgboost is installed, else ga)")
+    _debug_option(tune)
+    tune.set_defaults(run=cmd_tune)
 
     show = commands.add_parser("show", help="print the source MODEL compiles to",
                                description="Print the generated C++ (or Python) source of MODEL, or its control IR.")

@@ -218,14 +218,16 @@ class KernelTable:
             return False
         return all(tvm.ir.structural_equal(a, b) for a, b in zip(saved, funcs))
 
-    def lower_all(self, progress: Optional[Callable[[int, int], None]] = None) -> tvm.IRModule:
+    def lower_all(self, progress: Optional[Callable[[int, int], None]] = None, report: bool = True) -> tvm.IRModule:
         """TE-lower every kernel into one module of PrimFuncs named by kernel symbols.
 
-        ``progress(done, total)`` is called after each kernel (builds show it on a terminal).
+        ``progress(done, total)`` is called after each kernel (builds show it on a terminal);
+        ``report``: say in one line how many kernels have no tuning records.
         """
         with tuning.watch(str(self.target), lowering=True) as untuned, cached_libinfo():
             merged = self._lower_all(progress, untuned)
-        untuned.report()
+        if report:
+            untuned.report()
         return merged
 
     def _lower_all(self, progress: Optional[Callable[[int, int], None]], untuned: tuning.Untuned) -> tvm.IRModule:

@@ -16,8 +16,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from typing import Iterator, Optional
+import os
+from pathlib import Path
+from typing import Iterator, Optional, Union
 
+import tvm
 from tvm import autotvm
 from tvm.relay.backend import te_compiler
 
@@ -49,6 +52,23 @@ def fingerprint() -> str:
     if not parts:
         return ""
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def records(path: Union[str, os.PathLike, None]):
+    """The context a compile reads ``path``'s AutoTVM records in (nothing for None).
+
+    :raises FileNotFoundError: ``path`` does not exist.
+    :raises ValueError: a line of it is not an AutoTVM record.
+    """
+    if path is None:
+        return contextlib.nullcontext()
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"tuning records {path}: no such file")
+    try:
+        return autotvm.apply_history_best(str(path))
+    except (ValueError, KeyError, IndexError, TypeError, tvm.error.TVMError) as err:
+        raise ValueError(f"tuning records {path}: not an AutoTVM log ({type(err).__name__}: {err})") from None
 
 
 class Untuned:

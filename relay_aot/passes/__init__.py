@@ -393,6 +393,7 @@ def prepare_with_extents(
     params: Optional[Mapping[str, object]] = None,
     opt_level: int = 3,
     target: Optional[tvm.target.Target] = None,
+    layouts: bool = True,
 ) -> tuple[tvm.IRModule, tuple[ir.SharedExtent, ...]]:
     """Run the pass pipeline: type check, bind params, legalize, simplify, fuse, A-normal form.
 
@@ -404,7 +405,8 @@ def prepare_with_extents(
     At ``opt_level`` 2 and up, the dataflow simplifications of ``relay.build`` run too; at 3,
     ``AlterOpLayout`` picks the target's preferred data layouts (packed weights for ``dense``,
     ``NCHWc`` convolutions on x86, as ``relay.build`` does) when their run-time cost is small
-    (see :func:`alter_layout`).
+    (see :func:`alter_layout`). ``layouts=False`` leaves layouts as they are, whatever the level:
+    AutoTVM's tasks are the kernels before that choice, which reads their records.
     """
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"expected a tvm.IRModule, got {type(mod).__name__}")
@@ -412,7 +414,7 @@ def prepare_with_extents(
         raise RelayAotError("the module has no @main function")
     if not isinstance(mod["main"], relay.Function):
         raise UnsupportedError(f"@main is a {type(mod['main']).__name__}, not a Relay function")
-    alters_layout = opt_level >= 3 and target is not None
+    alters_layout = layouts and opt_level >= 3 and target is not None
     if alters_layout:
         warm_error_backtraces()  # AlterOpLayout raises one (see te_compiler_speed)
     mod = prune(mod)
