@@ -40,7 +40,13 @@ class _NumpySliceBegin(relay.ExprMutator):
         count = int(types[1].shape[0])
         zero, one = relay.const(0, dtype), relay.const(1, dtype)
         extent = relay.strided_slice(relay.shape_of(data, dtype), [0], [count])
-        counted = relay.where(relay.less(begin, zero), relay.add(begin, extent), begin)
+        # Kernels of their own: fused with what computed ``begin`` (ONNX's importer clamps it in
+        # a chain of ``where``), the inlined expression of this chain grows with each use of
+        # a value, and TVM's simplifier took 80 s over the 17 elementwise int64 operations of
+        # ONNX's Slice on three axes. Each part is a small kernel over the slice's ``rank``
+        # elements.
+        begin = relay.annotation.stop_fusion(begin)
+        counted = relay.annotation.stop_fusion(relay.where(relay.less(begin, zero), relay.add(begin, extent), begin))
         forward = relay.minimum(relay.maximum(counted, zero), extent)
         backward = relay.minimum(relay.maximum(counted, relay.negative(one)), relay.subtract(extent, one))
         backward = relay.where(relay.less(backward, zero), relay.subtract(backward, extent), backward)
