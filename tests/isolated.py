@@ -2,6 +2,7 @@
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import textwrap
@@ -9,8 +10,11 @@ import textwrap
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_isolated(code: str, timeout: float = 900, env: dict | None = None):
+def run_isolated(code: str, timeout: float = 900, env: dict | None = None, stack_bytes: int | None = None):
     """Run ``code``; it must print one JSON value on its last line, which is returned.
+
+    ``stack_bytes`` limits the main thread's C stack (``RLIMIT_STACK``): a test of deep
+    recursion then needs proportionally smaller inputs than under the usual 8 MiB.
 
     A non-zero exit (a crash, an uncaught exception) raises AssertionError with the output.
     """
@@ -23,6 +27,7 @@ def run_isolated(code: str, timeout: float = 900, env: dict | None = None):
         text=True,
         timeout=timeout,
         env=full_env,
+        preexec_fn=None if stack_bytes is None else lambda: resource.setrlimit(resource.RLIMIT_STACK, (stack_bytes, stack_bytes)),
     )
     if done.returncode != 0:
         raise AssertionError(

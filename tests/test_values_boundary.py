@@ -38,8 +38,8 @@ def @main(%n: int64, %l: List[int64]) -> (List[int64], int64) { (@build(%n, Nil)
 @pytest.mark.parametrize("backend", ["cpp", "python"])
 def test_long_lists_made_in_python_are_freed_without_recursion(backend):
     """Returned by the program, passed back in, passed in as the interpreter's values: each list
-    of 400,000 cells (TVM's recursive deleters overflow an 8 MiB stack at about 200,000) is
-    dropped without overflowing the C stack."""
+    of 100,000 cells is dropped without overflowing a 2 MiB C stack (TVM's recursive deleters
+    overflow an 8 MiB stack at about 200,000 cells, so a 2 MiB one at about 50,000)."""
     result = run_isolated(
         f'''
         import json, threading, numpy as np, tvm, relay_aot
@@ -47,7 +47,7 @@ def test_long_lists_made_in_python_are_freed_without_recursion(backend):
         mod = tvm.relay.parse({LONG_LISTS!r})
         compiled = relay_aot.compile(mod, backend={backend!r})
         _, cons, nil = mod.get_type("List")
-        n = 400_000
+        n = 100_000
         empty = tvm.runtime.container.ADT(nil.tag, [])
         made, _ = compiled(np.int64(n), empty)
         _, total = compiled(np.int64(0), made)  # the program's own list, passed back in
@@ -68,8 +68,9 @@ def test_long_lists_made_in_python_are_freed_without_recursion(backend):
         print(json.dumps(out))
         ''',
         timeout=600,
+        stack_bytes=2 << 20,
     )
-    expected = 400_000 * 400_001 // 2
+    expected = 100_000 * 100_001 // 2
     assert result == {"returned": expected, "interpreter values": expected}
 
 
