@@ -58,11 +58,12 @@ def test_every_scalar_operator_matches_tvm_kernels(dtype):
     compiled = {backend: relay_aot.compile(mod, backend=backend) for backend in ("cpp", "python")}
     left_to_kernels = any(dtype in spec.kernel_only for spec in SCALAR_OPS.values())
     assert left_to_kernels or "call_kernel(" not in compiled["cpp"].source, "an operator was not computed natively"
+    interpreter = testing.reference(mod, "interpreter")
     for a, b in PAIRS[dtype]:
         for c in (True, False):
             args = (np.array(a, dtype), np.array(b, dtype), np.array(c))
             with np.errstate(all="ignore"):
-                expected = testing.normalize(testing.run_reference(mod, args, "interpreter"))
+                expected = testing.normalize(interpreter(*args))
             for backend, module in compiled.items():
                 testing.assert_same(testing.normalize(module(*args)), expected, rtol=1e-6, atol=0,
                                     names=(f"relay_aot {backend}", "TVM kernels"))

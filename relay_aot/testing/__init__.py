@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import tvm
 
 from .compare import Mismatch, assert_same, normalize, summary
-from .oracle import REFERENCES, IsolatedOracle, Outcome, error_text, evaluate, run_reference, unsupported_reason
+from .oracle import REFERENCES, IsolatedOracle, Outcome, error_text, evaluate, reference, run_reference, unsupported_reason
 
 __all__ = [
     "Mismatch",
@@ -25,6 +25,7 @@ __all__ = [
     "REFERENCES",
     "normalize",
     "assert_same",
+    "reference",
     "run_reference",
     "check_equivalence",
     "equivalence_report",

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 from multiprocessing.connection import Connection
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tvm
@@ -53,8 +53,15 @@ DEFAULT_TIMEOUT = 300.0
 
 def run_reference(mod: tvm.IRModule, args: Sequence[Any], executor: str = "interpreter") -> Any:
     """Run ``mod["main"]`` on TVM's Relay ``interpreter`` or ``vm``, in this process."""
+    return reference(mod, executor)(*args)
+
+
+def reference(mod: tvm.IRModule, executor: str = "interpreter") -> Callable[..., Any]:
+    """``mod["main"]`` on TVM's Relay ``interpreter`` or ``vm``, prepared once (its kernels are
+    lowered when it is made): call it like :func:`run_reference`'s ``args`` on each input."""
     mod = _prepared(mod)
-    return _executor(mod, executor)(*reference_args(mod, args))
+    function = _executor(mod, executor)
+    return lambda *args: function(*reference_args(mod, args))
 
 
 def _prepared(mod: tvm.IRModule) -> tvm.IRModule:
