@@ -1,0 +1,50 @@
+"""A sample in the form of TVM's own Relay tests, for tests/test_tvm_suite.py (not collected by
+this suite: it runs under relay_aot.testing.tvm_suite's plugin, in a pytest of its own)."""
+
+import numpy as np
+import tvm
+from tvm import relay
+from tvm.contrib import graph_executor
+from tvm.runtime.vm import VirtualMachine
+from tvm.relay.prelude import Prelude
+from tvm.relay.backend.interpreter import ConstructorValue
+
+
+def _add_mod():
+    x = relay.var("x", shape=(3,), dtype="float32")
+    return tvm.IRModule.from_expr(relay.Function([x], relay.add(x, relay.const(1.0))))
+
+
+def test_every_kind():
+    data = np.arange(3, dtype="float32")
+    for kind in ("debug", "graph", "vm", "aot"):
+        out = relay.create_executor(kind, mod=_add_mod(), device=tvm.cpu(), target="llvm").evaluate()(data)
+        np.testing.assert_allclose(out.numpy(), data + 1)
+
+
+def test_build_and_graph_module():
+    lib = relay.build(_add_mod(), target="llvm")
+    module = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    module.set_input("x", np.ones(3, "float32"))
+    module.run()
+    np.testing.assert_allclose(module.get_output(0).numpy(), 2 * np.ones(3))
+
+
+def test_vm_compile():
+    exe = relay.vm.compile(_add_mod(), target="llvm")
+    out = VirtualMachine(exe, tvm.cpu()).run(np.zeros(3, "float32"))
+    np.testing.assert_allclose(out.numpy(), np.ones(3))
+
+
+def test_interpreter_constructor_values():
+    mod = tvm.IRModule()
+    p = Prelude(mod)
+    _, cons, nil = p.mod.get_type("List")
+    value = relay.create_executor("debug", mod=p.mod).evaluate(cons(relay.const(1.0), nil()))
+    assert isinstance(value, ConstructorValue) and value.constructor.name_hint == "Cons"
+
+
+def test_fails_only_under_relay_aot():
+    import os
+
+    assert os.environ.get("RELAY_AOT_TVM_SUITE") != "aot"
