@@ -57,6 +57,10 @@ DEFAULT_TIMEOUT = 600
 #: How many tests reached relay_aot during the current one (reset per test).
 _REACHED = [0]
 
+#: Each test's outcome so far, and whether this process is an xdist worker (which only reports).
+_RESULTS: dict = {}
+_ON_WORKER = [False]
+
 
 def _skip(reason: str):
     import pytest
@@ -253,9 +257,26 @@ class BuiltGraph:
             raise AttributeError(name)
         return getattr(self.real(), name)
 
+    @property
+    def lib(self):
+        """The kernels' library, for ``graph_executor.create(built.graph_json, built.lib, dev)``."""
+        return _BuiltLib(self)
+
     def __iter__(self):  # the legacy ``graph, lib, params = relay.build(...)``
         real = self.real()
         return iter([real.get_graph_json(), self, real.get_params()])
+
+
+class _BuiltLib:
+    """``BuiltGraph.lib``: TVM's real library for everything but making a graph module."""
+
+    def __init__(self, built: BuiltGraph):
+        self.built = built
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.built.real().lib, name)
 
 
 class GraphModule:
@@ -363,6 +384,8 @@ class _GraphModuleFactory:
 
 def graph_executor_create(graph_json_str, libmod, device):
     """``graph_executor.create`` for a :class:`BuiltGraph` (the legacy three-value form)."""
+    if isinstance(libmod, _BuiltLib):
+        libmod = libmod.built
     if isinstance(libmod, BuiltGraph):
         devices = device if isinstance(device, (list, tuple)) else [device]
         return GraphModule(libmod, devices)
@@ -492,6 +515,10 @@ def install() -> None:
 def pytest_configure(config):
     if os.environ.get(MODE_ENV) == "aot":
         install()
+    _ON_WORKER[0] = hasattr(config, "workerinput")
+    if _ON_WORKER[0]:
+        # Collection can hang too (before any test's clock starts).
+        faulthandler.dump_traceback_later(_timeout() + 120, exit=True)
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -533,7 +560,6 @@ def pytest_runtest_teardown(item, nextitem):
     item.user_properties.append(("relay_aot_reached", _REACHED[0]))
 
 
-_RESULTS: dict = {}
 
 
 def _first_line(report) -> str:
@@ -561,21 +587,20 @@ def pytest_runtest_logreport(report):
         entry["outcome"], entry["error"] = "skipped", _first_line(report)
     elif report.failed and entry["outcome"] != "failed":
         entry["outcome"], entry["error"] = "failed", _first_line(report)
-
-
-def pytest_sessionfinish(session):
     path = os.environ.get(RECORD_ENV)
-    if path and not hasattr(session.config, "workerinput"):
-        with open(path, "w") as out:
-            for test, entry in _RESULTS.items():
-                out.write(json.dumps({"test": test, **entry}) + "\n")
+    if path and not _ON_WORKER[0]:
+        # One line per report, the last one per test counts: a run cut short keeps what it saw.
+        with open(path, "a") as out:
+            out.write(json.dumps({"test": report.nodeid, **entry}) + "\n")
 
 
 # -- the driver --------------------------------------------------------------------------------
 
 
-def run_file(tests_dir: Path, test_file: str, mode: str, workers: int, timeout: int) -> dict:
-    """Run one of TVM's test files under ``mode`` (``"tvm"`` or ``"aot"``): {test: record}."""
+def run_file(tests_dir: Path, test_file: str, mode: str, workers: int, timeout: int,
+             file_timeout: Optional[int] = None) -> dict:
+    """Run one of TVM's test files under ``mode`` (``"tvm"`` or ``"aot"``): {test: record}.
+    A run still going after ``file_timeout`` seconds is ended, with the tests it reported."""
     with tempfile.TemporaryDirectory(prefix="relay_aot-tvm-suite-") as scratch:
         record = Path(scratch) / "record.jsonl"
         ini = Path(scratch) / "pytest.ini"
@@ -589,7 +614,13 @@ def run_file(tests_dir: Path, test_file: str, mode: str, workers: int, timeout: 
             str(tests_dir / test_file),
         ]
         started = time.monotonic()
-        proc = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True)
+        try:
+            proc = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True,
+                                  timeout=file_timeout)
+        except subprocess.TimeoutExpired as stopped:
+            proc = subprocess.CompletedProcess(command, -1, stopped.stdout or "", stopped.stderr or "")
+            if not isinstance(proc.stdout, str):
+                proc = subprocess.CompletedProcess(command, -1, proc.stdout.decode(), proc.stderr.decode())
         results = {}
         if record.exists():
             for line in record.read_text().splitlines():
@@ -662,6 +693,7 @@ def main(argv=None) -> int:
                              "recorded in an existing summary are kept")
     parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers per run")
     parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help="seconds per test")
+    parser.add_argument("--file-timeout", type=int, default=3600, help="seconds per file and run")
     parser.add_argument("--modes", default="tvm,aot", help="which runs: tvm, aot or both")
     parser.add_argument("--merge", type=Path, nargs="*", default=[],
                         help="raw results of earlier runs (.raw.json) to summarize with these")
@@ -676,7 +708,7 @@ def main(argv=None) -> int:
     for test_file in options.files:
         for mode in options.modes.split(","):
             runs.setdefault(test_file, {})[mode] = run_file(options.tests, test_file, mode, options.workers,
-                                                             options.timeout)
+                                                             options.timeout, options.file_timeout)
             raw_path.write_text(json.dumps(runs, indent=1, sort_keys=True))
     reasons = {}
     if options.out.exists():
