@@ -33,7 +33,7 @@ from .copies import copy_form
 from .divisions import guard_divisions
 from .llvm_debug_info import for_llvm
 from .shape_funcs import ShapeFunc, make_shape_func
-from . import isolated, scratch, tuning
+from . import extents, isolated, scratch, tuning
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
 
@@ -333,15 +333,29 @@ class KernelTable:
         return self.lowered(c_target, None, True)[1]
 
     def lowered(self, c_target: Optional[str] = None, progress=None, scratch_params: bool = False):
-        """The lowered kernels as they are built (for TVM's ``c`` target ``c_target``, or LLVM),
-        and what :mod:`.scratch` did to them (nothing unless ``scratch_params``)."""
+        """The lowered kernels as they are built (for TVM's ``c`` target ``c_target``, or LLVM);
+        what :mod:`.scratch` did to them (nothing unless ``scratch_params``); and, for a
+        standalone package, per kernel or shape function symbol over ``?`` dimensions, its
+        extent parameters (:mod:`.extents`: (buffer index, dimension) each)."""
         # A PassContext of our own: the caller's (its TIR options, MetaSchedule) is not part of
         # the cache key, so it must not change what is built.
         with tvm.transform.PassContext(config={"tir.disable_vectorize": True} if c_target else {}):
             merged = self.lower_all(progress)
+        extent_params: dict = {}
+        if self.config.standalone:  # unpacked kernels over ? dimensions take their extents as parameters
+            built = [k for k in self.kernels if k.scalar is None]
+            called = {k.symbol for k in built} | {k.shape_func for k in built if k.shape_func is not None}
+            merged, extent_params = extents.apply(merged, called)
         if not scratch_params:
-            return merged, {}
-        return scratch.apply(merged, {k.symbol for k in self.kernels if k.scalar is None})
+            return merged, {}, extent_params
+        return (*scratch.apply(merged, {k.symbol for k in self.kernels if k.scalar is None}), extent_params)
+
+    def extent_plan(self, c_target: Optional[str] = None) -> dict[str, tuple[tuple[int, int], ...]]:
+        """The extent parameters ``build()`` (or ``build_c(c_target)``) gives the kernels and
+        shape functions of a standalone package (see :meth:`lowered`)."""
+        if not self.needs_build:
+            return {}
+        return self.lowered(c_target)[2]
 
     def _build_isolated(self, merged: tvm.IRModule, path: str, target) -> None:
         try:

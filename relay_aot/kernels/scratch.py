@@ -88,10 +88,16 @@ def to_params(func: tir.PrimFunc) -> tuple[tir.PrimFunc, Scratch]:
 def apply(merged: tvm.IRModule, symbols) -> tuple[tvm.IRModule, dict[str, Scratch]]:
     """:func:`to_params` on the functions of ``merged`` named in ``symbols`` (the kernels the
     generated code calls; functions they call keep their workspace calls)."""
+    return rewrite(merged, symbols, to_params)
+
+
+def rewrite(merged: tvm.IRModule, symbols, transform) -> tuple[tvm.IRModule, dict]:
+    """``merged`` with ``transform`` (PrimFunc -> (PrimFunc, info)) applied to the functions
+    named in ``symbols``, and the info per name (its attributes kept)."""
     functions, done = {}, {}
     for gvar, func in merged.functions.items():
         if gvar.name_hint in symbols and isinstance(func, tir.PrimFunc):
-            func, done[gvar.name_hint] = to_params(func)
+            func, done[gvar.name_hint] = transform(func)
         functions[gvar] = func
     out = tvm.IRModule(functions)
     if merged.attrs is not None:

@@ -140,6 +140,112 @@ inline void workspace_free(State& s, void* data) {
   if (p >= s.arena && p < s.arena + s.used) s.used = static_cast<uint32_t>(p - s.arena);
 }
 
+// -- tensors of a program with ? shapes ---------------------------------------------------
+//
+// In a program with ? dimensions every tensor carries its extents: int32 words just before its
+// data (the value is still the pointer to the data), in a header whose size is a multiple of
+// the alignment. TVM's kernels over ? dimensions take their extents as int32 parameters.
+
+/*! \brief Bytes of the extents header of a tensor of rank \p rank (0 for a 0-d tensor). */
+constexpr uint32_t header_bytes(int rank, uint32_t align) {
+  return rank == 0 ? 0u : (static_cast<uint32_t>(rank) * 4u + align - 1u) & ~(align - 1u);
+}
+
+/*! \brief Extent \p dim of tensor \p t of rank \p rank. */
+inline int32_t extent(Value t, int rank, int dim) { return static_cast<const int32_t*>(t)[dim - rank]; }
+
+/*! \brief The first byte of the block of tensor \p t (its header's start). */
+inline Value block_of(Value t, int rank, uint32_t align) {
+  return static_cast<uint8_t*>(t) - header_bytes(rank, align);
+}
+
+/*! \brief Tensor \p rank extents \p dims in the block \p block: its data pointer (nullptr stays). */
+inline Value with_extents(Value block, const int32_t* dims, int rank, uint32_t align) {
+  if (!block) return nullptr;
+  uint8_t* data = static_cast<uint8_t*>(block) + header_bytes(rank, align);
+  for (int i = 0; i < rank; ++i) reinterpret_cast<int32_t*>(data)[i - rank] = dims[i];
+  return data;
+}
+
+/*! \brief A new tensor of \p nbytes of data and extents \p dims from the arena. */
+inline Value alloc_tensor(State& s, const int32_t* dims, int rank, uint32_t nbytes, uint32_t align) {
+  uint32_t head = header_bytes(rank, align);
+  if (nbytes > 0xffffffffu - head) return out_of_arena(s, nbytes, nbytes - s.arena_size);
+  return with_extents(arena_alloc(s, head + nbytes, align), dims, rank, align);
+}
+
+/*! \brief A new tensor of static shape \p D... and \p nbytes of data. */
+template <int32_t... D>
+inline Value alloc_static(State& s, uint32_t nbytes, uint32_t align) {
+  const int32_t dims[] = {D..., 0};
+  return alloc_tensor(s, dims, sizeof...(D), nbytes, align);
+}
+
+/*! \brief A released block of size class \p c (or a new one) as a tensor of static shape \p D.... */
+template <int32_t... D>
+inline Value take_static(State& s, uint32_t c, uint32_t nbytes, uint32_t align) {
+  const int32_t dims[] = {D..., 0};
+  const uint32_t head = header_bytes(sizeof...(D), align);
+  return with_extents(take_block(s, c, head + nbytes, align), dims, sizeof...(D), align);
+}
+
+/*! \brief A copy of the caller's \p nbytes at \p data as a tensor of static shape \p D.... */
+template <int32_t... D>
+inline Value copy_static(State& s, const void* data, uint32_t nbytes, uint32_t align) {
+  Value t = alloc_static<D...>(s, nbytes, align);
+  if (t && nbytes) memcpy(t, data, nbytes);
+  return t;
+}
+
+/*! \brief Fail with "<kernel>: <what>" (in the message buffer, when there is one). */
+inline Failure shape_error(State& s, const char* kernel, const char* what) {
+  if (s.error) return Failure();
+  if (!s.message || s.message_size < 2) return fail(s, what);
+  char* end = s.message + s.message_size - 1;
+  char* out = append_text(s.message, end, kernel);
+  out = append_text(out, end, ": ");
+  out = append_text(out, end, what);
+  *out = 0;
+  return fail(s, s.message);
+}
+
+/*!
+ * \brief A new tensor of the shape a shape function computed for \p kernel's output, checked
+ *        before anything is allocated or read: no negative extent, none beyond 32 bits (TVM's
+ *        kernels take int32 extents), each equal to \p expected's where the type is static
+ *        (nullptr: none is), and no more bytes than 32 bits count; nullptr with the error set.
+ */
+inline Value alloc_computed(State& s, const char* kernel, const int64_t* dims, int rank, uint32_t element_bytes,
+                            const int32_t* expected, uint32_t align) {
+  if (s.error) return nullptr;
+  int32_t narrow[8];
+  if (rank > 8) return shape_error(s, kernel, "a computed shape has more than 8 dimensions");
+  bool empty = false;
+  for (int i = 0; i < rank; ++i) {
+    if (dims[i] < 0) return shape_error(s, kernel, "a shape computed at run time has a negative extent");
+    if (dims[i] > 0x7fffffff) return shape_error(s, kernel, "a shape computed at run time has an extent beyond 32 bits");
+    if (expected && dims[i] != expected[i]) {
+      return shape_error(s, kernel, "a shape computed at run time disagrees with the static type");
+    }
+    narrow[i] = static_cast<int32_t>(dims[i]);
+    empty = empty || dims[i] == 0;
+  }
+  uint64_t nbytes = empty ? 0 : element_bytes;
+  for (int i = 0; i < rank && nbytes; ++i) {
+    nbytes *= static_cast<uint64_t>(dims[i]);  // at most 2^32 * 2^31: no wrap before the test
+    if (nbytes > 0xffffffffu) return shape_error(s, kernel, "a tensor computed at run time has more than 2^32 bytes");
+  }
+  return alloc_tensor(s, narrow, rank, static_cast<uint32_t>(nbytes), align);
+}
+
+/*! \brief The number of elements of tensor \p t of rank \p rank (0 when an extent is 0). */
+inline bool has_elements(Value t, int rank) {
+  for (int i = 0; i < rank; ++i) {
+    if (extent(t, rank, i) == 0) return false;
+  }
+  return true;
+}
+
 // -- scalars -----------------------------------------------------------------------------
 
 /*! \brief The value of a 0-d tensor (bool is one byte). */

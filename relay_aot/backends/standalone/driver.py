@@ -116,7 +116,8 @@ def export_standalone(
     # a planned program's kernels take their scratch buffers as parameters, planned with its tensors
     planned = straight_line(program)
     c_target = row.kernel_c_target or None
-    emitter = StandaloneEmitter(program, name, api, row.alignment, kernels.scratch_plan(c_target) if planned else {})
+    emitter = StandaloneEmitter(program, name, api, row.alignment, kernels.scratch_plan(c_target) if planned else {},
+                                kernels.extent_plan(c_target))
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("kernels.o", "kernels.c"):

@@ -33,6 +33,7 @@ from ... import ir, names
 from ...errors import UnsupportedError
 from ...ir.liveness import liveness
 from ...kernels.scalars import NATIVE_DTYPES, is_native_scalar
+from ...kernels.shape_funcs import shape_function_args
 from ...kernels.scratch import Scratch
 from ..cpp.capi import CApi, _element_bytes
 from ..cpp.emit import CppEmitter, cpp_string_literal, escape_comment, path_expr, scalar_cpp, var
@@ -56,20 +57,40 @@ def refusal(program: ir.Program, unsupported_dtypes: Sequence[str] = (), target:
             if t.dtype in unsupported_dtypes and kernel.scalar is None:
                 what = ", ".join(dict.fromkeys(kernel.ops)) or "no operators"
                 return f"the kernel of {what} computes on {t.dtype}, which TVM's kernels do not support on {target}"
-            if not t.is_static:
-                what = ", ".join(dict.fromkeys(kernel.ops)) or "no operators"
-                return (f"the kernel of {what} has the dynamic type {ir.format_type(t, program.adts)}: "
-                        "standalone packages need static shapes")
             bits = _element_bytes(t.dtype) * 8 if t.dtype != "bool" else 8
             if t.dtype not in NATIVE_DTYPES and not t.dtype.startswith("float16") or bits == 0:
                 return f"the dtype {t.dtype} has no C element type in a standalone package"
+    # ? dimensions inside the program are served by the arena; the C API's buffers have static sizes
+    for what, ty in [(f"parameter %{p.name}", p.type) for p in program.params] + [("result", program.ret)]:
+        for t in _tensor_types(ty):
+            if not t.is_static:
+                return (f"@main's {what} has the dynamic type {ir.format_type(t, program.adts)}: a standalone "
+                        "package's inputs and outputs have static shapes (? dimensions inside the program are supported)")
+    return None
+
+
+def _tensor_types(ty: ir.Type) -> list:
+    """The tensor types in ``ty`` (through tuples)."""
+    if isinstance(ty, ir.TensorType):
+        return [ty]
+    if isinstance(ty, ir.TupleType):
+        return [t for f in ty.fields for t in _tensor_types(f)]
+    return []
+
+
+def has_dynamic_shapes(program: ir.Program) -> bool:
+    """Whether ``program`` has a tensor with a ``?`` dimension (its tensors then carry extents)."""
+    if any(not t.is_static for k in program.kernels for t in k.inputs + k.outputs):
+        return True
     for f in program.functions:
+        for p in f.params + f.captures:
+            if any(not t.is_static for t in _tensor_types(p.type)):
+                return True
         for stmt in ir.walk(f.body):
             var_ = stmt.var if isinstance(stmt, ir.Let) else stmt.result
-            if isinstance(var_.type, ir.TensorType) and not var_.type.is_static:
-                return (f"{f.hint} has a value of the dynamic type {ir.format_type(var_.type, program.adts)}: "
-                        "standalone packages need static shapes")
-    return None
+            if any(not t.is_static for t in _tensor_types(var_.type)):
+                return True
+    return False
 
 
 def _vars_read(node) -> list:
@@ -107,8 +128,9 @@ def released_tensors(program: ir.Program, f: ir.Function) -> dict[int, int]:
                 rhs = stmt.rhs
                 if isinstance(rhs, ir.KernelCall):
                     kernel = program.kernels[rhs.kernel]
-                    if isinstance(kernel.result, ir.TensorType) and not is_native_scalar(kernel.result):
-                        made[stmt.var.id] = _nbytes(kernel.result)
+                    result = kernel.result
+                    if isinstance(result, ir.TensorType) and not is_native_scalar(result) and result.is_static:
+                        made[stmt.var.id] = _nbytes(result)
                 else:
                     escaped.update(v.id for v in _vars_read(rhs))
             else:
@@ -128,13 +150,18 @@ class StandaloneEmitter(CppEmitter):
     """Prints one program as a standalone package's C++ (see the module's docstring)."""
 
     def __init__(self, program: ir.Program, model: str, api: CApi, alignment: int,
-                 scratch: Mapping[str, Scratch] = {}):
+                 scratch: Mapping[str, Scratch] = {}, extents: Mapping[str, Sequence[tuple[int, int]]] = {}):
         """``scratch``: per kernel symbol, its scratch parameters (``Kernels.scratch_plan``),
-        for a program whose storage is planned (:func:`.plan.straight_line`); else empty."""
+        for a program whose storage is planned (:func:`.plan.straight_line`); else empty.
+        ``extents``: per kernel or shape function symbol, its extent parameters
+        (``Kernels.extent_plan``)."""
         super().__init__(program, model, constants_file=None)
         self.api = api
         self.alignment = alignment
         self.scratch = dict(scratch)
+        self.extents = dict(extents)
+        #: the program has ? dimensions: every tensor carries its extents (the runtime's header)
+        self.dynamic = has_dynamic_shapes(program)
         sizes = {symbol: s.sizes for symbol, s in self.scratch.items()}
         self.plan: Optional[StoragePlan] = plan_storage(program, api, alignment, _nbytes, sizes)
         #: per function, the tensors released at their last use (see :func:`released_tensors`)
@@ -170,15 +197,33 @@ class StandaloneEmitter(CppEmitter):
         """The storage of kernel output ``name`` (of variable ``v``): planned, or from the arena."""
         if self.plan is not None:
             return self.plan.expr(v, name)
-        if v.id in self.released.get(self.func.id, {}):
-            return f"take_block(state, {self.size_classes[_nbytes(out)]}, {_nbytes(out)}, {self.alignment})"
-        return f"arena_alloc(state, {_nbytes(out)}, {self.alignment})"
+        released = v.id in self.released.get(self.func.id, {})
+        size = f"{_nbytes(out)}, {self.alignment}"
+        if self.dynamic:  # the block begins with the tensor's extents
+            dims = ", ".join(str(d) for d in out.shape)
+            if released:
+                return f"take_static<{dims}>(state, {self.size_classes[_nbytes(out)]}, {size})"
+            return f"alloc_static<{dims}>(state, {size})"
+        if released:
+            return f"take_block(state, {self.size_classes[_nbytes(out)]}, {size})"
+        return f"arena_alloc(state, {size})"
 
     # -- files ---------------------------------------------------------------------------
 
     def kernel_declarations(self, k: ir.Kernel) -> list[str]:
         scratch = len(self.scratch[k.symbol].sizes) if k.symbol in self.scratch else 0
-        return [f"int32_t {k.symbol}({', '.join(['void*'] * (len(k.inputs) + len(k.outputs) + scratch))});"]
+        params = ["void*"] * (len(k.inputs) + len(k.outputs) + scratch) + ["int32_t"] * len(self.extents.get(k.symbol, ()))
+        declarations = [f"int32_t {k.symbol}({', '.join(params)});"]
+        if k.shape_func is not None:  # its inputs (data, shapes) and one int64 array per output
+            count = len(shape_function_args(k.shape_states, self._per_param(k), lambda a: a)) + len(k.outputs)
+            params = ["void*"] * count + ["int32_t"] * len(self.extents.get(k.shape_func, ()))
+            declarations.append(f"int32_t {k.shape_func}({', '.join(params)});")
+        return declarations
+
+    @staticmethod
+    def _per_param(k: ir.Kernel) -> list[list[ir.TensorType]]:
+        """Per Relay parameter of ``k``, its flattened tensor types."""
+        return [_tensor_types(p) for p in k.params]
 
     def header(self, banner: str) -> str:
         e = self._begin_header(banner, f'"{RUNTIME_HEADER}"',
@@ -215,6 +260,9 @@ class StandaloneEmitter(CppEmitter):
         e = self._begin_unit(banner, '"program.h"')
         for i, c in enumerate(self.program.constants):
             words = _words(c)
+            if self.dynamic and c.ndim:  # its extents first, just before its data (the runtime's header)
+                head = ["0x00000000"] * (self._header_words(c.ndim) - c.ndim)
+                words = head + [f"0x{d:08x}" for d in c.shape] + words
             e.line(f"// constant {i}: {c.dtype}{list(c.shape)}")
             e.line(f"alignas({self.alignment}) extern const {_word_type(c)} {_constant_name(i)}[{len(words)}] = {{")
             for start in range(0, len(words), 8):
@@ -286,7 +334,13 @@ class StandaloneEmitter(CppEmitter):
             value = f"unbox<{self.ctype(v.type)}>(constant({name}))"
             self.out.line(f"const {self.ctype(v.type)} {var(v)} = {value};", comment=self.describe(v, "constant"))
         else:  # read in place: kernels never write their inputs, results are copied out
-            self.out.line(f"Value {var(v)} = constant({name});", comment=self.describe(v, "constant"))
+            ndim = self.program.constants[rhs.index].ndim
+            data = f"{name} + {self._header_words(ndim)}" if self.dynamic and ndim else name
+            self.out.line(f"Value {var(v)} = constant({data});", comment=self.describe(v, "constant"))
+
+    def _header_words(self, ndim: int) -> int:
+        """32-bit words of the extents header of a tensor of rank ``ndim`` (``header_bytes``)."""
+        return -(-ndim * 4 // self.alignment) * self.alignment // 4
 
     def _kernel_call(self, rhs: ir.KernelCall, stmt: ir.Let) -> None:
         e = self.out
@@ -299,32 +353,54 @@ class StandaloneEmitter(CppEmitter):
             if _DIVISIONS.intersection(kernel.ops):
                 e.line('if (zero_division()) return fail(state, "integer division by zero");')
             return
-        inputs: list[str] = []
+        per_param: list[list[str]] = []
         for arg, ptype in zip(rhs.args, kernel.params):
-            self.flatten(var(arg), arg.type, ptype, inputs)
+            flat: list[str] = []
+            self.flatten(var(arg), arg.type, ptype, flat)
+            per_param.append(flat)
+        inputs = [a for flat in per_param for a in flat]
         single = isinstance(kernel.result, ir.TensorType)
         outputs = [var(v)] if single else [f"{var(v)}_{j}" for j in range(len(kernel.outputs))]
         e.comment(note)
+        if kernel.shape_func is not None:
+            self.shape_function_call(kernel, per_param, outputs)
         out_args, allocated = [], False
         for name, out in zip(outputs, kernel.outputs):
             if is_native_scalar(out):
                 e.line(f"{self.ctype(out)} {name};")
                 out_args.append(f"&{name}")
+                continue
+            if kernel.shape_func is not None:  # at the shape it computed, checked first
+                expected = "nullptr"
+                if out.is_static and out.shape:
+                    expected = f"{name}_expected"
+                    e.line(f"static const int32_t {expected}[] = {{{', '.join(str(d) for d in out.shape)}}};")
+                storage = (f"alloc_computed(state, {cpp_string_literal(kernel.symbol)}, {name}_dims, {len(out.shape)}, "
+                           f"{_element_bytes(out.dtype)}, {expected}, {self.alignment})")
             else:
                 storage = self.allocate(v, name, out)
-                allocated = allocated or storage.startswith(("arena_alloc", "take_block"))
-                e.line(f"Value {name} = {storage};", comment=str(out.shape))
-                out_args.append(name)
+            allocated = allocated or not storage.startswith(("output_buffer", "static_cast"))
+            e.line(f"Value {name} = {storage};", comment=ir.format_type(out, ()) if not out.is_static else str(out.shape))
+            out_args.append(name)
         if allocated:
             self.check()
         if self.plan is not None:
             out_args += [self.plan.at(offset) for offset in self.plan.scratch.get(v.id, ())]
-        call = f"{kernel.symbol}({', '.join(inputs + out_args)})"
+        ranks = [len(t.shape) for t in kernel.inputs + kernel.outputs]
+        extents = self.extent_args(kernel.symbol, list(zip(inputs + out_args, ranks)))
+        call = f"{kernel.symbol}({', '.join(inputs + out_args + extents)})"
         if kernel.symbol in self.scratch and not self.scratch[kernel.symbol].fallible:
             e.line(f"{call};", comment="no workspace call, no assertion: it cannot fail")
         else:
-            # TVM's unpacked kernels fail only when their scratch memory does, which said why first
-            e.line(f"if ({call} != 0) return fail(state, \"a kernel failed\");")
+            # TVM's unpacked kernels fail when their scratch memory does, which said why first,
+            # or on a check of their extents, which said why through TVMAPISetLastError
+            test = f"{call} != 0"
+            if kernel.shape_func is not None:  # a kernel whose outputs are all empty is not called
+                written = [f"has_elements({n}, {len(o.shape)})" for n, o in zip(outputs, kernel.outputs)
+                           if not is_native_scalar(o)]
+                if written:
+                    test = f"({' || '.join(written)}) && {test}"
+            e.line(f"if ({test}) return fail(state, \"a kernel failed\");")
         if not single:
             rest = iter(zip(outputs, kernel.outputs))
             e.line(f"Value {var(v)} = {self.rebuild(kernel.result, rest)};")
@@ -332,7 +408,43 @@ class StandaloneEmitter(CppEmitter):
         released = self.released.get(self.func.id, {})
         for a in dict.fromkeys(rhs.args):
             if (stmt.uid, a.id) in self.last and a.id in released:
-                e.line(f"give_block(state, {self.size_classes[released[a.id]]}, {var(a)});", comment="last use")
+                block = f"block_of({var(a)}, {len(a.type.shape)}, {self.alignment})" if self.dynamic else var(a)
+                e.line(f"give_block(state, {self.size_classes[released[a.id]]}, {block});", comment="last use")
+
+    def extent_args(self, symbol: str, buffers: list[tuple[str, int]]) -> list[str]:
+        """The extent arguments of kernel or shape function ``symbol`` (``kernels/extents.py``),
+        read from its buffers ``(expression, rank)`` in parameter order."""
+        args = []
+        for index, dim in self.extents.get(symbol, ()):
+            expr, rank = buffers[index]
+            args.append(f"extent({expr}, {rank}, {dim})")
+        return args
+
+    def shape_function_call(self, kernel: ir.Kernel, per_param: list[list[str]], outputs: list[str]) -> None:
+        """Run the shape function of a kernel with ``?`` dimensions into one ``int64_t`` array
+        per output (``<output>_dims``): each parameter's tensors as data, as shapes (``int64_t``
+        arrays of their extents), or both (``shape_states``)."""
+        e = self.out
+        types = dict(zip([a for flat in per_param for a in flat], kernel.inputs))
+        ranks = {a: len(t.shape) for a, t in types.items()}
+        arrays: list[str] = []
+
+        def shape_of(a: str) -> str:
+            rank = ranks[a]
+            name = f"{outputs[0]}_shape{len(arrays)}"
+            dims = [str(d) if d != ir.ANY_DIM else f"extent({a}, {rank}, {i})" for i, d in enumerate(types[a].shape)]
+            e.line(f"alignas({self.alignment}) int64_t {name}[] = {{{', '.join(dims or ['0'])}}};")
+            arrays.append(name)
+            return name
+
+        args = shape_function_args(kernel.shape_states, per_param, shape_of)
+        buffers = [(a, 1 if a in arrays else ranks[a]) for a in args]
+        for name, out in zip(outputs, kernel.outputs):
+            e.line(f"alignas({self.alignment}) int64_t {name}_dims[{max(len(out.shape), 1)}];")
+            args.append(f"{name}_dims")
+            buffers.append((f"{name}_dims", 1))
+        args += self.extent_args(kernel.shape_func, buffers)
+        e.line(f"if ({kernel.shape_func}({', '.join(args)}) != 0) return fail(state, \"a shape function failed\");")
 
     def flatten(self, expr: str, src: ir.Type, ty: ir.Type, out: list[str]) -> None:
         if isinstance(ty, ir.TupleType):
@@ -537,8 +649,13 @@ class StandaloneEmitter(CppEmitter):
         if nulls:  # one message: its text is flash on a microcontroller
             e.line(f"if ({' || '.join(nulls)}) return {error} = \"a NULL buffer\", -1;", comment="its first step")
         args = []
-        for f, p in zip(api.inputs, main.params):
+        for i, (f, p) in enumerate(zip(api.inputs, main.params)):
             value = f"inputs->{f.name}"
+            if self.dynamic and not is_native_scalar(p.type):  # into the arena, after its extents
+                dims = ", ".join(str(d) for d in p.type.shape)
+                e.line(f"Value input{i} = copy_static<{dims}>(state, {value}, {_nbytes(p.type)}, {self.alignment});")
+                e.line(f"if (state.error) return -1;")
+                value = f"input{i}"
             args.append(self.convert(value, ir.AnyType(), p.type))
         if self.plan is not None and self.plan.direct_output:
             args.append(f"outputs->{api.outputs[0].name}")

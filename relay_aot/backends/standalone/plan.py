@@ -63,6 +63,8 @@ def straight_line(program: ir.Program) -> bool:
         if not isinstance(rhs, ir.KernelCall):
             return False
         kernel = program.kernels[rhs.kernel]
+        if not all(t.is_static for t in kernel.inputs + kernel.outputs):
+            return False  # sizes known only at run time: from the arena
         scalar = kernel.scalar is not None and is_native_scalar(stmt.var.type)
         if not scalar and not isinstance(kernel.result, ir.TensorType):
             return False  # a tuple of results would need a cell
