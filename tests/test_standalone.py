@@ -84,6 +84,36 @@ def mlp() -> tuple[tvm.IRModule, list]:
     return tvm.IRModule.from_expr(relay.Function([x], y)), [rng.uniform(-1, 1, (1, 32)).astype("float32")]
 
 
+#: A data-dependent loop: a tensor that grows by a concatenation per iteration (an ONNX Loop's
+#: scan output), then kernels over ? shapes computed from run-time values.
+GROW = """#[version = "0.0.5"]
+def @grow(%i: int32, %n: int32, %acc: Tensor[(?), float32], %x: Tensor[(3), float32]) -> Tensor[(?), float32] {
+  if (less(%i, %n)) {
+    @grow(add(%i, 1), %n, concatenate((%acc, multiply(%x, cast(%i, dtype="float32"))), axis=0), %x)
+  } else {
+    %acc
+  }
+}
+"""
+
+
+def dynamic_shapes() -> tvm.IRModule:
+    """``?`` shapes inside the program (its parameters and results are static): the loop of
+    :data:`GROW`, ``arange`` to a run-time stop, ``dyn.reshape`` to a run-time shape, a
+    transpose and reshape over ``?`` extents."""
+    mod = tvm.relay.parse(GROW)
+    n, x = relay.var("n", shape=(), dtype="int32"), relay.var("x", shape=(3,), dtype="float32")
+    grown = relay.Call(mod.get_global_var("grow"), [relay.const(0), n, relay.zeros((0,), "float32"), x])
+    stop = relay.cast(n, "float32")
+    r = relay.arange(relay.const(0.0), stop, relay.const(1.0), dtype="float32")
+    m = relay.reshape(grown, relay.concatenate([relay.const([3], "int32"), relay.reshape(n, [1])], 0))
+    weights = relay.arange(relay.const(1.0), stop * relay.const(3.0) + relay.const(1.0), relay.const(1.0), dtype="float32")
+    flat = relay.reshape(relay.transpose(m), [-1])
+    results = [relay.sum(grown), relay.sum(r * r), relay.sum(relay.max(m, axis=[0])), relay.sum(flat * weights)]
+    mod["main"] = relay.Function([n, x], relay.Tuple(results))
+    return mod
+
+
 def _parsed(text: str, args: list):
     return lambda: (tvm.relay.parse(text), args)
 
@@ -106,6 +136,7 @@ PROGRAMS = {
     "float64": _parsed(FLOAT64, [_rng.uniform(0.1, 2, 4), _rng.uniform(-1, 1, (3, 4)), np.float64(0.25),
                                  _rng.uniform(-1, 1, 4).astype("float32")]),
     "mlp": mlp,
+    "dynamic_shapes": lambda: (dynamic_shapes(), [np.int32(5), np.array([1, -2, 0.5], dtype="float32")]),
 }
 
 

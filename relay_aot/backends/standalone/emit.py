@@ -567,6 +567,8 @@ class StandaloneEmitter(CppEmitter):
         e.line("workspace_free(state, data);")
         e.line("return 0;")
         e.line("}")
+        if self.dynamic:  # kernels over ? dimensions check their extents (a divisor of 0) on entry
+            e.line("void set_last_error(const char* message) { fail(state, message); }")
         e.line(f"}}  // namespace {self.namespace}")
         e.line()
         ns = self.namespace
@@ -578,10 +580,14 @@ class StandaloneEmitter(CppEmitter):
             e.line("}")
             e.line(f"int TVMBackendFreeWorkspace(int device_type, int device_id, void* data) {{ "
                    f"return {ns}::free_workspace(device_type, device_id, data); }}")
+            if self.dynamic:
+                e.line(f"void TVMAPISetLastError(const char* message) {{ {ns}::set_last_error(message); }}")
         else:
             e.comment("The slots TVM's LLVM kernels call the workspace functions through (a loader would fill them).")
             e.line(f"void* (*__TVMBackendAllocWorkspace)(int, int, uint64_t, int, int) = &{ns}::alloc_workspace;")
             e.line(f"int (*__TVMBackendFreeWorkspace)(int, int, void*) = &{ns}::free_workspace;")
+            if self.dynamic:
+                e.line(f"void (*__TVMAPISetLastError)(const char*) = &{ns}::set_last_error;")
         e.line()
         self._emit_run(e, stack_budget)
         e.line()
