@@ -544,7 +544,7 @@ class StandaloneEmitter(CppEmitter):
         # a planned program's messages have no numbers (its sizes are fixed at compile time)
         message = "message" if self.plan is None else "nullptr"
         if self.plan is None:
-            e.line(f"char {message}[{160 if workspace_size else 1}];", comment="last_error's text, when it has numbers")
+            e.line(f"char {message}[{224 if workspace_size else 1}];", comment="last_error's text, when it has numbers")
         message_size = "sizeof message" if self.plan is None else "0"
         arena = "default_arena" if workspace_size else "nullptr"
         lists, count = "nullptr", len(self.size_classes)
