@@ -347,7 +347,10 @@ def test_recursion_deeper_than_the_stack_budget_is_an_error(tmp_path):
 def @main(%f: fn (Tensor[(2), float32]) -> Tensor[(2), float32], %x: Tensor[(2), float32]) { %f(%x) }""",
      "parameter %f has type fn"),
     ("""#[version = "0.0.5"]
-def @main(%x: Tensor[(?, 2), float32]) { add(%x, %x) }""", "dynamic type"),
+def @main(%x: Tensor[(?, 2), float32]) { add(%x, %x) }""", "@main's parameter %x has the dynamic type Tensor[(?, 2), float32]"),
+    ("""#[version = "0.0.5"]
+def @main(%x: Tensor[(4), float32], %s: Tensor[(2), int32]) { dyn.reshape(%x, %s, newshape=[]) }""",
+     "@main's result has the dynamic type Tensor[(?, ?), float32]"),
     ("""#[version = "0.0.5"]
 type Box { Box(Tensor[(2), float32]) }
 def @main(%x: Tensor[(2), float32]) { Box(%x) }""", "result has type Box"),

@@ -7,7 +7,8 @@
  * exceptions or RTTI, no threads or thread-local storage, no stdio. Everything is inline, so
  * two packages linked into one program share these definitions harmlessly.
  *
- * Values: a tensor is a pointer to its data (its shape is known at compile time); a 0-d tensor
+ * Values: a tensor is a pointer to its data (its shape is known at compile time, or, in a
+ * program with ? dimensions, stored just before its data: see alloc_tensor); a 0-d tensor
  * of a numeric dtype is a native scalar, boxed into one element only where a value must be a
  * pointer; a tuple or constructor value is a cell (slot 0 the tag, then the fields); a closure a
  * cell whose slot 0 is its entry function, then its captures; a reference a one-slot cell.
@@ -238,7 +239,7 @@ inline Value alloc_computed(State& s, const char* kernel, const int64_t* dims, i
   return alloc_tensor(s, narrow, rank, static_cast<uint32_t>(nbytes), align);
 }
 
-/*! \brief The number of elements of tensor \p t of rank \p rank (0 when an extent is 0). */
+/*! \brief Whether tensor \p t of rank \p rank has elements (no extent is 0). */
 inline bool has_elements(Value t, int rank) {
   for (int i = 0; i < rank; ++i) {
     if (extent(t, rank, i) == 0) return false;

@@ -98,9 +98,9 @@ def export_standalone(
         references, calls); default 65,536. A program that is
         one straight line of kernels gets its storage planned instead and an arena only for
         its kernels' scratch memory, sized at compile time.
-    :raises UnsupportedError: the program uses what a package cannot run (``?`` shapes, an
-        ``@main`` that takes or returns anything but tensors, e.g. a function for a Python
-        callback); the message names it.
+    :raises UnsupportedError: the program uses what a package cannot run (an ``@main`` that
+        takes or returns anything but tensors of static shape, e.g. a function for a Python
+        callback; ``?`` dimensions inside the program are supported); the message names it.
     :returns: the :class:`Package` written.
     """
     row = resolve(target if target is not None else "host")

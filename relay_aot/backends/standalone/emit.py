@@ -4,7 +4,9 @@
 IR through the same handler table; it overrides only what the profile changes
 (``runtime_cpp/standalone/relay_aot_standalone.h`` is its runtime):
 
-* **values**: a tensor is a pointer to its data (shapes are static and known here); tuples,
+* **values**: a tensor is a pointer to its data (static shapes are known here; in a program with
+  ``?`` dimensions every tensor's extents precede its data, and kernels over ``?`` dimensions
+  run after their shape functions, taking their extents as ``int32`` parameters); tuples,
   constructor values, closures and references are cells of pointers; 0-d numeric tensors stay
   native scalars, boxed into one element where a pointer is needed;
 * **memory**: every tensor and cell comes from the package's arena, a bump allocator reset at
