@@ -336,7 +336,7 @@ class KernelTable:
         """The lowered kernels as they are built (for TVM's ``c`` target ``c_target``, or LLVM);
         what :mod:`.scratch` did to them (nothing unless ``scratch_params``); and, for a
         standalone package, per kernel or shape function symbol over ``?`` dimensions, its
-        extent parameters (:mod:`.extents`: (buffer index, dimension) each)."""
+        extent parameters (:mod:`.extents`: (buffer index, dimension, dtype) each)."""
         # A PassContext of our own: the caller's (its TIR options, MetaSchedule) is not part of
         # the cache key, so it must not change what is built.
         with tvm.transform.PassContext(config={"tir.disable_vectorize": True} if c_target else {}):
@@ -350,7 +350,7 @@ class KernelTable:
             return merged, {}, extent_params
         return (*scratch.apply(merged, {k.symbol for k in self.kernels if k.scalar is None}), extent_params)
 
-    def extent_plan(self, c_target: Optional[str] = None) -> dict[str, tuple[tuple[int, int], ...]]:
+    def extent_plan(self, c_target: Optional[str] = None) -> dict[str, tuple[tuple[int, int, str], ...]]:
         """The extent parameters ``build()`` (or ``build_c(c_target)``) gives the kernels and
         shape functions of a standalone package (see :meth:`lowered`)."""
         if not self.needs_build:

@@ -19,9 +19,10 @@ from tvm import tir
 from .scratch import rewrite
 
 
-def to_params(func: tir.PrimFunc) -> tuple[tir.PrimFunc, tuple[tuple[int, int], ...]]:
+def to_params(func: tir.PrimFunc) -> tuple[tir.PrimFunc, tuple[tuple[int, int, str], ...]]:
     """``func`` with each size variable of its buffers' shapes as a trailing parameter; and,
-    per such parameter, (index of the buffer among ``func``'s parameters, dimension)."""
+    per such parameter, (index of the buffer among ``func``'s parameters, dimension, the
+    parameter's dtype: ``int32`` as TVM makes them)."""
     found: dict[tir.Var, tuple[int, int]] = {}
     strides: dict[tir.Var, tir.PrimExpr] = {}
     for index, param in enumerate(func.params):
@@ -30,7 +31,7 @@ def to_params(func: tir.PrimFunc) -> tuple[tir.PrimFunc, tuple[tuple[int, int], 
             continue
         for dim, extent in enumerate(buffer.shape):
             if isinstance(extent, tir.Var) and extent not in found:
-                found[extent] = (index, dim)
+                found[extent] = (index, dim, str(extent.dtype))
         # the package's tensors are compact: a stride variable is the product of the inner extents
         inner = tir.const(1, "int32")
         for dim in reversed(range(len(buffer.strides))):
@@ -46,7 +47,7 @@ def to_params(func: tir.PrimFunc) -> tuple[tir.PrimFunc, tuple[tuple[int, int], 
     return new, tuple(found.values())
 
 
-def apply(merged: tvm.IRModule, symbols) -> tuple[tvm.IRModule, dict[str, tuple[tuple[int, int], ...]]]:
+def apply(merged: tvm.IRModule, symbols) -> tuple[tvm.IRModule, dict[str, tuple[tuple[int, int, str], ...]]]:
     """:func:`to_params` on the functions of ``merged`` named in ``symbols`` (the kernels and
     shape functions the generated code calls); per symbol with any, its extent parameters."""
     out, done = rewrite(merged, symbols, to_params)

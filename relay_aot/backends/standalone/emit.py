@@ -152,7 +152,7 @@ class StandaloneEmitter(CppEmitter):
     """Prints one program as a standalone package's C++ (see the module's docstring)."""
 
     def __init__(self, program: ir.Program, model: str, api: CApi, alignment: int,
-                 scratch: Mapping[str, Scratch] = {}, extents: Mapping[str, Sequence[tuple[int, int]]] = {}):
+                 scratch: Mapping[str, Scratch] = {}, extents: Mapping[str, Sequence[tuple[int, int, str]]] = {}):
         """``scratch``: per kernel symbol, its scratch parameters (``Kernels.scratch_plan``),
         for a program whose storage is planned (:func:`.plan.straight_line`); else empty.
         ``extents``: per kernel or shape function symbol, its extent parameters
@@ -214,13 +214,17 @@ class StandaloneEmitter(CppEmitter):
 
     def kernel_declarations(self, k: ir.Kernel) -> list[str]:
         scratch = len(self.scratch[k.symbol].sizes) if k.symbol in self.scratch else 0
-        params = ["void*"] * (len(k.inputs) + len(k.outputs) + scratch) + ["int32_t"] * len(self.extents.get(k.symbol, ()))
+        params = ["void*"] * (len(k.inputs) + len(k.outputs) + scratch) + self._extent_types(k.symbol)
         declarations = [f"int32_t {k.symbol}({', '.join(params)});"]
         if k.shape_func is not None:  # its inputs (data, shapes) and one int64 array per output
             count = len(shape_function_args(k.shape_states, self._per_param(k), lambda a: a)) + len(k.outputs)
-            params = ["void*"] * count + ["int32_t"] * len(self.extents.get(k.shape_func, ()))
+            params = ["void*"] * count + self._extent_types(k.shape_func)
             declarations.append(f"int32_t {k.shape_func}({', '.join(params)});")
         return declarations
+
+    def _extent_types(self, symbol: str) -> list[str]:
+        """The C types of the extent parameters of kernel or shape function ``symbol``."""
+        return [NATIVE_DTYPES[dtype] for _, _, dtype in self.extents.get(symbol, ())]
 
     @staticmethod
     def _per_param(k: ir.Kernel) -> list[list[ir.TensorType]]:
@@ -417,7 +421,7 @@ class StandaloneEmitter(CppEmitter):
         """The extent arguments of kernel or shape function ``symbol`` (``kernels/extents.py``),
         read from its buffers ``(expression, rank)`` in parameter order."""
         args = []
-        for index, dim in self.extents.get(symbol, ()):
+        for index, dim, _ in self.extents.get(symbol, ()):
             expr, rank = buffers[index]
             args.append(f"extent({expr}, {rank}, {dim})")
         return args
