@@ -116,6 +116,12 @@ def kernel_symbol(model: str, index: int, fused_name: str) -> str:
     return f"{model}_{KERNEL}{index}_{readable}" if readable else f"{model}_{KERNEL}{index}"
 
 
+def kernel_error_symbol(model: str) -> str:
+    """The function a standalone package's C kernels report a failed check through (their
+    ``TVMAPISetLastError``, under a name of the model's)."""
+    return f"{model}_kernel_error"
+
+
 def metadata_symbol(model: str) -> str:
     """Exported symbol of the metadata function of model ``model``."""
     return model + METADATA_SUFFIX

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -280,54 +281,56 @@ def test_running_out_of_arena_is_an_error_and_a_larger_arena_succeeds(tmp_path):
 
 CHECKS_MAIN = r"""
 #include <stdio.h>
+#include <string.h>
 #include "tvmgen_checks.h"
-static unsigned char big[1 << 20];
-static void run(float stop, float rows, int k) {
+static void run(float stop, int k, int rows, int cols) {
   float out = -1;
-  struct tvmgen_checks_inputs in = {&stop, &rows, &k};
+  unsigned long bits = 0;
+  struct tvmgen_checks_inputs in = {&stop, &k, &rows, &cols};
   struct tvmgen_checks_outputs outs = {&out};
   int rc = tvmgen_checks_run(&in, &outs);
-  printf("%d|%s|%g\n", rc, rc ? tvmgen_checks_last_error() : "", rc ? 0.0 : (double)out);
+  memcpy(&bits, &out, 4);
+  printf("%d|%s|%08lx\n", rc, rc ? tvmgen_checks_last_error() : "", rc ? 0ul : bits);
 }
 int main(void) {
-  run(6, 2, 3);
-  run(3e9f, 1, 1);      /* an extent beyond 32 bits */
-  run(20000, 2, 1);     /* more than the arena, for data-dependent sizes */
-  run(6, 2, 4);         /* 6 elements into rows of 4: the shape function's check */
-  tvmgen_checks_set_workspace(big, sizeof big);
-  run(60000, 60000, 1); /* 1.44e10 bytes: more than 32 bits count */
-  tvmgen_checks_set_workspace(0, 0);
-  run(6, 2, 3);         /* the next run with room succeeds */
+  run(6, 3, 2, 5);
+  run(3e9f, 1, 1, 1);        /* an extent beyond 32 bits */
+  run(20000, 1, 1, 1);       /* more than the arena, for a data-dependent size */
+  run(6, 4, 1, 1);           /* 6 elements into rows of 4: the shape function's check */
+  run(6, 3, 60000, 60000);   /* 1.44e10 bytes: more than 32 bits count */
+  run(6, 3, 2, 5);           /* the next run with room succeeds */
   return 0;
 }
 """
 
 
-def test_shapes_computed_at_run_time_are_checked_before_use(tmp_path):
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_shapes_computed_at_run_time_are_checked_before_use(target, tmp_path):
     """Extents beyond 32 bits, byte counts beyond 32 bits, a reshape that does not fit and
-    running out of arena on a data-dependent size: each a non-zero return with a message; the
-    next run with room succeeds."""
-    _require_tools(TARGETS["host"])
-    stop, rows = relay.var("stop", shape=(), dtype="float32"), relay.var("rows", shape=(), dtype="float32")
-    k = relay.var("k", shape=(), dtype="int32")
+    running out of arena on a data-dependent size: each a non-zero return with a message, the
+    check of a shape function's as well where TVM prints its kernels as C (which drops
+    assertions); the next run with room succeeds."""
+    _require_tools(TARGETS[target])
+    stop, k = relay.var("stop", shape=(), dtype="float32"), relay.var("k", shape=(), dtype="int32")
+    rows, cols = relay.var("rows", shape=(), dtype="int32"), relay.var("cols", shape=(), dtype="int32")
     a = relay.arange(relay.const(0.0), stop, relay.const(1.0), dtype="float32")
-    b = relay.arange(relay.const(0.0), rows, relay.const(1.0), dtype="float32")
-    outer = relay.expand_dims(a, 1) * relay.expand_dims(b, 0)  # read twice: a tensor of its own
     d = relay.reshape(a, relay.concatenate([relay.reshape(k, [1]), relay.const([-1], "int32")], 0))
-    result = relay.sum(outer) + relay.max(outer) + relay.sum(d)
-    mod = tvm.IRModule.from_expr(relay.Function([stop, rows, k], result))
-    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="checks")
+    ones = relay.ones(relay.concatenate([relay.reshape(rows, [1]), relay.reshape(cols, [1])], 0), "float32")
+    result = relay.sum(d) + relay.sum(ones) + relay.max(ones)  # read twice: a tensor of its own
+    mod = tvm.IRModule.from_expr(relay.Function([stop, k, rows, cols], result))
+    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="checks", target=target)
     sa.make_package(package)
     (tmp_path / "main.c").write_text(CHECKS_MAIN)
-    out = sa.run(package, sa.link(package, tmp_path / "main.c", tmp_path / "main")).splitlines()
-    want = float(_flatten(run_reference(mod, [np.float32(6), np.float32(2), np.int32(3)]))[0])
-    rc, error, value = out[0].split("|")
-    assert (rc, error) == ("0", "") and float(value) == pytest.approx(want)
-    assert out[1] == "-1|checks_k0_fused_arange: a shape computed at run time has an extent beyond 32 bits|0"
-    assert out[2].startswith("-1|out of workspace: an allocation of 80064 bytes needs at least ")
-    assert out[2].endswith("more than the 65536-byte workspace (give the package a larger --workspace-size, or a larger buffer)|0")
+    out = sa.run(package, sa.link(package, tmp_path / "main.c", tmp_path / "main.elf")).splitlines()
+    want = _flatten(run_reference(mod, [np.float32(6), np.int32(3), np.int32(2), np.int32(5)]))[0]
+    assert out[0] == f"0||{want.astype('<f4').view('<u4'):08x}"
+    assert out[1] == "-1|checks_k0_fused_arange: a shape computed at run time has an extent beyond 32 bits|00000000"
+    # 80,000 bytes of data after its extents' header (a multiple of the alignment)
+    assert re.match(r"-1\|out of workspace: an allocation of 800(16|64) bytes needs at least \d+ more than", out[2])
+    assert out[2].endswith("more than the 65536-byte workspace (give the package a larger --workspace-size, "
+                           "or a larger buffer)|00000000")
     assert out[3].startswith("-1|") and "reshape: the input's size is not a multiple" in out[3]
-    assert out[4].startswith("-1|") and out[4].endswith("a tensor computed at run time has more than 2^32 bytes|0")
+    assert out[4].startswith("-1|") and out[4].endswith("a tensor computed at run time has more than 2^32 bytes|00000000")
     assert out[5] == out[0]
 
 

@@ -30,7 +30,7 @@ from ..config import Config
 from ..errors import CompileError, UnsupportedError
 from .scalars import is_native_scalar, scalar_kernel
 from .copies import copy_form
-from .divisions import guard_divisions
+from .divisions import explicit_asserts, guard_divisions
 from .llvm_debug_info import for_llvm
 from .shape_funcs import ShapeFunc, make_shape_func
 from . import extents, isolated, scratch, tuning
@@ -312,12 +312,19 @@ class KernelTable:
         package compiles it with its own toolchain, as TVM's microcontroller path does); None
         when there are none. TVM's C code generator cannot print vector types, so TIR's
         vectorized loops stay loops (``tir.disable_vectorize``, as for TVM's own C).
-        ``scratch_params``: as for :meth:`build`."""
+        ``scratch_params``: as for :meth:`build`. TVM's C code generator drops assertions
+        (TVM 0.19 prints them for no target), so they are made plain tests first
+        (:func:`.divisions.explicit_asserts`): a division guard or a shape function's check
+        fails the call, its message passed to ``names.kernel_error_symbol`` (LLVM's kernels
+        call ``TVMAPISetLastError``)."""
         if not self.needs_build:
             return None
         merged = self.lowered(target, None, scratch_params)[0]
         # Lowered with the package's llvm target (its schedules); printed as C.
+        report = names.kernel_error_symbol(self.model)
         funcs = {gvar: func.without_attr("target") for gvar, func in merged.functions.items()}
+        funcs = {gvar: explicit_asserts(func, report) if isinstance(func, tvm.tir.PrimFunc) else func
+                 for gvar, func in funcs.items()}
         merged = tvm.IRModule(funcs).with_attr("executor", _UNPACKED)
         with tempfile.TemporaryDirectory(prefix="relay_aot-kernels-") as tmp:
             path = os.path.join(tmp, "kernels.c")

@@ -111,3 +111,20 @@ def guard_divisions(func: tir.PrimFunc, everywhere: bool = False) -> tir.PrimFun
 
 def _key(stmt) -> str:
     return "tir." + type(stmt).__name__
+
+
+def explicit_asserts(func: tir.PrimFunc, report: str) -> tir.PrimFunc:
+    """``func`` with each assertion made a test that passes its message to the function
+    ``report`` (``int32_t report(void*)``) and returns -1, as LLVM's code for an assertion does
+    with ``TVMAPISetLastError``: TVM's C code generator prints no assertions at all
+    (``codegen_c_host.cc``: ``emit_asserts = false``)."""
+
+    def post(node):
+        if not isinstance(node, tir.AssertStmt):
+            return None
+        fail = tir.SeqStmt([tir.Evaluate(tir.call_extern("int32", report, node.message)),
+                            tir.Evaluate(tir.ret(tir.const(-1, "int32")))])
+        return tir.SeqStmt([tir.IfThenElse(tir.Not(node.condition), fail, None), node.body])
+
+    body = tir.stmt_functor.ir_transform(func.body, None, post, ["tir.AssertStmt"])
+    return func if body.same_as(func.body) else func.with_body(body)

@@ -573,27 +573,28 @@ class StandaloneEmitter(CppEmitter):
         e.line("workspace_free(state, data);")
         e.line("return 0;")
         e.line("}")
-        if self.dynamic:  # kernels over ? dimensions check their extents (a divisor of 0) on entry
-            e.line("void set_last_error(const char* message) { fail(state, message); }")
+        # a kernel's failed check (over ? dimensions: a divisor of 0; a shape function's) says why here
+        e.line("void set_last_error(const char* message) { fail(state, message); }")
         e.line(f"}}  // namespace {self.namespace}")
         e.line()
         ns = self.namespace
         e.line('extern "C" {')
         if c_kernels:
-            e.comment("TVM's C kernels call the workspace functions of TVM's C runtime API.")
+            e.comment("TVM's C kernels call the workspace functions of TVM's C runtime API, and report a failed check here.")
             e.line("void* TVMBackendAllocWorkspace(int device_type, int device_id, uint64_t nbytes, int code, int bits) {")
             e.line(f"return {ns}::alloc_workspace(device_type, device_id, nbytes, code, bits);")
             e.line("}")
             e.line(f"int TVMBackendFreeWorkspace(int device_type, int device_id, void* data) {{ "
                    f"return {ns}::free_workspace(device_type, device_id, data); }}")
-            if self.dynamic:
-                e.line(f"void TVMAPISetLastError(const char* message) {{ {ns}::set_last_error(message); }}")
+            e.line(f"int32_t {names.kernel_error_symbol(self.model)}(void* message) {{")
+            e.line(f"{ns}::set_last_error(static_cast<const char*>(message));")
+            e.line("return -1;")
+            e.line("}")
         else:
-            e.comment("The slots TVM's LLVM kernels call the workspace functions through (a loader would fill them).")
+            e.comment("The slots TVM's LLVM kernels call the workspace and error functions through (a loader would fill them).")
             e.line(f"void* (*__TVMBackendAllocWorkspace)(int, int, uint64_t, int, int) = &{ns}::alloc_workspace;")
             e.line(f"int (*__TVMBackendFreeWorkspace)(int, int, void*) = &{ns}::free_workspace;")
-            if self.dynamic:
-                e.line(f"void (*__TVMAPISetLastError)(const char*) = &{ns}::set_last_error;")
+            e.line(f"void (*__TVMAPISetLastError)(const char*) = &{ns}::set_last_error;")
         e.line()
         self._emit_run(e, stack_budget)
         e.line()
