@@ -115,11 +115,11 @@ def _vars_read(node) -> list:
     return found
 
 
-def released_tensors(program: ir.Program, f: ir.Function) -> dict[int, int]:
+def released_tensors(program: ir.Program, f: ir.Function) -> dict[int, ir.TensorType]:
     """The tensors of ``f`` released at their last use: made by a kernel in ``f`` and read only
     by kernels (never stored in a cell, captured, passed to a function or returned), so no
-    pointer to them outlives that use. Variable id -> bytes."""
-    made: dict[int, int] = {}
+    pointer to them outlives that use (of static shape). Variable id -> type."""
+    made: dict[int, ir.TensorType] = {}
     escaped: set[int] = set()
     pending = [f.body]
     while pending:
@@ -132,7 +132,7 @@ def released_tensors(program: ir.Program, f: ir.Function) -> dict[int, int]:
                     kernel = program.kernels[rhs.kernel]
                     result = kernel.result
                     if isinstance(result, ir.TensorType) and not is_native_scalar(result) and result.is_static:
-                        made[stmt.var.id] = _nbytes(result)
+                        made[stmt.var.id] = result
                 else:
                     escaped.update(v.id for v in _vars_read(rhs))
             else:
@@ -168,11 +168,17 @@ class StandaloneEmitter(CppEmitter):
         self.plan: Optional[StoragePlan] = plan_storage(program, api, alignment, _nbytes, sizes)
         #: per function, the tensors released at their last use (see :func:`released_tensors`)
         self.released = {f.id: released_tensors(program, f) for f in program.functions} if self.plan is None else {}
-        #: size classes of released tensors: bytes -> class index
+        #: size classes of released tensors: bytes of the block -> class index
         self.size_classes: dict[int, int] = {}
         for ids in self.released.values():
-            for nbytes in ids.values():
-                self.size_classes.setdefault(nbytes, len(self.size_classes))
+            for t in ids.values():
+                self.size_classes.setdefault(self.block_bytes(t), len(self.size_classes))
+
+    def block_bytes(self, t: ir.TensorType) -> int:
+        """Bytes of the arena block of a tensor of static type ``t``: its data, after its
+        extents' header in a program with ? dimensions (blocks of one size class are reused for
+        tensors of other shapes and ranks)."""
+        return _nbytes(t) + (self._header_words(len(t.shape)) * 4 if self.dynamic else 0)
 
     # -- value representation ------------------------------------------------------------
 
@@ -204,10 +210,10 @@ class StandaloneEmitter(CppEmitter):
         if self.dynamic:  # the block begins with the tensor's extents
             dims = ", ".join(str(d) for d in out.shape)
             if released:
-                return f"take_static<{dims}>(state, {self.size_classes[_nbytes(out)]}, {size})"
+                return f"take_static<{dims}>(state, {self.size_classes[self.block_bytes(out)]}, {size})"
             return f"alloc_static<{dims}>(state, {size})"
         if released:
-            return f"take_block(state, {self.size_classes[_nbytes(out)]}, {size})"
+            return f"take_block(state, {self.size_classes[self.block_bytes(out)]}, {size})"
         return f"arena_alloc(state, {size})"
 
     # -- files ---------------------------------------------------------------------------
@@ -415,7 +421,7 @@ class StandaloneEmitter(CppEmitter):
         for a in dict.fromkeys(rhs.args):
             if (stmt.uid, a.id) in self.last and a.id in released:
                 block = f"block_of({var(a)}, {len(a.type.shape)}, {self.alignment})" if self.dynamic else var(a)
-                e.line(f"give_block(state, {self.size_classes[released[a.id]]}, {block});", comment="last use")
+                e.line(f"give_block(state, {self.size_classes[self.block_bytes(released[a.id])]}, {block});", comment="last use")
 
     def extent_args(self, symbol: str, buffers: list[tuple[str, int]]) -> list[str]:
         """The extent arguments of kernel or shape function ``symbol`` (``kernels/extents.py``),
