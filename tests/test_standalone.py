@@ -101,7 +101,8 @@ def @grow(%i: int32, %n: int32, %acc: Tensor[(?), float32], %x: Tensor[(3), floa
 def dynamic_shapes() -> tvm.IRModule:
     """``?`` shapes inside the program (its parameters and results are static): the loop of
     :data:`GROW`, ``arange`` to a run-time stop, ``dyn.reshape`` to a run-time shape, a
-    transpose and reshape over ``?`` extents."""
+    transpose and reshape over ``?`` extents, ``argwhere`` (a shape read from data). (A
+    ``strided_slice`` from a run-time begin works too, but TVM takes 100 s to lower it.)"""
     mod = tvm.relay.parse(GROW)
     n, x = relay.var("n", shape=(), dtype="int32"), relay.var("x", shape=(3,), dtype="float32")
     grown = relay.Call(mod.get_global_var("grow"), [relay.const(0), n, relay.zeros((0,), "float32"), x])
@@ -110,7 +111,9 @@ def dynamic_shapes() -> tvm.IRModule:
     m = relay.reshape(grown, relay.concatenate([relay.const([3], "int32"), relay.reshape(n, [1])], 0))
     weights = relay.arange(relay.const(1.0), stop * relay.const(3.0) + relay.const(1.0), relay.const(1.0), dtype="float32")
     flat = relay.reshape(relay.transpose(m), [-1])
-    results = [relay.sum(grown), relay.sum(r * r), relay.sum(relay.max(m, axis=[0])), relay.sum(flat * weights)]
+    positive = relay.cast(relay.argwhere(relay.greater(grown, relay.const(0.0))), "float32")  # data-dependent
+    results = [relay.sum(grown), relay.sum(r * r), relay.sum(relay.max(m, axis=[0])), relay.sum(flat * weights),
+               relay.sum(positive)]
     mod["main"] = relay.Function([n, x], relay.Tuple(results))
     return mod
 
