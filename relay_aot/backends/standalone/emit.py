@@ -391,7 +391,7 @@ class StandaloneEmitter(CppEmitter):
                            f"{_element_bytes(out.dtype)}, {expected}, {self.alignment})")
             else:
                 storage = self.allocate(v, name, out)
-            allocated = allocated or not storage.startswith(("output_buffer", "static_cast"))
+            allocated = allocated or self.plan is None  # planned storage cannot run out
             e.line(f"Value {name} = {storage};", comment=ir.format_type(out, ()) if not out.is_static else str(out.shape))
             out_args.append(name)
         if allocated:
@@ -673,7 +673,7 @@ class StandaloneEmitter(CppEmitter):
             if self.dynamic and not is_native_scalar(p.type):  # into the arena, after its extents
                 dims = ", ".join(str(d) for d in p.type.shape)
                 e.line(f"Value input{i} = copy_static<{dims}>(state, {value}, {_nbytes(p.type)}, {self.alignment});")
-                e.line(f"if (state.error) return -1;")
+                e.line("if (state.error) return -1;")
                 value = f"input{i}"
             args.append(self.convert(value, ir.AnyType(), p.type))
         if self.plan is not None and self.plan.direct_output:
