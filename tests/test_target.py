@@ -150,7 +150,9 @@ def test_compile_fresh_or_cached_refuses_to_run(foreign):
     out = _python(f"""
 from test_target import _dense, FOREIGN
 seen = []
-for cache in (False, True):
+# The second compile may find the library the fixture cached, or build it (another test process
+# may have emptied the shared cache since); the third is a cache hit either way.
+for cache in (False, True, True):
     compiled = relay_aot.compile(_dense(), target=FOREIGN, name="{MODEL}", cache=cache)
     for call in (compiled, compiled.entry):  # the fast path, and TVM's FFI with converted values
         try:
@@ -160,7 +162,8 @@ for cache in (False, True):
             seen.append([compiled.build_result.cached, str(err)])
 print(json.dumps(seen))
 """, directory)
-    assert [cached for cached, _ in out] == [False, False, True, True]
+    cached = [cached for cached, _ in out]
+    assert len(out) == 6 and cached[:2] == [False, False] and cached[4:] == [True, True], out
     for _, message in out:
         assert "compiled for `llvm -keys=cpu -mcpu=sapphirerapids`" in message and _message() in message
 
