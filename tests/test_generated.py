@@ -16,11 +16,11 @@ from relay_aot.testing import fuzz, oracle, strategies
 
 #: Programs per batch (one compile per backend per batch).
 CASES = 8
-#: Batches per CI test; two tests run in parallel under xdist: 2 x 8 x 8 = 128 programs (the
+#: Batches per CI test; two tests run in parallel under xdist: 2 x 6 x 8 = 96 programs (the
 #: ``slow`` campaign below and ``python -m relay_aot.testing.fuzz`` run many more).
-BATCHES = 8
+BATCHES = 6
 #: Batches of programs with ``?`` dimensions.
-DYNAMIC_BATCHES = 5
+DYNAMIC_BATCHES = 4
 
 
 @pytest.fixture(scope="module")
