@@ -29,8 +29,6 @@ from tvm.relay.backend import te_compiler
 
 from .request import Request
 
-_logger = logging.getLogger("relay_aot")
-
 #: Tuners by name; "auto" is XGBoost's cost model where xgboost is installed, else the genetic one.
 TUNERS = ("auto", "xgb", "ga", "random", "grid")
 

@@ -296,6 +296,12 @@ def _signature_line(signature) -> str:
     return f"@main({params}) -> {format_type(signature.ret, signature.adts)}"
 
 
+def _model_and_params(args) -> tuple:
+    """The MODEL of the command line, and its parameters: the model's own, then ``--params``'."""
+    mod, params = read_model(args.model, args.format, args.input_shapes)
+    return mod, {**params, **read_params(args.params)}
+
+
 def _compile_args(args) -> dict:
     from .. import names
 
@@ -303,8 +309,7 @@ def _compile_args(args) -> dict:
         names.check_model_name(args.name)
     except ValueError as err:
         raise CliError(f"--name: {err}", 2) from None
-    mod, params = read_model(args.model, args.format, args.input_shapes)
-    params = {**params, **read_params(args.params)}
+    mod, params = _model_and_params(args)
     records = getattr(args, "tuning_records", None)
     if records is not None and not Path(records).is_file():
         raise CliError(f"--tuning-records {records}: no such file")
@@ -349,8 +354,7 @@ def cmd_tune(args) -> int:
         raise CliError(f"-o {args.output}: directory {out.parent} does not exist")
     if args.trials < 1:
         raise CliError(f"--trials {args.trials}: must be at least 1", 2)
-    mod, params = read_model(args.model, args.format, args.input_shapes)
-    params = {**params, **read_params(args.params)}
+    mod, params = _model_and_params(args)
     result = relay_aot.tune(mod, out, params=params, target=args.target, trials=args.trials,
                             opt_level=args.opt_level, tuner=args.tuner, progress=print)
     measured = sum(now for _, now, _ in result.tasks)
