@@ -13,6 +13,7 @@ import pytest
 import tvm
 from tvm import relay
 from tvm.contrib import graph_executor
+import tvm.relay.testing  # noqa: F401 (relay.testing.resnet)
 
 import relay_aot
 from relay_aot import passes
@@ -122,6 +123,47 @@ def test_multiply_accumulates_skip_unknown_extents():
     x = relay.var("x", shape=(2, 16))
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.dense(x, w))))
     assert passes._multiply_accumulates(mod) == 2 * 8 * 16
+
+
+def test_multiply_accumulates_agree_with_tvms_count_and_survive_calls_it_aborts_on():
+    """The count equals TVM's where TVM's counters work (ResNet-18, a transposed convolution, a
+    batched product) and is a number where they abort the pass: a ``conv2d`` without
+    ``kernel_size`` (what Legalize makes of ``conv2d_backward_weight``, TVM's test_op_grad_level2)
+    and an N-d ``dense``."""
+
+    def typed(expr):
+        return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(expr), expr)))
+
+    resnet = relay.transform.InferType()(relay.testing.resnet.get_workload(num_layers=18)[0])
+    transposed = typed(relay.nn.conv2d_transpose(relay.var("x", shape=(1, 4, 8, 8)), relay.var("w", shape=(4, 3, 3, 3)),
+                                                 kernel_size=(3, 3), channels=3))
+    batched = typed(relay.nn.batch_matmul(relay.var("x", shape=(2, 5, 7)), relay.var("y", shape=(2, 3, 7))))
+    for mod in (resnet, transposed, batched):
+        assert passes._multiply_accumulates(mod) == relay.analysis.get_total_mac_number(mod["main"])
+
+    # Depthwise, 16 channels: a 3x3 output, each a 32x32 reduction known only from the weight.
+    no_kernel_size = typed(relay.nn.conv2d(relay.var("x", shape=(1, 16, 34, 34)), relay.var("w", shape=(16, 1, 32, 32)),
+                                           groups=16))
+    assert no_kernel_size.astext().count("kernel_size") == 0
+    assert passes._multiply_accumulates(no_kernel_size) == 16 * 3 * 3 * 32 * 32
+    nd_dense = typed(relay.nn.dense(relay.var("x", shape=(2, 3, 16)), relay.var("w", shape=(8, 16))))
+    assert passes._multiply_accumulates(nd_dense) == 2 * 3 * 8 * 16
+
+
+def test_conv2d_backward_weight_depthwise_compiles_and_agrees_with_numpy():
+    """TVM's test_op_grad_level2 case that aborted relay_aot's layout rule: the gradient of a
+    depthwise convolution's weight, legalized into a conv2d without ``kernel_size``."""
+    dy, x = relay.var("dy", shape=(1, 4, 8, 8)), relay.var("x", shape=(1, 4, 8, 8))
+    grad = relay.nn.conv2d_backward_weight(dy, x, padding=(1, 1), kernel_size=(3, 3), groups=4, channels=4)
+    mod = relay.transform.Legalize()(relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([dy, x], grad))))
+    rng = np.random.default_rng(0)
+    dy_np, x_np = rng.normal(size=(2, 1, 4, 8, 8)).astype("float32")
+    padded = np.pad(x_np, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    expected = np.zeros((4, 1, 3, 3), "float32")
+    for i in range(3):
+        for j in range(3):
+            expected[:, 0, i, j] = (dy_np * padded[:, :, i:i + 8, j:j + 8]).sum(axis=(0, 2, 3))
+    np.testing.assert_allclose(relay_aot.compile(mod)(dy_np, x_np).numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.slow

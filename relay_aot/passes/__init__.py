@@ -224,25 +224,50 @@ def _runtime_transform_elements(mod: tvm.IRModule) -> int:
 
 
 def _multiply_accumulates(mod: tvm.IRModule) -> int:
-    """The multiply-accumulates of ``mod``'s convolutions and matrix products, by TVM's count.
+    """The multiply-accumulates of ``mod``'s convolutions and matrix products.
 
-    The operators' registered ``FMacCount`` functions, called here rather than through
-    ``get_total_mac_number``, which logs a line on every use. A call with a ``?`` extent counts
-    nothing (TVM's count crashes on one): there is no evidence that a layout change pays.
+    The operators that register TVM's ``FMacCount`` are counted, but by :func:`_call_macs`
+    rather than TVM's counters: those abort on calls Relay accepts (a ``conv2d`` built without
+    ``kernel_size``, as the Legalize of ``conv2d_backward_weight`` makes; an N-d ``dense``).
+    A call with a ``?`` extent counts nothing: there is no evidence that a layout change pays.
     """
     total = 0
 
     def visit(node):
         nonlocal total
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
-            count = node.op.get_attr("FMacCount")
-            if count is not None and all(static_tensor(arg.checked_type) for arg in [*node.args, node]):
-                total += int(count(node))
+        if (isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op)
+                and node.op.get_attr("FMacCount") is not None
+                and all(static_tensor(arg.checked_type) for arg in [*node.args, node])):
+            total += _call_macs(node)
 
     for func in mod.functions.values():
         if isinstance(func, relay.Function):
             relay.analysis.post_order_visit(func, visit)
     return total
+
+
+def _call_macs(call: relay.Call) -> int:
+    """Multiply-accumulates of one static convolution or matrix product: its output elements
+    times the length of each one's reduction."""
+    out = [int(d) for d in call.checked_type.shape]
+    shapes = [[int(d) for d in arg.checked_type.shape] for arg in call.args]
+    attrs = call.attrs
+    outputs = int(np.prod(out, dtype=np.int64))
+    if call.op.name in ("nn.conv2d", "nn.conv2d_transpose"):
+        # Each output element reduces over (weight elements / output channels), whatever the
+        # kernel layout: (O, I/g, kh, kw) for conv2d, (I, O/g, kh, kw) for its transpose.
+        layout = str(attrs.out_layout or attrs.data_layout)
+        channels = 1
+        for axis, extent in zip(layout, out):
+            if axis in "Cc":
+                channels *= extent
+        weights = int(np.prod(shapes[1], dtype=np.int64))
+        return outputs * weights // max(channels, 1)
+    if call.op.name == "nn.dense":
+        return outputs * shapes[0][-1]
+    if call.op.name == "nn.batch_matmul":
+        return outputs * shapes[0][-2 if attrs.transpose_a else -1]
+    return 0
 
 
 #: A layout change is kept when the tensors it transforms at run time hold at most this share
