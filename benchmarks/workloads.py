@@ -369,6 +369,23 @@ def mlp(batch: int) -> Workload:
     )
 
 
+def onnx_mlp(batch: int) -> Workload:
+    """An MLP 784-512-512-10 written as ONNX ``Gemm``/``Relu`` (what an exporter produces),
+    imported by TVM's ONNX frontend; onnxruntime runs the ONNX model itself."""
+    from relay_aot.testing import onnx_models
+
+    return Workload(
+        name=f"onnx_mlp_b{batch}",
+        description=f"ONNX MLP 784-512-512-10 (Gemm, Relu), batch {batch}",
+        source="",
+        make_inputs=lambda rng: ((_uniform(rng, batch, 784),), {}),
+        onnx_model=lambda: onnx_models.mlp(batch)[0],
+        static=True,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
 # -- dynamic shapes -----------------------------------------------------------------------------
 
 
@@ -702,6 +719,9 @@ def all_workloads() -> list[Workload]:
         mlp(1),
         mlp(64),
         onnx_loop_rnn(16),
+        onnx_loop_rnn(256),
+        onnx_loop_rnn(512),
+        onnx_mlp(64),
         greedy_decoder(),
         tensor_array_lstm(16),
         mlp_dynamic_batch(1),
@@ -711,6 +731,7 @@ def all_workloads() -> list[Workload]:
         *[vision_model(name) for name in _ZOO],
         onnx_vision_model("squeezenet"),
         onnx_vision_model("shufflenet"),
+        onnx_vision_model("resnet50"),
     ]
 
 

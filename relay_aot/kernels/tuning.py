@@ -9,6 +9,7 @@ records in scope change the kernels built, so :func:`fingerprint` names them for
 TVM reports untuned workloads once per process, as a raw "One or more operators have not been
 tuned" warning on the ``autotvm`` logger; :func:`watch` silences it while relay_aot lowers and
 counts the workloads instead, so that a build says once how many kernels use fallback schedules.
+It also puts relay_aot's own schedule rules (kernels/schedule_rules.py) under any tuning records.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Iterator, Optional, Union
 import tvm
 from tvm import autotvm
 from tvm.relay.backend import te_compiler
+
+from .schedule_rules import ShapeRules
 
 #: The line TVM logs at DEBUG for each workload it finds no record for.
 _NO_RECORDS = "Cannot find tuning records for"
@@ -40,7 +43,9 @@ def fingerprint() -> str:
     parts = []
     context = autotvm.task.DispatchContext.current
     while context is not None and not isinstance(context, autotvm.task.FallbackContext):
-        if isinstance(context, autotvm.task.ApplyHistoryBest):
+        if isinstance(context, ShapeRules):
+            pass  # relay_aot's own rule: its sources are in every cache key
+        elif isinstance(context, autotvm.task.ApplyHistoryBest):
             for table in (context.best_by_targetkey, context.best_by_model):
                 parts += sorted(f"{key}={inp.config}" for key, (inp, _) in table.items())
             parts += sorted(f"{key}={config}" for key, config in context._best_user_defined.items())
@@ -154,8 +159,10 @@ def watch(target: str = "", lowering: bool = False) -> Iterator[Untuned]:
     # when a compute raises there (a refused shape, say): every later lowering in the process
     # would then report no untuned workload. The messages are held back above anyway.
     autotvm.GLOBAL_SCOPE.silent = False
+    rules = ShapeRules(untuned=lambda workload: untuned._pending.add(str(workload)))
     try:
-        yield untuned
+        with rules:
+            yield untuned
     finally:
         level, propagate, handlers, messages, first, silent = saved
         autotvm.GLOBAL_SCOPE.silent = silent

@@ -3,7 +3,9 @@
 * :func:`loop_rnn` -- a ``Loop`` whose body carries a hidden state and emits it as a scan output
   (the whole sequence of states, what RNN-style models return): ``Tensor[(?, 1, H)]`` in Relay;
 * :func:`scan_cumulative` -- a ``Scan`` summing rows of a sequence into a running state;
-* :func:`if_branches` -- an ``If`` choosing between two computations on a run-time condition.
+* :func:`if_branches` -- an ``If`` choosing between two computations on a run-time condition;
+* :func:`mlp` -- a multilayer perceptron of ``Gemm`` and ``Relu`` (no control flow: the
+  benchmarks' like-for-like comparison with onnxruntime).
 
 Each returns ``(model, make_inputs)`` where ``make_inputs(...)`` gives a dict of inputs by name.
 Needs the ``onnx`` package (``pip install 'onnx<1.17'``, what TVM 0.19's importer supports).
@@ -62,6 +64,35 @@ def loop_rnn(hidden: int = 4, seed: int = 0) -> tuple[object, Callable]:
     def inputs(steps: int, scale: float = 0.3) -> dict:
         return {"M": np.array(steps, "int64"), "cond": np.array(True),
                 "h0": np.full((1, hidden), scale, "float32")}
+
+    return model, inputs
+
+
+def mlp(batch: int, sizes: tuple = (784, 512, 512, 10), seed: int = 0) -> tuple[object, Callable]:
+    """A multilayer perceptron as an exporter writes one: ``Gemm`` (weights transposed,
+    ``transB=1``) and ``Relu`` per hidden layer, a ``Gemm`` last. Input ``x``: ``(batch,
+    sizes[0])`` float32."""
+    onnx, helper, TensorProto, numpy_helper = _onnx()
+    rng = np.random.default_rng(seed)
+    nodes, weights, previous = [], [], "x"
+    for layer, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
+        w, b, out = f"w{layer}", f"b{layer}", f"y{layer}"
+        weights.append(numpy_helper.from_array(
+            rng.uniform(-1, 1, (n_out, n_in)).astype("float32") / np.float32(np.sqrt(n_in)), w))
+        weights.append(numpy_helper.from_array(rng.uniform(-0.1, 0.1, n_out).astype("float32"), b))
+        nodes.append(helper.make_node("Gemm", [previous, w, b], [out], transB=1))
+        previous = out
+        if layer < len(sizes) - 2:
+            nodes.append(helper.make_node("Relu", [out], [f"r{layer}"]))
+            previous = f"r{layer}"
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [batch, sizes[-1]])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+
+    def inputs() -> dict:
+        return {"x": np.random.default_rng(seed + 1).uniform(-1, 1, (batch, sizes[0])).astype("float32")}
 
     return model, inputs
 

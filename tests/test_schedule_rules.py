@@ -1,0 +1,82 @@
+"""relay_aot's schedule rules (kernels/schedule_rules.py): the register blocks they choose fit the
+target's vector registers, tuning records still win over them, and the products built with
+them agree with numpy on every shape class (one row, a few, a batch; columns that are and are
+not a multiple of the vector width)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import tvm
+from tvm import autotvm, relay
+
+import relay_aot
+from relay_aot.kernels.schedule_rules import ShapeRules, dense_pack_blocking
+
+AVX2 = (8, 16)  # float32 lanes, vector registers
+AVX512 = (16, 32)
+
+
+@pytest.mark.parametrize("m, n, isa, expected", [
+    (64, 512, AVX2, (4, 16)),     # TVM's fallback: 8 x 16, all 16 registers as accumulators
+    (1, 512, AVX2, (1, 32)),      # a matrix-vector product: 4 independent accumulators
+    (64, 10, AVX2, (4, 10)),      # no multiple of the vector width divides 10
+    (3, 40, AVX2, (3, 8)),
+    (64, 512, AVX512, (8, 32)),   # TVM's fallback block, which fits AVX-512's 32 registers
+    (1, 1000, AVX512, (1, 25)),
+])
+def test_register_block_fits_half_the_vector_registers(m, n, isa, expected):
+    lanes, registers = isa
+    rows, cols = dense_pack_blocking(m, n, lanes, registers)
+    assert (rows, cols) == expected
+    assert m % rows == 0 and n % cols == 0
+    assert rows * -(-cols // lanes) <= registers // 2
+
+
+def test_packed_weight_keeps_its_columns():
+    """A weight packed already (the layout pass chose the columns) keeps them."""
+    assert dense_pack_blocking(64, 512, 8, 16, columns=16) == (4, 16)
+
+
+def _dense_pack_workload(m, n, k, target):
+    with target:
+        x = tvm.te.placeholder((m, k), name="x")
+        w = tvm.te.placeholder((n, k), name="w")
+        return autotvm.task.get_workload(tvm.topi.x86.dense_pack(x, w))
+
+
+def test_tuning_record_wins_over_the_rule(tmp_path):
+    target = tvm.target.Target("llvm -mcpu=haswell")
+    workload = _dense_pack_workload(64, 512, 784, target)
+    with ShapeRules():
+        ruled = autotvm.task.DispatchContext.current.query(target, workload)
+    assert not ruled.is_fallback and ruled["tile_y"].size[-1] == 4 and ruled["tile_x"].size[-1] == 16
+
+    task = autotvm.task.create(workload[0], args=workload[1:], target=target)
+    record = task.config_space.get(len(task.config_space) - 1)
+    log = tmp_path / "records.json"
+    log.write_text(autotvm.record.encode(autotvm.MeasureInput(target, task, record),
+                                         autotvm.MeasureResult((1e-6,), 0, 0.0, time.time())) + "\n")
+    with autotvm.apply_history_best(str(log)), ShapeRules():
+        tuned = autotvm.task.DispatchContext.current.query(target, workload)
+    assert str(tuned) == str(record)
+
+
+def test_products_built_with_the_rule_agree_with_numpy():
+    """Constant weights (packed at compile time) of every shape class, in one module."""
+    rng = np.random.default_rng(0)
+    shapes = [(1, 512, 96), (3, 40, 24), (64, 10, 64), (64, 512, 48), (5, 7, 9)]
+    inputs, weights, outputs = [], [], []
+    for i, (m, n, k) in enumerate(shapes):
+        x = relay.var(f"x{i}", shape=(m, k))
+        w = rng.uniform(-1, 1, (n, k)).astype("float32")
+        inputs.append(x)
+        weights.append(w)
+        outputs.append(relay.nn.dense(x, relay.const(w)))
+    mod = tvm.IRModule.from_expr(relay.Function(inputs, relay.Tuple(outputs)))
+    compiled = relay_aot.compile(mod)
+    args = [rng.uniform(-1, 1, (m, k)).astype("float32") for m, _, k in shapes]
+    for got, x, w in zip(compiled(*args), args, weights):
+        np.testing.assert_allclose(got.numpy(), x @ w.T, rtol=1e-5, atol=1e-5)
