@@ -386,6 +386,24 @@ def onnx_mlp(batch: int) -> Workload:
     )
 
 
+def onnx_quantized_conv_net() -> Workload:
+    """A small quantized conv net in ONNX's operator form (QLinearConv, QLinearMatMul; uint8
+    activations, int8 weights), imported by TVM's ONNX frontend (QNN operators, lowered as
+    ``relay.build`` lowers them)."""
+    from relay_aot.testing import onnx_models
+
+    return Workload(
+        name="onnx_qconv_net",
+        description="ONNX quantized conv net (QLinearConv x2, QLinearMatMul), 1x3x16x16",
+        source="",
+        make_inputs=lambda rng: ((_uniform(rng, 1, 3, 16, 16),), {}),
+        onnx_model=lambda: onnx_models.quantized_conv_net()[0],
+        static=True,
+        rtol=0.0,
+        atol=0.1 + 1e-6,  # one quantization step of the logits: rounding may differ from onnxruntime's
+    )
+
+
 # -- dynamic shapes -----------------------------------------------------------------------------
 
 
@@ -722,6 +740,7 @@ def all_workloads() -> list[Workload]:
         onnx_loop_rnn(256),
         onnx_loop_rnn(512),
         onnx_mlp(64),
+        onnx_quantized_conv_net(),
         greedy_decoder(),
         tensor_array_lstm(16),
         mlp_dynamic_batch(1),

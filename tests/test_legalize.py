@@ -136,3 +136,21 @@ def _conv2d_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
             patch = x[:, :, i:i + h - r + 1, j:j + width - s + 1].astype("int64")
             out += np.einsum("nchw,kc->nkhw", patch, w[:, :, i, j].astype("int64"))
     return out
+
+
+def test_quantized_onnx_conv_net_agrees_with_the_vm_and_onnxruntime():
+    """A quantized network as ONNX writes one (QuantizeLinear, two QLinearConv, QLinearMatMul,
+    DequantizeLinear; uint8 activations, int8 weights): relay_aot's logits equal the VM's and
+    onnxruntime's, exactly up to one quantization step of rounding."""
+    onnx_models = pytest.importorskip("relay_aot.testing.onnx_models")
+    pytest.importorskip("onnx")
+    model, make_inputs = onnx_models.quantized_conv_net()
+    mod, params = relay.frontend.from_onnx(model, freeze_params=True)
+    assert "qnn.conv2d" in mod.astext() and "qnn.dense" in mod.astext()
+    x = make_inputs()["x"]
+    got = relay_aot.compile(mod, params=params)(x).numpy()
+    testing.check_equivalence(mod, [x], references=("vm",), atol=1e-6)
+    assert len(np.unique(got)) > 5, "the logits are not saturated to a constant"
+    onnxruntime = pytest.importorskip("onnxruntime")
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, session.run(None, {"x": x})[0], atol=0.1 + 1e-6)

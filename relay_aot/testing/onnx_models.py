@@ -4,6 +4,8 @@
   (the whole sequence of states, what RNN-style models return): ``Tensor[(?, 1, H)]`` in Relay;
 * :func:`scan_cumulative` -- a ``Scan`` summing rows of a sequence into a running state;
 * :func:`if_branches` -- an ``If`` choosing between two computations on a run-time condition;
+* :func:`quantized_conv_net` -- ``QLinearConv`` and ``QLinearMatMul`` between ``QuantizeLinear``
+  and ``DequantizeLinear`` (a quantized model in ONNX's operator form);
 * :func:`mlp` -- a multilayer perceptron of ``Gemm`` and ``Relu`` (no control flow: the
   benchmarks' like-for-like comparison with onnxruntime).
 
@@ -93,6 +95,50 @@ def mlp(batch: int, sizes: tuple = (784, 512, 512, 10), seed: int = 0) -> tuple[
 
     def inputs() -> dict:
         return {"x": np.random.default_rng(seed + 1).uniform(-1, 1, (batch, sizes[0])).astype("float32")}
+
+    return model, inputs
+
+
+def quantized_conv_net(seed: int = 0) -> tuple[object, Callable]:
+    """A small quantized conv net in ONNX's operator form, as a quantizer writes one:
+    ``QuantizeLinear`` (uint8), two ``QLinearConv`` (int8 weights, int32 biases; the second
+    strided), ``QLinearGlobalAveragePool``-free flattening by ``Reshape``, a ``QLinearMatMul``
+    and ``DequantizeLinear`` to float32 logits. Input ``x``: ``(1, 3, 16, 16)`` float32."""
+    onnx, helper, TensorProto, numpy_helper = _onnx()
+    rng = np.random.default_rng(seed)
+    consts = []
+
+    def const(name, value):
+        consts.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    x_scale, x_zero = const("x_scale", np.float32(0.02)), const("x_zero", np.uint8(128))
+    nodes = [helper.make_node("QuantizeLinear", ["x", x_scale, x_zero], ["xq"])]
+    previous, scale, zero, channels = "xq", 0.02, x_zero, 3
+    for i, (out_channels, stride) in enumerate([(8, 1), (16, 2)]):
+        w = rng.integers(-60, 60, (out_channels, channels, 3, 3), dtype=np.int8)
+        w_scale = np.float32(0.01)
+        bias = rng.integers(-500, 500, out_channels).astype(np.int32)
+        y_scale = np.float32(0.05 * (i + 1))
+        inputs = [previous, const(f"s{i}", np.float32(scale)), zero, const(f"w{i}", w), const(f"ws{i}", w_scale),
+                  const(f"wz{i}", np.int8(0)), const(f"ys{i}", y_scale), const(f"yz{i}", np.uint8(0)),
+                  const(f"b{i}", bias)]
+        nodes.append(helper.make_node("QLinearConv", inputs, [f"c{i}"], pads=[1, 1, 1, 1], strides=[stride, stride]))
+        previous, scale, zero, channels = f"c{i}", y_scale, f"yz{i}", out_channels
+    nodes.append(helper.make_node("Reshape", [previous, const("flat", np.array([1, 16 * 8 * 8], np.int64))], ["f"]))
+    fc = rng.integers(-40, 40, (16 * 8 * 8, 10), dtype=np.int8)
+    nodes.append(helper.make_node("QLinearMatMul", ["f", const("fs", np.float32(scale)), zero, const("fc", fc),
+                                                   const("fcs", np.float32(0.002)), const("fcz", np.int8(0)),
+                                                   const("os", np.float32(0.1)), const("oz", np.uint8(128))], ["o"]))
+    nodes.append(helper.make_node("DequantizeLinear", ["o", "os", "oz"], ["logits"]))
+    graph = helper.make_graph(
+        nodes, "quantized_conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+
+    def inputs() -> dict:
+        return {"x": np.random.default_rng(seed + 1).uniform(-1, 1, (1, 3, 16, 16)).astype("float32")}
 
     return model, inputs
 
