@@ -262,9 +262,10 @@ class BuiltGraph:
         """The kernels' library, for ``graph_executor.create(built.graph_json, built.lib, dev)``."""
         return _BuiltLib(self)
 
-    def __iter__(self):  # the legacy ``graph, lib, params = relay.build(...)``
+    def __iter__(self):  # the legacy ``graph, lib, params = relay.build(...)``: ``lib`` is the
+        # kernels' library there (tests read its assembly), which graph_executor.create takes
         real = self.real()
-        return iter([real.get_graph_json(), self, real.get_params()])
+        return iter([real.get_graph_json(), _BuiltLib(self), real.get_params()])
 
 
 class _BuiltLib:

@@ -30,6 +30,17 @@ def test_build_and_graph_module():
     np.testing.assert_allclose(module.get_output(0).numpy(), 2 * np.ones(3))
 
 
+def test_legacy_build_tuple():
+    """``graph, lib, params = relay.build(...)``: ``lib`` is the kernels' library (TVM's tests
+    read its assembly), and ``graph_executor.create`` runs relay_aot."""
+    graph, lib, params = relay.build(_add_mod(), target="llvm")
+    assert "add" in lib.get_source("asm")
+    module = graph_executor.create(graph, lib, tvm.cpu())
+    module.set_input("x", np.ones(3, "float32"))
+    module.run()
+    np.testing.assert_allclose(module.get_output(0).numpy(), 2 * np.ones(3))
+
+
 def test_vm_compile():
     exe = relay.vm.compile(_add_mod(), target="llvm")
     out = VirtualMachine(exe, tvm.cpu()).run(np.zeros(3, "float32"))
