@@ -361,8 +361,10 @@ def _flatten_type(mod: tvm.IRModule) -> list:
 def build(ir_mod, target=None, target_host=None, executor=None, runtime=None, *args, **kwargs):
     """``relay.build``: relay_aot behind the graph executor; TVM's own build for other executors
     and runtimes (the AOT executor's C interface, the CRT)."""
-    call = ((ir_mod, target, target_host) + ((executor,) if executor is not None else ())
-            + ((runtime,) if runtime is not None else ()) + args)
+    call = (ir_mod, target, target_host) + args
+    # by keyword: either may be given without the other
+    kwargs = dict(kwargs, **({"executor": executor} if executor is not None else {}),
+                  **({"runtime": runtime} if runtime is not None else {}))
     graph = executor is None or executor.name == "graph"
     if not graph or (runtime is not None and runtime.name != "cpp"):
         return _ORIGINALS["build"](*call, **kwargs)

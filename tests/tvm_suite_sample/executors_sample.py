@@ -5,6 +5,7 @@ import numpy as np
 import tvm
 from tvm import relay
 from tvm.contrib import graph_executor
+from tvm.relay.backend import Runtime
 from tvm.runtime.vm import VirtualMachine
 from tvm.relay.prelude import Prelude
 from tvm.relay.backend.interpreter import ConstructorValue
@@ -33,7 +34,7 @@ def test_build_and_graph_module():
 def test_legacy_build_tuple():
     """``graph, lib, params = relay.build(...)``: ``lib`` is the kernels' library (TVM's tests
     read its assembly), and ``graph_executor.create`` runs relay_aot."""
-    graph, lib, params = relay.build(_add_mod(), target="llvm")
+    graph, lib, params = relay.build(_add_mod(), target="llvm", runtime=Runtime("cpp"))  # no executor=
     assert "add" in lib.get_source("asm")
     module = graph_executor.create(graph, lib, tvm.cpu())
     module.set_input("x", np.ones(3, "float32"))
