@@ -17,6 +17,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, Union
 
+import numpy as np
+import tvm
+
 from ..cpu import CpuRequirement
 
 #: Statements, blocks and tail calls are numbered when made: analyses key facts on these
@@ -149,6 +152,40 @@ class Var:
 
 class Rhs:
     """Base class of the computations a :class:`Let` binds."""
+
+
+class CustomDatatypeArray(np.ndarray):
+    """A constant of a datatype registered with ``tvm.target.datatype`` (``custom[name]bits``),
+    which numpy has no type for: its storage bits as unsigned integers, and the TVM dtype."""
+
+    tvm_dtype: str = ""
+
+    def __array_finalize__(self, obj) -> None:
+        self.tvm_dtype = getattr(obj, "tvm_dtype", "")
+
+
+def constant_array(data) -> np.ndarray:
+    """A constant's value (a ``tvm.nd.NDArray``) as ``Program.constants`` holds it: a numpy array,
+    or a :class:`CustomDatatypeArray` of its bits."""
+    dtype = str(data.dtype)
+    if not dtype.startswith("custom["):
+        return data.numpy()
+    bits = tvm.runtime.DataType(dtype).bits
+    array = data._create_view(tuple(data.shape), f"uint{bits}").numpy().view(CustomDatatypeArray)
+    array.tvm_dtype = dtype
+    return array
+
+
+def constant_dtype(array: np.ndarray) -> str:
+    """The TVM dtype of a constant of ``Program.constants``."""
+    return getattr(array, "tvm_dtype", "") or str(array.dtype)
+
+
+def constant_ndarray(array: np.ndarray) -> "tvm.nd.NDArray":
+    """A constant of ``Program.constants`` as a ``tvm.nd.NDArray`` on the CPU."""
+    value = tvm.nd.array(np.asarray(array), device=tvm.cpu())
+    dtype = constant_dtype(array)
+    return value if dtype == str(value.dtype) else value._create_view(tuple(array.shape), dtype)
 
 
 @dataclass(eq=False)

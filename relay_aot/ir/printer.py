@@ -81,7 +81,7 @@ class IrPrinter:
             ctors = ", ".join(f"{c.name}={c.tag}({', '.join(self.type(f) for f in c.fields)})" for c in adt.ctors)
             self.out(f"type {adt.name}[{adt.num_params}] {{ {ctors} }}")
         for i, const in enumerate(p.constants):
-            self.out(f"constant {i}: {const.dtype}{list(const.shape)}")
+            self.out(f"constant {i}: {ir.constant_dtype(const)}{list(const.shape)}")
         for k in p.kernels:
             sig = f"({', '.join(self.type(t) for t in k.params)}) -> {self.type(k.result)}"
             native = f"  = {_scalar(k.scalar)}" if k.scalar is not None else ""

@@ -346,7 +346,9 @@ class KernelTable:
         extent parameters (:mod:`.extents`: (buffer index, dimension, dtype) each)."""
         # A PassContext of our own: the caller's (its TIR options, MetaSchedule) is not part of
         # the cache key, so it must not change what is built.
-        with tvm.transform.PassContext(config={"tir.disable_vectorize": True} if c_target else {}):
+        # Vectors of custom datatypes are not lowered by TVM (its BYODT framework says so).
+        scalar_only = bool(c_target) or self._custom_datatypes()
+        with tvm.transform.PassContext(config={"tir.disable_vectorize": True} if scalar_only else {}):
             merged = self.lower_all(progress)
         extent_params: dict = {}
         if self.config.standalone:  # unpacked kernels over ? dimensions take their extents as parameters
@@ -356,6 +358,11 @@ class KernelTable:
         if not scratch_params:
             return merged, {}, extent_params
         return (*scratch.apply(merged, {k.symbol for k in self.kernels if k.scalar is None}), extent_params)
+
+    def _custom_datatypes(self) -> bool:
+        """Whether a kernel computes on a datatype registered with ``tvm.target.datatype``."""
+        registered = any(name.startswith("tvm.datatype.lower.") for name in tvm._ffi.registry.list_global_func_names())
+        return registered and any("custom[" in func.astext() for func in self._funcs)
 
     def extent_plan(self, c_target: Optional[str] = None) -> dict[str, tuple[tuple[int, int, str], ...]]:
         """The extent parameters ``build()`` (or ``build_c(c_target)``) gives the kernels and
@@ -399,7 +406,7 @@ _UNPACKED = relay.backend.Executor("aot", {"unpacked-api": True, "interface-api"
 
 def _build_in_child(merged: tvm.IRModule, path: str, target) -> None:
     """``tvm.build`` of lowered kernels into ``path`` (``.c``: their C source), in the child."""
-    vectorize = not str(target).startswith("c")
+    vectorize = not str(target).startswith("c") and not _has_custom_datatypes(merged)
     with _relowering(vectorize):
         module = tvm.build(merged, target=target)
     if path.endswith(".c"):
@@ -407,6 +414,12 @@ def _build_in_child(merged: tvm.IRModule, path: str, target) -> None:
             out.write(module.get_source())
     else:
         module.save(path)
+
+
+def _has_custom_datatypes(merged: tvm.IRModule) -> bool:
+    """Whether a lowered kernel has a buffer of a ``tvm.target.datatype`` custom type."""
+    return any(str(buf.dtype).startswith("custom[") for func in merged.functions.values()
+               if isinstance(func, tvm.tir.PrimFunc) for buf in func.buffer_map.values())
 
 
 def _relowering(vectorize: bool = True) -> tvm.transform.PassContext:

@@ -6,8 +6,8 @@ subexpression elimination binds them, ``cse_var_1: float32x16``) or a vector of 
 (``floor_mod``'s ``rmod``, vectorized to ``int32x6``) fails LLVM's verifier ("location of
 #dbg_declare must be a pointer or int"), and with it the whole build -- ``image.resize2d`` over
 ``?`` dimensions, ``dft`` and ``floor_mod`` did, on TVM's VM too. :func:`for_llvm` substitutes
-such values into their uses (after lowering TVM's intrinsics, which is where ``floor_mod``'s let
-comes from); LLVM's own value numbering finds the common subexpressions again. Kernels printed as
+such values into their uses (after lowering custom datatypes and then TVM's intrinsics, which is
+where ``floor_mod``'s let comes from); LLVM's own value numbering finds the common subexpressions again. Kernels printed as
 C are not touched: C has no debug declarations, and LLVM's intrinsics cannot be printed as C. ``KernelTable.build`` then keeps TVM's second lowering (``tvm.build``
 lowers the already lowered kernels again) from binding new ones.
 """
@@ -48,7 +48,10 @@ def for_llvm(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     for gvar, func in mod.functions.items():
         if isinstance(func, tir.PrimFunc):
             func = func if "target" in (func.attrs or {}) else func.with_attr("target", target)
-            lowered = tir.transform.LowerIntrin()(tvm.IRModule({gvar: func}))
+            # Custom datatypes first, as tvm.build's pipeline orders them: LowerIntrin would
+            # turn an ``exp`` of a registered custom type into an LLVM intrinsic of that type.
+            single = tir.transform.LowerCustomDatatypes()(tvm.IRModule({gvar: func}))
+            lowered = tir.transform.LowerIntrin()(single)
             func = inline_float_lets(lowered[gvar])
         funcs[gvar] = func
     lowered = tvm.IRModule(funcs)

@@ -137,8 +137,8 @@ class ProgramLowering:
 
     def constant(self, const: relay.Constant) -> int:
         """Index of ``const`` in the program's constant table."""
-        array = const.data.numpy()
-        key = (str(array.dtype), array.shape, array.tobytes())  # equal constants share a slot
+        array = ir.constant_array(const.data)
+        key = (ir.constant_dtype(array), array.shape, array.tobytes())  # equal constants share a slot
         if key not in self._constant_ids:
             self._constant_ids[key] = len(self.constants)
             self.constants.append(array)

@@ -789,8 +789,9 @@ class CppEmitter:
         e.line("const ConstantSpec kConstantSpecs[] = {")
         offset = shape_offset = 0
         for i, c in enumerate(consts):
-            spec = f"{offset}, {c.nbytes}, {dtype_literal(str(c.dtype))}, {c.ndim}, {shape_offset}"
-            e.line(f"{{{spec}}},", comment=f"constant {i}: {c.dtype}{list(c.shape)}")
+            dtype = ir.constant_dtype(c)
+            spec = f"{offset}, {c.nbytes}, {dtype_literal(dtype)}, {c.ndim}, {shape_offset}"
+            e.line(f"{{{spec}}},", comment=f"constant {i}: {dtype}{list(c.shape)}")
             offset += _aligned(c.nbytes)
             shape_offset += c.ndim
         e.line("};")

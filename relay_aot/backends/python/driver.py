@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import tvm
 
-from ... import names
+from ... import ir, names
 from ...errors import UnsupportedError
 from ...ir.profile import ProfileTable
 from ...request import Request
@@ -38,7 +38,7 @@ def load_python(source: str, model: str, kernel_module: Optional[tvm.runtime.Mod
     namespace = {
         "__name__": f"relay_aot_generated_{model}",
         names.PY_KERNEL_MODULE: kernel_module,
-        names.PY_CONSTANTS: [tvm.nd.array(c, device=tvm.cpu()) for c in constants],
+        names.PY_CONSTANTS: [ir.constant_ndarray(c) for c in constants],
     }
     exec(code, namespace)  # noqa: S102 - our own generated code
     return namespace[names.PY_ENTRY]

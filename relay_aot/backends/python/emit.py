@@ -84,7 +84,7 @@ class PythonEmitter:
         e.decl()
         e.decl_comment("0-d constants, unboxed once (numpy scalars: see relay_aot.backends.python.runtime).")
         for i, const in enumerate(self.program.constants):
-            if const.ndim == 0 and is_native_scalar(ir.TensorType((), str(const.dtype))):
+            if const.ndim == 0 and is_native_scalar(ir.TensorType((), ir.constant_dtype(const))):
                 e.decl(f"{names.PY_CONSTANTS}{i} = unbox({names.PY_CONSTANTS}[{i}])")
         self.emit_kernels()
         for f in self.program.functions:
@@ -256,7 +256,7 @@ class PythonEmitter:
             value = f"{names.PY_CONSTANTS}{rhs.index}"
         elif rhs.fresh:  # it may reach a caller, who may write into it: a copy of its own
             value = f"{'zero_tensor' if rhs.zeros else 'copy_tensor'}({value})"
-        self.define(stmt, value, f"constant {const.dtype}{list(const.shape)}")
+        self.define(stmt, value, f"constant {ir.constant_dtype(const)}{list(const.shape)}")
 
     def _kernel_call(self, rhs: ir.KernelCall, stmt: ir.Let) -> None:
         e = self.out

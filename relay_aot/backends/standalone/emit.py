@@ -245,7 +245,7 @@ class StandaloneEmitter(CppEmitter):
         e.decl()
         e.decl("extern State state;")
         for i, c in enumerate(self.program.constants):
-            e.decl(f"extern const {_word_type(c)} {_constant_name(i)}[];  // {c.dtype}{list(c.shape)}")
+            e.decl(f"extern const {_word_type(c)} {_constant_name(i)}[];  // {ir.constant_dtype(c)}{list(c.shape)}")
         for f in self.program.functions:
             if f.is_closure:
                 e.decl(f"Value {names.CLOSURE_ENTRY}{f.id}(Value self, const Value* args);")
@@ -275,7 +275,7 @@ class StandaloneEmitter(CppEmitter):
             if self.dynamic and c.ndim:  # its extents first, just before its data (the runtime's header)
                 head = ["0x00000000"] * (self._header_words(c.ndim) - c.ndim)
                 words = head + [f"0x{d:08x}" for d in c.shape] + words
-            e.line(f"// constant {i}: {c.dtype}{list(c.shape)}")
+            e.line(f"// constant {i}: {ir.constant_dtype(c)}{list(c.shape)}")
             e.line(f"alignas({self.alignment}) extern const {_word_type(c)} {_constant_name(i)}[{len(words)}] = {{")
             for start in range(0, len(words), 8):
                 e.line(", ".join(words[start:start + 8]) + ",")
