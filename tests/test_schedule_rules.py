@@ -13,7 +13,7 @@ import tvm
 from tvm import autotvm, relay
 
 import relay_aot
-from relay_aot.kernels.schedule_rules import ShapeRules, dense_pack_blocking
+from relay_aot.kernels.schedule_rules import ShapeRules, conv_register_block, dense_pack_blocking
 
 AVX2 = (8, 16)  # float32 lanes, vector registers
 AVX512 = (16, 32)
@@ -38,6 +38,18 @@ def test_register_block_fits_half_the_vector_registers(m, n, isa, expected):
 def test_packed_weight_keeps_its_columns():
     """A weight packed already (the layout pass chose the columns) keeps them."""
     assert dense_pack_blocking(64, 512, 8, 16, columns=16) == (4, 16)
+
+
+@pytest.mark.parametrize("width, fallback, expected", [
+    (27, 27, 9),    # TVM's 27 accumulators spill: 9 runs twice as fast (SqueezeNet)
+    (56, 28, 8),    # ResNet-50's first stage
+    (13, 13, 13),   # prime: 13 beats 1
+    (55, 11, 11),
+    (7, 7, 7),
+    (17, 17, 17),   # prime above 16: TVM's choice
+])
+def test_convolution_columns(width, fallback, expected):
+    assert conv_register_block(width, fallback) == expected
 
 
 def _dense_pack_workload(m, n, k, target):
@@ -80,3 +92,35 @@ def test_products_built_with_the_rule_agree_with_numpy():
     args = [rng.uniform(-1, 1, (m, k)).astype("float32") for m, _, k in shapes]
     for got, x, w in zip(compiled(*args), args, weights):
         np.testing.assert_allclose(got.numpy(), x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_convolutions_built_with_the_rule_agree_with_the_graph_executor():
+    """3x3 and 1x1 convolutions whose output widths take each branch of the rule (27 -> 9,
+    13 -> 13, 17 -> TVM's), against the graph executor (TVM's fallback schedules), on an AVX2
+    target, where the rule applies."""
+    target = "llvm -mcpu=haswell"
+    rng = np.random.default_rng(0)
+    inputs, outputs = [], []
+    for i, (channels, filters, width, kernel) in enumerate([(16, 32, 27, 3), (8, 16, 13, 1), (8, 8, 17, 3), (24, 16, 27, 1)]):
+        x = relay.var(f"x{i}", shape=(1, channels, width, width))
+        w = relay.const(rng.uniform(-1, 1, (filters, channels, kernel, kernel)).astype("float32"))
+        inputs.append(x)
+        outputs.append(relay.nn.relu(relay.nn.conv2d(x, w, padding=(kernel // 2,) * 2, channels=filters,
+                                                     kernel_size=(kernel, kernel))))
+    mod = tvm.IRModule.from_expr(relay.Function(inputs, relay.Tuple(outputs)))
+    args = [rng.uniform(-1, 1, [int(d) for d in x.type_annotation.shape]).astype("float32") for x in inputs]
+    with ShapeRules():
+        for channels, filters, width, kernel in [(16, 32, 27, 3)]:
+            with tvm.target.Target(target):
+                data = tvm.te.placeholder((1, channels, width, width))
+                weight = tvm.te.placeholder((filters, channels, kernel, kernel))
+                workload = autotvm.task.get_workload(
+                    tvm.topi.x86.conv2d_nchw(data, weight, (1, 1), (1, 1), (1, 1), "float32"))
+            assert workload[0] == "conv2d_NCHWc.x86"
+            ruled = autotvm.task.DispatchContext.current.query(tvm.target.Target(target), workload)
+            assert ruled["tile_ow"].size[-1] == 9 and not ruled.is_fallback, ruled
+    got = relay_aot.compile(mod, target=target)(*args)
+    with tvm.transform.PassContext(opt_level=3):
+        reference = relay.create_executor("graph", mod=mod, target=target).evaluate()(*args)
+    for ours, theirs in zip(got, reference):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-5)
