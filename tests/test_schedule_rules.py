@@ -21,9 +21,10 @@ AVX512 = (16, 32)
 
 @pytest.mark.parametrize("m, n, isa, expected", [
     (64, 512, AVX2, (4, 16)),     # TVM's fallback: 8 x 16, all 16 registers as accumulators
-    (1, 512, AVX2, (1, 32)),      # a matrix-vector product: 4 independent accumulators
+    (1, 512, AVX2, (1, 64)),      # a matrix-vector product: 8 independent accumulators
+    (1, 1000, AVX2, (1, 40)),     # ResNet's classifier: 5 (TVM's fallback: 10 columns, 2)
     (64, 10, AVX2, (4, 10)),      # no multiple of the vector width divides 10
-    (3, 40, AVX2, (3, 8)),
+    (3, 40, AVX2, (1, 40)),       # 5 accumulators beat 3 rows of one
     (64, 512, AVX512, (8, 32)),   # TVM's fallback block, which fits AVX-512's 32 registers
     (1, 1000, AVX512, (1, 25)),
 ])

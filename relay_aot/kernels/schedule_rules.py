@@ -51,7 +51,9 @@ def dense_pack_blocking(m: int, n: int, lanes: int, registers: int, columns: Opt
     """
     budget = registers // 2
     candidates = []
-    column_options = [columns] if columns else [c for c in _divisors(n, 4 * lanes) if c % lanes == 0] or [max(_divisors(n, 2 * lanes))]
+    # Up to a budget of vectors in one row: a matrix-vector product (one row) wants them all
+    # (1 x 1000 on AVX2: 40 columns, 5 accumulators, 230 us; TVM's 10 columns, 365 us).
+    column_options = [columns] if columns else [c for c in _divisors(n, budget * lanes) if c % lanes == 0] or [max(_divisors(n, 2 * lanes))]
     for cols in column_options:
         vectors = -(-cols // lanes)
         for rows in _divisors(m, 8):
