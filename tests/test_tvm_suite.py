@@ -26,7 +26,7 @@ def test_every_executor_runs_relay_aot_and_the_summary_names_what_fails_only_the
     aot = {test.split("::")[1]: entry for test, entry in runs["aot"].items()}
     # every kind of create_executor, relay.build + GraphModule, vm.compile + VirtualMachine
     assert aot["test_every_kind"]["reached"] == 4
-    for name in ("test_every_kind", "test_build_and_graph_module", "test_legacy_build_tuple", "test_vm_compile",
+    for name in ("test_every_kind", "test_build_and_graph_module", "test_legacy_build_tuple", "test_graph_and_vm_module_apis", "test_vm_compile",
                  "test_interpreter_constructor_values"):
         assert aot[name]["outcome"] == "passed" and aot[name]["reached"] >= 1, (name, aot[name])
     summary = tvm_suite.summarize({"executors_sample.py": runs}, {"executors_sample.py::test_fails_only_under_relay_aot": "why"})

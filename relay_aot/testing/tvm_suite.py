@@ -305,10 +305,44 @@ class GraphModule:
 
     def run(self, **inputs):
         self.set_input(**inputs)
-        missing = [n for n in self.names if n not in self.inputs]
-        if missing:
-            raise tvm.error.TVMError(f"relay_aot suite: inputs {missing} were not set")
+        for param in self._typed_params():
+            # The graph executor runs on the uninitialized buffers of inputs never set.
+            if param.name_hint in self.names and param.name_hint not in self.inputs:
+                ty = param.checked_type
+                if not isinstance(ty, relay.TensorType) or not all(isinstance(d, tvm.tir.IntImm) for d in ty.shape):
+                    raise tvm.error.TVMError(f"relay_aot suite: input {param.name_hint} was not set")
+                self.inputs[param.name_hint] = tvm.nd.empty([int(d) for d in ty.shape], ty.dtype)
         self.outputs = _flatten(self.compiled(*[self.inputs[n] for n in self.names]))
+
+    def _typed_params(self):
+        return relay.transform.InferType()(self.built.ir_mod)["main"].params
+
+    def get_input_info(self):
+        """``(shape_dict, dtype_dict)`` of the inputs, as ``tvm.container.Map``s."""
+        shapes, dtypes = {}, {}
+        for param in self._typed_params():
+            if param.name_hint in self.names:
+                ty = param.checked_type
+                shapes[param.name_hint] = tvm.runtime.ShapeTuple([int(d) for d in ty.shape])
+                dtypes[param.name_hint] = ty.dtype
+        return tvm.runtime.convert(shapes), tvm.runtime.convert(dtypes)
+
+    def benchmark(self, device, func_name="run", repeat=5, number=5, min_repeat_ms=None,
+                  limit_zero_time_iterations=100, end_to_end=False, cooldown_interval_ms=0,
+                  repeats_to_cooldown=1, **kwargs):
+        """The graph executor's timing loop (``repeat`` means of ``number`` runs), timed from
+        Python around relay_aot's call."""
+        if kwargs:
+            self.set_input(**kwargs)
+        return _benchmark(self.run, repeat, number, min_repeat_ms)
+
+    @property
+    def module(self):
+        """The graph executor's functions by name (``module["set_input_zero_copy"](i, array)``)."""
+        return {"set_input": self.set_input, "set_input_zero_copy": self.set_input, "run": self.run,
+                "get_output": self.get_output, "get_input": self.get_input,
+                "get_num_outputs": self.get_num_outputs, "get_num_inputs": self.get_num_inputs,
+                "get_input_index": self.get_input_index}
 
     def get_output(self, index, out=None):
         value = self.outputs[index]
@@ -336,6 +370,25 @@ class GraphModule:
 
     def __getitem__(self, name):
         return getattr(self, name)
+
+
+def _benchmark(call, repeat: int, number: int, min_repeat_ms) -> "tvm.runtime.module.BenchmarkResult":
+    """TVM's benchmark loop around ``call``: ``repeat`` means of ``number`` calls (doubled until
+    a mean takes ``min_repeat_ms``), timed from Python."""
+    call()
+    results = []
+    for _ in range(repeat):
+        count = number
+        while True:
+            start = time.perf_counter()
+            for _ in range(count):
+                call()
+            elapsed = time.perf_counter() - start
+            if not min_repeat_ms or elapsed * 1e3 >= min_repeat_ms:
+                break
+            count *= 2
+        results.append(elapsed / count)
+    return tvm.runtime.module.BenchmarkResult(results)
 
 
 def _flatten(value) -> list:
@@ -431,6 +484,10 @@ def vm_compile(mod, target=None, target_host=None, params=None, *args, **kwargs)
 class VirtualMachine:
     """relay_aot behind ``tvm.runtime.vm.VirtualMachine`` for a :class:`VMExecutable`."""
 
+    # The real class's allocator kinds (tests pass them as memory_cfg).
+    NAIVE_ALLOCATOR = tvm.runtime.vm.VirtualMachine.NAIVE_ALLOCATOR
+    POOLED_ALLOCATOR = tvm.runtime.vm.VirtualMachine.POOLED_ALLOCATOR
+
     def __new__(cls, exe, device=None, memory_cfg=None):
         if not isinstance(exe, VMExecutable):
             return _ORIGINALS["VirtualMachine"](exe, device, memory_cfg)
@@ -475,6 +532,14 @@ class VirtualMachine:
 
     def get_outputs(self):
         return _flatten(self._outputs)
+
+    def benchmark(self, device, *args, func_name="main", repeat=5, number=5, min_repeat_ms=None,
+                  limit_zero_time_iterations=100, end_to_end=False, cooldown_interval_ms=0,
+                  repeats_to_cooldown=1, **kwargs):
+        """The VM's timing loop around ``invoke(func_name)``, timed from Python."""
+        if args or kwargs:
+            self.set_input(func_name, *args, **kwargs)
+        return _benchmark(lambda: self.invoke(func_name), repeat, number, min_repeat_ms)
 
 
 # -- installing --------------------------------------------------------------------------------

@@ -42,6 +42,26 @@ def test_legacy_build_tuple():
     np.testing.assert_allclose(module.get_output(0).numpy(), 2 * np.ones(3))
 
 
+def test_graph_and_vm_module_apis():
+    """What TVM's test_backend_graph_executor, test_set_input_zero_copy and test_vm_serialization
+    use besides running: input info, the functions by name, benchmark, allocator kinds, and a
+    run whose input was never set (the graph executor reads its uninitialized buffer)."""
+    module = graph_executor.GraphModule(relay.build(_add_mod(), target="llvm")["default"](tvm.cpu()))
+    shapes, dtypes = module.get_input_info()
+    assert tuple(shapes["x"]) == (3,) and dtypes["x"] == "float32"
+    module.run()
+    assert module.get_output(0).shape == (3,)
+    assert len(module.benchmark(tvm.cpu(), repeat=2, number=1).results) == 2
+    fresh = graph_executor.GraphModule(relay.build(_add_mod(), target="llvm")["default"](tvm.cpu()))
+    ones = tvm.nd.array(np.ones(3, "float32"))  # zero copy: the executor keeps only a pointer
+    fresh.module["set_input_zero_copy"](0, ones)
+    fresh.run()
+    np.testing.assert_allclose(fresh.get_output(0).numpy(), 2 * np.ones(3))
+    vm = VirtualMachine(relay.vm.compile(_add_mod(), target="llvm"), tvm.cpu(), memory_cfg="pooled")
+    assert VirtualMachine.POOLED_ALLOCATOR != VirtualMachine.NAIVE_ALLOCATOR
+    assert vm.benchmark(tvm.cpu(), np.zeros(3, "float32"), func_name="main", repeat=3, number=1).mean > 0
+
+
 def test_vm_compile():
     exe = relay.vm.compile(_add_mod(), target="llvm")
     out = VirtualMachine(exe, tvm.cpu()).run(np.zeros(3, "float32"))
