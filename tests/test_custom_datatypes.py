@@ -1,6 +1,7 @@
-"""Datatypes registered with TVM's Bring Your Own Datatype framework (``tvm.target.datatype``):
-relay_aot computes on them as TVM's executors do -- constants of them kept as their bits, kernels
-on them scalar (TVM does not lower vectors of them) -- and agrees with numpy.
+"""Datatypes numpy has no type for. Those registered with TVM's Bring Your Own Datatype framework
+(``tvm.target.datatype``): relay_aot computes on them as TVM's executors do -- constants of them
+kept as their bits, kernels on them scalar (TVM does not lower vectors of them) -- and agrees
+with numpy. And ``bfloat16``, whose constants TVM hands numpy as ``uint16``.
 
 The datatype is TVM's own test type, a float32 under another type code whose operations are
 functions built into libtvm (``FloatToCustom32``, ``Custom32Add``, ...), as in TVM's
@@ -55,3 +56,17 @@ def test_constants_and_kernels_of_a_custom_datatype_agree_with_numpy(backend):
     data = rng.uniform(-1, 1, (4, 64)).astype("float32")
     got = relay_aot.compile(mod, backend=backend)(data).numpy()
     np.testing.assert_allclose(got, np.exp(data * weight + bias), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bfloat16_constants_keep_their_dtype(backend):
+    """TVM gives numpy a ``bfloat16`` array as ``uint16``; the constant stays bfloat16 (TVM's
+    test_to_mixed_precision: a kernel's dtype assertion refused the uint16 constant)."""
+    x = relay.var("x", shape=(2, 8))
+    scale = relay.const(np.array(0.75, "float32")).astype("bfloat16")
+    scale = relay.const(relay.create_executor("debug").evaluate(scale))
+    assert scale.data.dtype == "bfloat16"
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.multiply(x.astype("bfloat16"), scale).astype("float32")))
+    data = (np.arange(16, dtype="float32") - 8).reshape(2, 8) / 4  # exact in bfloat16, as are their products by 0.75
+    got = relay_aot.compile(mod, backend=backend)(data).numpy()
+    np.testing.assert_array_equal(got, data * 0.75)

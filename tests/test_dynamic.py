@@ -154,6 +154,23 @@ def test_reshape_to_a_wrong_element_count_raises(backend):
         compiled(np.arange(6, dtype="float32"), np.array([4, 2], "int64"))
 
 
+def test_reshape_of_a_scalar_inside_a_loop_with_a_growing_result():
+    """TVM's test_to_mixed_precision::test_loop: ``reshape`` of a 0-d counter to (1, 1) fused
+    where shapes are ``?`` needs a shape function over a 0-d input (TVM's hybrid parser refused
+    relay_aot's general one); against the VM."""
+    i = relay.var("i", shape=(), dtype="int32")
+    st = relay.var("st", shape=(A, 1), dtype="int32")
+    loop = relay.loops.while_loop(
+        lambda i, st: relay.op.min(relay.op.less(i, relay.const(10))), [i, st],
+        lambda i, st: (i + relay.const(1), relay.op.concatenate([st, relay.op.reshape(i, (1, 1))], axis=0)))
+    start = relay.var("start", shape=(), dtype="int32")
+    mod = tvm.IRModule()
+    mod["main"] = relay.Function([start], relay.TupleGetItem(loop(start, relay.reshape(relay.const(0), (1, 1))), 1))
+    for first in (7, 10):
+        expected = np.array([0, *range(first, 10)], "int32").reshape(-1, 1)
+        testing.check_equivalence(mod, [np.array(first, "int32")], references=("vm",), expected=expected)
+
+
 @pytest.mark.parametrize("mode", ["clip", "fast"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_take_out_of_range_at_dynamic_shapes(backend, mode):

@@ -154,9 +154,10 @@ class Rhs:
     """Base class of the computations a :class:`Let` binds."""
 
 
-class CustomDatatypeArray(np.ndarray):
-    """A constant of a datatype registered with ``tvm.target.datatype`` (``custom[name]bits``),
-    which numpy has no type for: its storage bits as unsigned integers, and the TVM dtype."""
+class BitsArray(np.ndarray):
+    """A constant of a datatype numpy has no type for -- ``bfloat16`` (which TVM gives numpy as
+    ``uint16``), one registered with ``tvm.target.datatype`` (``custom[name]bits``): its storage
+    bits as unsigned integers, and the TVM dtype."""
 
     tvm_dtype: str = ""
 
@@ -165,13 +166,16 @@ class CustomDatatypeArray(np.ndarray):
 
 
 def constant_array(data) -> np.ndarray:
-    """A constant's value (a ``tvm.nd.NDArray``) as ``Program.constants`` holds it: a numpy array,
-    or a :class:`CustomDatatypeArray` of its bits."""
+    """A constant's value (a ``tvm.nd.NDArray``) as ``Program.constants`` holds it: a numpy array
+    of its dtype, or a :class:`BitsArray`."""
     dtype = str(data.dtype)
-    if not dtype.startswith("custom["):
-        return data.numpy()
-    bits = tvm.runtime.DataType(dtype).bits
-    array = data._create_view(tuple(data.shape), f"uint{bits}").numpy().view(CustomDatatypeArray)
+    if dtype.startswith("custom["):
+        array = data._create_view(tuple(data.shape), f"uint{tvm.runtime.DataType(dtype).bits}").numpy()
+    else:
+        array = data.numpy()
+        if str(array.dtype) == dtype:
+            return array
+    array = array.view(BitsArray)
     array.tvm_dtype = dtype
     return array
 

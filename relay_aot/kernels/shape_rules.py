@@ -160,6 +160,10 @@ def _reshape_static(attrs, inputs, out_ndims):
     numpy and ONNX refuse instead of dividing by zero or reading past the input's shape: a
     ``-1`` among dimensions that multiply to 0, a ``0`` beyond the input's rank. The inferred
     dimension is the one ``-1`` stood at (TVM writes it at its index in ``newshape``)."""
+    if len(inputs[0].shape) == 0 or int(inputs[0].shape[0]) == 0:
+        # A 0-d input (TVM's hybrid parser refuses the general function on an empty shape):
+        # every new dimension is 1, as the type checker has checked.
+        return [constant_tensor([1 if int(d) == -1 else int(d) for d in attrs.newshape], "int64", "reshape_0d_shape")]
     newshape = convert(tuple(int(d) for d in attrs.newshape))
     return [_reshape(inputs[0], newshape, out_ndims[0], convert(bool(attrs.allowzero)), convert(0))]
 
