@@ -154,6 +154,17 @@ def test_reshape_to_a_wrong_element_count_raises(backend):
         compiled(np.arange(6, dtype="float32"), np.array([4, 2], "int64"))
 
 
+def test_1x1_convolution_over_unknown_height_and_width():
+    """TVM's x86 layout choice raises a TypeError on a 1x1 convolution whose height and width
+    are ``?`` (TVM's test_any::test_any_conv2d); relay_aot keeps the NCHW layout; against the VM."""
+    data = relay.var("data", shape=(A, 8, A, A))
+    kernel = relay.var("kernel", shape=(8, 8, 1, 1))
+    mod = _module(relay.Function([data, kernel], relay.nn.conv2d(data, kernel, padding=(1, 1), kernel_size=(1, 1))))
+    rng = np.random.default_rng(0)
+    testing.check_equivalence(mod, [rng.random((1, 8, 5, 7), dtype="float32"), rng.random((8, 8, 1, 1), dtype="float32")],
+                              references=("vm",), atol=1e-5)
+
+
 def test_reshape_of_a_scalar_inside_a_loop_with_a_growing_result():
     """TVM's test_to_mixed_precision::test_loop: ``reshape`` of a 0-d counter to (1, 1) fused
     where shapes are ``?`` needs a shape function over a 0-d input (TVM's hybrid parser refused

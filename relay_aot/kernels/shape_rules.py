@@ -309,7 +309,7 @@ def _numpy_broadcast(shape1, shape2):
             dim2 = shape2[index]
         elif rank2 - (out_rank - index) >= 0:
             dim2 = shape2[rank2 - (out_rank - index)]
-        assert dim1 == dim2 or dim1 == 1 or dim2 == 1, "where: the shapes do not broadcast together"
+        assert dim1 == dim2 or dim1 == 1 or dim2 == 1, "where: the shapes do not broadcast together (TVM: Invalid broadcast shapes)"
         out[index] = dim1
         if dim1 == 1:
             out[index] = dim2
