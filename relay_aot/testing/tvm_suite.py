@@ -507,16 +507,37 @@ class VirtualMachine:
             self._compiled[name] = (mod, _compile(mod, self.exe.target, self.exe.params))
         return self._compiled[name]
 
-    def _args(self, name, args, kwargs):
+    def _params(self, name) -> list:
         mod, _ = self._function(name)
-        params = [p.name_hint for p in mod["main"].params if not self.exe.params or p.name_hint not in self.exe.params]
+        return [p.name_hint for p in mod["main"].params if not self.exe.params or p.name_hint not in self.exe.params]
+
+    def _args(self, name, args, kwargs):
         if not kwargs:
             return list(args)
         given = list(args)
-        return [kwargs[p] if p in kwargs else given.pop(0) for p in params]
+        return [kwargs[p] if p in kwargs else given.pop(0) for p in self._params(name)]
 
     def set_input(self, func_name, *args, **kwargs):
         self._inputs[func_name] = self._args(func_name, args, kwargs)
+
+    def set_one_input(self, func_name, *args, **kwargs):
+        """One input, by index or name (``set_one_input("main", 0, x)``, ``(..., d0=x)``)."""
+        key, value = next(iter(kwargs.items())) if kwargs else args
+        params = self._params(func_name)
+        inputs = self._inputs.get(func_name) or [None] * len(params)
+        inputs[key if isinstance(key, int) else params.index(key)] = value
+        self._inputs[func_name] = inputs
+
+    def get_input_index(self, input_name, func_name="main"):
+        params = self._params(func_name)
+        return params.index(input_name) if input_name in params else -1
+
+    def invoke_with_outputs(self, func_name, input_args, output_args):
+        """``invoke`` writing the results into ``output_args``."""
+        if input_args:
+            self.set_input(func_name, **input_args)
+        for value, out in zip(_flatten(self.invoke(func_name)), output_args):
+            value.copyto(out)
 
     def invoke(self, func_name, *args, **kwargs):
         if args or kwargs:

@@ -60,6 +60,12 @@ def test_graph_and_vm_module_apis():
     vm = VirtualMachine(relay.vm.compile(_add_mod(), target="llvm"), tvm.cpu(), memory_cfg="pooled")
     assert VirtualMachine.POOLED_ALLOCATOR != VirtualMachine.NAIVE_ALLOCATOR
     assert vm.benchmark(tvm.cpu(), np.zeros(3, "float32"), func_name="main", repeat=3, number=1).mean > 0
+    assert vm.get_input_index("x") == 0 and vm.get_input_index("y") == -1
+    vm.set_one_input("main", "x", tvm.nd.array(np.full(3, 2, "float32")))
+    np.testing.assert_allclose(vm.invoke("main").numpy(), np.full(3, 3))
+    out = tvm.nd.empty((3,), "float32")
+    vm.invoke_with_outputs("main", input_args={"x": tvm.nd.array(np.ones(3, "float32"))}, output_args=[out])
+    np.testing.assert_allclose(out.numpy(), np.full(3, 2))
 
 
 def test_vm_compile():
