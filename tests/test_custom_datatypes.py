@@ -70,3 +70,14 @@ def test_bfloat16_constants_keep_their_dtype(backend):
     data = (np.arange(16, dtype="float32") - 8).reshape(2, 8) / 4  # exact in bfloat16, as are their products by 0.75
     got = relay_aot.compile(mod, backend=backend)(data).numpy()
     np.testing.assert_array_equal(got, data * 0.75)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bfloat16_argument_given_as_its_uint16_bits(backend):
+    """A numpy uint16 array for a bfloat16 parameter is its bits -- what a bfloat16 NDArray's
+    ``numpy()`` gives and how ONNX stores bfloat16 (ONNX's test_castlike_FLOAT_to_BFLOAT16)."""
+    x = relay.var("x", shape=(4,), dtype="bfloat16")
+    mod = tvm.IRModule.from_expr(relay.Function([x], x.astype("float32")))
+    values = np.array([1.0, -2.5, 0.15625, 3.0], "float32")
+    bits = (values.view(np.uint32) >> 16).astype(np.uint16)  # exact: these values fit bfloat16
+    np.testing.assert_array_equal(relay_aot.compile(mod, backend=backend)(bits).numpy(), values)

@@ -195,6 +195,11 @@ class Converter:
             array = np.asarray(value)
             if array.dtype.kind not in "biuf":
                 return self._mismatch(array, ty, where)
+            if ty.dtype == "bfloat16" and array.dtype == np.uint16:
+                # bfloat16's bits, as TVM hands a bfloat16 tensor to numpy (NDArray.numpy())
+                # and ONNX stores it
+                bits = tvm.nd.array(np.ascontiguousarray(array), device=tvm.cpu())
+                return bits._create_view(tuple(array.shape), "bfloat16")
             if array.dtype != ty.dtype:
                 array = _exactly(array, ty.dtype, where)
             return tvm.nd.array(np.asarray(array, order="C"), device=tvm.cpu())
