@@ -426,7 +426,11 @@ def build(ir_mod, target=None, target_host=None, executor=None, runtime=None, *a
     if target is None:
         target = tvm.target.Target.current()
     _cpu_target(target)
-    return BuiltGraph(ir_mod, target, kwargs.get("params"), call, kwargs)
+    # relay.build ignores params that name no parameter of main (a module whose weights a
+    # helper already bound: auto_scheduler.extract_tasks binds them in place); relay_aot refuses.
+    names = {p.name_hint for p in ir_mod["main"].params}
+    params = {k: v for k, v in (kwargs.get("params") or {}).items() if k in names}
+    return BuiltGraph(ir_mod, target, params, call, kwargs)
 
 
 class _GraphModuleFactory:
