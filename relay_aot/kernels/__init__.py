@@ -346,7 +346,8 @@ class KernelTable:
         extent parameters (:mod:`.extents`: (buffer index, dimension, dtype) each)."""
         # A PassContext of our own: the caller's (its TIR options, MetaSchedule) is not part of
         # the cache key, so it must not change what is built.
-        # Vectors of custom datatypes are not lowered by TVM (its BYODT framework says so).
+        # Vectors of custom datatypes are not lowered by TVM (its BYODT framework says so); loops
+        # left serial here stay serial when tvm.build lowers the kernels again.
         scalar_only = bool(c_target) or self._custom_datatypes()
         with tvm.transform.PassContext(config={"tir.disable_vectorize": True} if scalar_only else {}):
             merged = self.lower_all(progress)
@@ -406,7 +407,7 @@ _UNPACKED = relay.backend.Executor("aot", {"unpacked-api": True, "interface-api"
 
 def _build_in_child(merged: tvm.IRModule, path: str, target) -> None:
     """``tvm.build`` of lowered kernels into ``path`` (``.c``: their C source), in the child."""
-    vectorize = not str(target).startswith("c") and not _has_custom_datatypes(merged)
+    vectorize = not str(target).startswith("c")
     with _relowering(vectorize):
         module = tvm.build(merged, target=target)
     if path.endswith(".c"):
@@ -414,12 +415,6 @@ def _build_in_child(merged: tvm.IRModule, path: str, target) -> None:
             out.write(module.get_source())
     else:
         module.save(path)
-
-
-def _has_custom_datatypes(merged: tvm.IRModule) -> bool:
-    """Whether a lowered kernel has a buffer of a ``tvm.target.datatype`` custom type."""
-    return any(str(buf.dtype).startswith("custom[") for func in merged.functions.values()
-               if isinstance(func, tvm.tir.PrimFunc) for buf in func.buffer_map.values())
 
 
 def _relowering(vectorize: bool = True) -> tvm.transform.PassContext:
