@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import functools
 import json
 import os
 import signal
@@ -305,7 +306,7 @@ class GraphModule:
 
     def run(self, **inputs):
         self.set_input(**inputs)
-        for param in self._typed_params():
+        for param in self._typed_params:
             # The graph executor runs on the uninitialized buffers of inputs never set.
             if param.name_hint in self.names and param.name_hint not in self.inputs:
                 ty = param.checked_type
@@ -314,13 +315,15 @@ class GraphModule:
                 self.inputs[param.name_hint] = tvm.nd.empty([int(d) for d in ty.shape], ty.dtype)
         self.outputs = _flatten(self.compiled(*[self.inputs[n] for n in self.names]))
 
+    @functools.cached_property
     def _typed_params(self):
+        """main's parameters with their types (inferred once: run() reads them on every call)."""
         return relay.transform.InferType()(self.built.ir_mod)["main"].params
 
     def get_input_info(self):
         """``(shape_dict, dtype_dict)`` of the inputs, as ``tvm.container.Map``s."""
         shapes, dtypes = {}, {}
-        for param in self._typed_params():
+        for param in self._typed_params:
             if param.name_hint in self.names:
                 ty = param.checked_type
                 shapes[param.name_hint] = tvm.runtime.ShapeTuple([int(d) for d in ty.shape])
