@@ -29,7 +29,6 @@ from tvm import autotvm, te
 from tvm.autotvm.task.space import ConfigEntity, FallbackConfigEntity, OtherOptionEntity, SplitEntity
 
 
-
 def _const_ints(shape) -> Optional[list[int]]:
     if not all(isinstance(d, (int, tvm.tir.IntImm)) for d in shape):
         return None
@@ -38,6 +37,21 @@ def _const_ints(shape) -> Optional[list[int]]:
 
 def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _vector_registers(target: tvm.target.Target) -> tuple[int, int]:
+    """float32 lanes of the target's vectors (TVM's choice), and how many vector registers it
+    has: 32 with AVX-512, else 16."""
+    with target:
+        lanes = tvm.target.x86.get_simd_32bit_lanes()
+    return lanes, 32 if lanes == 16 else 16
+
+
+def _ruled(entities: dict) -> ConfigEntity:
+    """A configuration of the rule's: it costs infinity, so any tuning record wins over it."""
+    config = ConfigEntity(-1, None, entities, [])
+    config.cost = float("inf")
+    return config
 
 
 def dense_pack_blocking(m: int, n: int, lanes: int, registers: int, columns: Optional[int] = None) -> tuple[int, int]:
@@ -78,18 +92,14 @@ def _dense_pack_config(workload, target: tvm.target.Target) -> Optional[ConfigEn
         n = weight_shape[0] * columns
     else:
         columns, n = None, weight_shape[0]
-    with target:
-        lanes = tvm.target.x86.get_simd_32bit_lanes()
-    registers = 32 if lanes == 16 else 16
+    lanes, registers = _vector_registers(target)
     rows, cols = dense_pack_blocking(m, n, lanes, registers, columns)
-    config = ConfigEntity(-1, None, {
+    return _ruled({
         "tile_y": SplitEntity([m // rows, 1, rows]),
         "tile_x": SplitEntity([n // cols, 1, cols]),
         "tile_k": SplitEntity([k, 1]),
         "tile_inner": SplitEntity([m // rows, rows]),
-    }, [])
-    config.cost = float("inf")
-    return config
+    })
 
 
 def conv_register_block(width: int, fallback: int) -> int:
@@ -111,9 +121,7 @@ def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[Config
     data_shape, kernel_shape = _const_ints(data[1]), _const_ints(kernel[1])
     if data_shape is None or kernel_shape is None or data[2] != "float32" or kernel[2] != "float32":
         return None
-    with target:
-        lanes = tvm.target.x86.get_simd_32bit_lanes()
-    if lanes > 8:  # 32 vector registers: TVM's fallback blocks fit
+    if _vector_registers(target)[1] > 16:  # AVX-512: TVM's fallback blocks fit
         return None
     if len(data_shape) == 5:  # packed already: the channel blocks are fixed
         n, ic_chunks, height, width, ic_bn = data_shape
@@ -142,9 +150,7 @@ def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[Config
     entities["tile_ow"] = SplitEntity([out_width // columns, columns])
     if "tile_oh" in entities:  # 1x1 kernels: one output row per block
         entities["tile_oh"] = OtherOptionEntity(1)
-    config = ConfigEntity(-1, None, entities, [])
-    config.cost = float("inf")
-    return config
+    return _ruled(entities)
 
 
 #: The templates with a rule here, by AutoTVM task name.
