@@ -369,39 +369,31 @@ def mlp(batch: int) -> Workload:
     )
 
 
+def _onnx_static(name: str, description: str, input_shape: tuple, model: Callable[[], Any],
+                 **options) -> Workload:
+    """A static ONNX model of one float32 input, drawn uniformly: TVM's ONNX frontend imports
+    it, onnxruntime runs the model itself."""
+    return Workload(name=name, description=description, source="",
+                    make_inputs=lambda rng: ((_uniform(rng, *input_shape),), {}),
+                    onnx_model=model, static=True, **options)
+
+
 def onnx_mlp(batch: int) -> Workload:
-    """An MLP 784-512-512-10 written as ONNX ``Gemm``/``Relu`` (what an exporter produces),
-    imported by TVM's ONNX frontend; onnxruntime runs the ONNX model itself."""
+    """An MLP 784-512-512-10 written as ONNX ``Gemm``/``Relu`` (what an exporter produces)."""
     from relay_aot.testing import onnx_models
 
-    return Workload(
-        name=f"onnx_mlp_b{batch}",
-        description=f"ONNX MLP 784-512-512-10 (Gemm, Relu), batch {batch}",
-        source="",
-        make_inputs=lambda rng: ((_uniform(rng, batch, 784),), {}),
-        onnx_model=lambda: onnx_models.mlp(batch)[0],
-        static=True,
-        rtol=1e-4,
-        atol=1e-5,
-    )
+    return _onnx_static(f"onnx_mlp_b{batch}", f"ONNX MLP 784-512-512-10 (Gemm, Relu), batch {batch}", (batch, 784),
+                        lambda: onnx_models.mlp(batch)[0], rtol=1e-4, atol=1e-5)
 
 
 def onnx_quantized_conv_net() -> Workload:
     """A small quantized conv net in ONNX's operator form (QLinearConv, QLinearMatMul; uint8
-    activations, int8 weights), imported by TVM's ONNX frontend (QNN operators, lowered as
-    ``relay.build`` lowers them)."""
+    activations, int8 weights): QNN operators, lowered as ``relay.build`` lowers them."""
     from relay_aot.testing import onnx_models
 
-    return Workload(
-        name="onnx_qconv_net",
-        description="ONNX quantized conv net (QLinearConv x2, QLinearMatMul), 1x3x16x16",
-        source="",
-        make_inputs=lambda rng: ((_uniform(rng, 1, 3, 16, 16),), {}),
-        onnx_model=lambda: onnx_models.quantized_conv_net()[0],
-        static=True,
-        rtol=0.0,
-        atol=0.1 + 1e-6,  # one quantization step of the logits: rounding may differ from onnxruntime's
-    )
+    # atol: one quantization step of the logits, where rounding may differ from onnxruntime's
+    return _onnx_static("onnx_qconv_net", "ONNX quantized conv net (QLinearConv x2, QLinearMatMul), 1x3x16x16",
+                        (1, 3, 16, 16), lambda: onnx_models.quantized_conv_net()[0], rtol=0.0, atol=0.1 + 1e-6)
 
 
 # -- dynamic shapes -----------------------------------------------------------------------------
@@ -706,21 +698,11 @@ def vision_model(name: str) -> Workload:
 
 
 def onnx_vision_model(name: str) -> Workload:
-    """An ONNX model-zoo graph (the onnx package's light copy, random weights) at batch 1,
-    imported by TVM's ONNX frontend; onnxruntime runs the ONNX model itself."""
+    """An ONNX model-zoo graph (the onnx package's light copy, random weights) at batch 1."""
     from relay_aot.testing.onnx_models import model_zoo_graph
 
-    return Workload(
-        name=f"onnx_{name}",
-        description=f"ONNX model-zoo {name}, random weights, batch 1",
-        source="",
-        make_inputs=lambda rng: ((_uniform(rng, 1, 3, 224, 224),), {}),
-        onnx_model=lambda: model_zoo_graph(name, SEED),
-        static=True,
-        model_zoo=True,
-        rtol=1e-4,
-        atol=1e-6,
-    )
+    return _onnx_static(f"onnx_{name}", f"ONNX model-zoo {name}, random weights, batch 1", (1, 3, 224, 224),
+                        lambda: model_zoo_graph(name, SEED), model_zoo=True, rtol=1e-4, atol=1e-6)
 
 
 def all_workloads() -> list[Workload]:
