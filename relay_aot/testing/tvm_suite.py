@@ -306,6 +306,10 @@ class GraphModule:
 
     def run(self, **inputs):
         self.set_input(**inputs)
+        self._set_unset_inputs()
+        self.outputs = _flatten(self.compiled(*[self.inputs[n] for n in self.names]))
+
+    def _set_unset_inputs(self):
         for param in self._typed_params:
             # The graph executor runs on the uninitialized buffers of inputs never set.
             if param.name_hint in self.names and param.name_hint not in self.inputs:
@@ -313,7 +317,6 @@ class GraphModule:
                 if not isinstance(ty, relay.TensorType) or not all(isinstance(d, tvm.tir.IntImm) for d in ty.shape):
                     raise tvm.error.TVMError(f"relay_aot suite: input {param.name_hint} was not set")
                 self.inputs[param.name_hint] = tvm.nd.empty([int(d) for d in ty.shape], ty.dtype)
-        self.outputs = _flatten(self.compiled(*[self.inputs[n] for n in self.names]))
 
     @functools.cached_property
     def _typed_params(self):
@@ -333,11 +336,20 @@ class GraphModule:
     def benchmark(self, device, func_name="run", repeat=5, number=5, min_repeat_ms=None,
                   limit_zero_time_iterations=100, end_to_end=False, cooldown_interval_ms=0,
                   repeats_to_cooldown=1, **kwargs):
-        """The graph executor's timing loop (``repeat`` means of ``number`` runs), timed from
-        Python around relay_aot's call."""
+        """The graph executor's benchmark: TVM's ``time_evaluator`` of ``func_name`` on the
+        library's executor module (``lib["default"](dev)``), holding this module's inputs."""
         if kwargs:
             self.set_input(**kwargs)
-        return _benchmark(self.run, repeat, number, min_repeat_ms)
+        self._set_unset_inputs()
+        executor = _executor(self.compiled, device, [self.inputs[n] for n in self.names])
+        timer = executor.time_evaluator(
+            "run_from_inputs" if end_to_end else func_name, device, repeat=repeat, number=number,
+            min_repeat_ms=min_repeat_ms or 0, limit_zero_time_iterations=limit_zero_time_iterations,
+            cooldown_interval_ms=cooldown_interval_ms, repeats_to_cooldown=repeats_to_cooldown)
+        if end_to_end:
+            pairs = [item for name in self.names for item in (name, _ndarray(self.inputs[name]))]
+            return timer(device.device_type, device.device_id, *pairs)
+        return timer()
 
     @property
     def module(self):
@@ -375,23 +387,17 @@ class GraphModule:
         return getattr(self, name)
 
 
-def _benchmark(call, repeat: int, number: int, min_repeat_ms) -> "tvm.runtime.module.BenchmarkResult":
-    """TVM's benchmark loop around ``call``: ``repeat`` means of ``number`` calls (doubled until
-    a mean takes ``min_repeat_ms``), timed from Python."""
-    call()
-    results = []
-    for _ in range(repeat):
-        count = number
-        while True:
-            start = time.perf_counter()
-            for _ in range(count):
-                call()
-            elapsed = time.perf_counter() - start
-            if not min_repeat_ms or elapsed * 1e3 >= min_repeat_ms:
-                break
-            count *= 2
-        results.append(elapsed / count)
-    return tvm.runtime.module.BenchmarkResult(results)
+def _ndarray(value):
+    return value if isinstance(value, (tvm.runtime.Object, tvm.nd.NDArray)) else tvm.nd.array(np.asarray(value))
+
+
+def _executor(compiled, device, inputs: list) -> tvm.runtime.Module:
+    """The executor module of a compiled library (``lib[name](device)``: TVM's graph/AOT
+    executor interface) with ``inputs`` set."""
+    executor = compiled.module[compiled.name](device)
+    for i, value in enumerate(inputs):
+        executor["set_input_zero_copy"](i, _ndarray(value))
+    return executor
 
 
 def _flatten(value) -> list:
@@ -564,10 +570,16 @@ class VirtualMachine:
     def benchmark(self, device, *args, func_name="main", repeat=5, number=5, min_repeat_ms=None,
                   limit_zero_time_iterations=100, end_to_end=False, cooldown_interval_ms=0,
                   repeats_to_cooldown=1, **kwargs):
-        """The VM's timing loop around ``invoke(func_name)``, timed from Python."""
+        """The VM's benchmark: TVM's ``time_evaluator`` of ``invoke`` on the executor module of
+        ``func_name``'s library (compiled as its ``@main``)."""
         if args or kwargs:
             self.set_input(func_name, *args, **kwargs)
-        return _benchmark(lambda: self.invoke(func_name), repeat, number, min_repeat_ms)
+        _, compiled = self._function(func_name)
+        executor = _executor(compiled, device, self._inputs.get(func_name, []))
+        return executor.time_evaluator(
+            "invoke", device, repeat=repeat, number=number, min_repeat_ms=min_repeat_ms or 0,
+            limit_zero_time_iterations=limit_zero_time_iterations, cooldown_interval_ms=cooldown_interval_ms,
+            repeats_to_cooldown=repeats_to_cooldown)("main")
 
 
 # -- installing --------------------------------------------------------------------------------

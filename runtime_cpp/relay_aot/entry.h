@@ -6,6 +6,12 @@
  * (see TVM's src/runtime/library_module.cc), so they must catch every C++ exception and
  * report it as TVM's last error instead of letting it cross the C boundary.
  *
+ * Called with one device argument instead of the program's (no Relay value is a device),
+ * `lib["<model>"](dev)` makes an executor module instead, with the interface of TVM's graph and
+ * AOT executors (`set_input`, `run`, `get_output`, ...: see `executor_module`), so that
+ * `graph_executor.GraphModule(lib["default"](dev))`, `AotModule(...)` and
+ * `Module.time_evaluator("run", dev)` work on a relay_aot library as on relay.build's.
+ *
  * They report it the way TVM's own C API functions do (TVMAPIHandleException): an exception
  * raised by a Python function the program called (TVM wraps it, holding the Python exception
  * object) stays that Python exception, type, message and traceback, for the Python caller --
@@ -16,6 +22,11 @@
 
 #include <tvm/runtime/c_runtime_api.h>
 #include <tvm/runtime/container/string.h>
+#include <tvm/runtime/container/map.h>
+#include <tvm/runtime/container/shape_tuple.h>
+#include <tvm/runtime/data_type.h>
+#include <tvm/runtime/device_api.h>
+#include <tvm/runtime/module.h>
 #include <tvm/runtime/packed_func.h>
 
 #include <exception>
@@ -43,12 +54,30 @@ struct EntrySignature {
   const int* param_types;    //!< type index of each parameter
   const char* const* names;  //!< Relay name of each parameter
   const CpuRequirement* cpu;  //!< what the kernels need of the CPU, checked before anything runs
+  int result_type;  //!< type index of the result (the executor module flattens its tuples)
   int num_shared_extents = 0;  //!< named dimensions several parameters share (checked after their types)
   const SharedExtentDesc* shared_extents = nullptr;
 };
 
+/*! \brief The program on its arguments, converted to their static types. */
+using EntryBody = ObjectRef (*)(const ObjectRef*);
+
 /*! \brief The packed arguments of an entry call, checked against \p signature and converted. */
 std::vector<ObjectRef> entry_arguments(TVMValue* args, int* type_codes, int num_args, const EntrySignature& signature);
+
+/*! \brief Check converted arguments against \p signature (types, then shared dimensions). */
+void check_arguments(const ObjectRef* values, const EntrySignature& signature);
+
+/*!
+ * \brief An executor of the program on \p device (a CPU): a module with the functions of TVM's
+ *        graph and AOT executor modules -- set_input, set_input_zero_copy, get_input,
+ *        get_input_index, get_input_name, get_input_info, get_num_inputs, run, run_from_inputs,
+ *        get_output, get_num_outputs -- and the VM's invoke("main"). Inputs of a tensor type
+ *        with a static shape have a buffer of their own, as in the graph executor, that
+ *        get_input returns before any set_input; outputs are the result's tensors, tuples
+ *        flattened.
+ */
+tvm::runtime::Module executor_module(const EntrySignature& signature, EntryBody body, DLDevice device);
 
 /*! \brief Hand \p result to TVM as the return value of an exported function. */
 void entry_result(ObjectRef result, TVMValue* ret, int* ret_type_code);
@@ -58,11 +87,16 @@ void entry_result(ObjectRef result, TVMValue* ret, int* ret_type_code);
  *        result to TVM.
  * \return 0 on success, -1 with TVM's last error set otherwise.
  */
-template <typename Body>
 inline int packed_entry(TVMValue* args, int* type_codes, int num_args, TVMValue* ret,
-                        int* ret_type_code, const EntrySignature& signature, Body body) {
+                        int* ret_type_code, const EntrySignature& signature, EntryBody body) {
   try {
     require_cpu(*signature.cpu);
+    if (num_args == 1 && type_codes[0] == kDLDevice) {
+      TVMRetValue rv;
+      rv = executor_module(signature, body, args[0].v_device);
+      rv.MoveToCHost(ret, ret_type_code);
+      return 0;
+    }
     std::vector<ObjectRef> values = entry_arguments(args, type_codes, num_args, signature);
     entry_result(body(values.data()), ret, ret_type_code);
     return 0;

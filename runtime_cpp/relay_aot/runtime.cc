@@ -16,11 +16,14 @@
  */
 #include "runtime.h"
 
+#include <tvm/runtime/registry.h>
+
 #include <pthread.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -570,6 +573,15 @@ RELAY_AOT_RUNTIME_LINKAGE void check_cpu(const CpuRequirement& cpu) {
 
 namespace relay_aot {
 
+namespace {
+
+/*! \brief How messages name parameter \p i: "argument 0 (%x)". */
+inline std::string argument_name(const EntrySignature& signature, int i) {
+  return "argument " + std::to_string(i) + " (%" + signature.names[i] + ")";
+}
+
+}  // namespace
+
 RELAY_AOT_RUNTIME_LINKAGE std::vector<ObjectRef> entry_arguments(TVMValue* args, int* type_codes, int num_args, const EntrySignature& signature) {
   if (num_args != signature.arity) {
     raise_type_error("the program takes " + std::to_string(signature.arity) + " arguments, got " +
@@ -579,12 +591,17 @@ RELAY_AOT_RUNTIME_LINKAGE std::vector<ObjectRef> entry_arguments(TVMValue* args,
   std::vector<ObjectRef> values;
   values.reserve(num_args);
   for (int i = 0; i < num_args; ++i) {
-    std::string what = "argument " + std::to_string(i) + " (%" + signature.names[i] + ")";
-    values.push_back(object_from_arg(packed[i], what, signature.types[signature.param_types[i]]));
-    check_value(values.back(), signature.param_types[i], signature.types, what);
+    values.push_back(object_from_arg(packed[i], argument_name(signature, i), signature.types[signature.param_types[i]]));
   }
-  check_shared_extents(values.data(), signature.shared_extents, signature.num_shared_extents, signature.names);
+  check_arguments(values.data(), signature);
   return values;
+}
+
+RELAY_AOT_RUNTIME_LINKAGE void check_arguments(const ObjectRef* values, const EntrySignature& signature) {
+  for (int i = 0; i < signature.arity; ++i) {
+    check_value(values[i], signature.param_types[i], signature.types, argument_name(signature, i));
+  }
+  check_shared_extents(values, signature.shared_extents, signature.num_shared_extents, signature.names);
 }
 
 RELAY_AOT_RUNTIME_LINKAGE void entry_result(ObjectRef result, TVMValue* ret, int* ret_type_code) {
@@ -600,6 +617,284 @@ RELAY_AOT_RUNTIME_LINKAGE int packed_metadata(const char* text, size_t size, TVM
   } catch (const std::exception& e) {
     return TVMAPIHandleException(e);
   }
+}
+
+namespace detail {
+
+using tvm::runtime::ObjectPtr;
+using tvm::runtime::String;
+
+/*!
+ * \brief The executor module of `executor_module` (entry.h): the program's inputs, set one by
+ *        one, and the outputs of its last run. Every function checks what it is given and
+ *        raises relay_aot's errors (argument errors name the input); `run` checks the inputs as
+ *        the entry checks its arguments.
+ */
+class ExecutorNode final : public tvm::runtime::ModuleNode {
+ public:
+  ExecutorNode(const EntrySignature& signature, EntryBody body)
+      : signature_(signature), body_(body), inputs_(signature.arity), owned_(signature.arity, false) {}
+
+  const char* type_key() const final { return "relay_aot.Executor"; }
+  int GetPropertyMask() const final { return tvm::runtime::ModulePropertyMask::kRunnable; }
+
+  PackedFunc GetFunction(const String& name, const ObjectPtr<Object>& self) final {
+    using tvm::runtime::TVMArgs;
+    if (name == "set_input" || name == "set_input_zero_copy") {
+      const bool copy = name == "set_input";
+      return PackedFunc([self, this, copy](TVMArgs args, TVMRetValue*) {
+        arity(args, 2, "set_input(key, value)");
+        set_input(input_index(args[0]), args[1], copy);
+      });
+    }
+    if (name == "get_input") {
+      return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        arity(args, 1, "get_input(key)");
+        *rv = get_input(input_index(args[0]));
+      });
+    }
+    if (name == "get_input_index") {
+      return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        arity(args, 1, "get_input_index(name)");
+        *rv = find_input(args[0].operator std::string());
+      });
+    }
+    if (name == "get_input_name") {
+      return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        arity(args, 1, "get_input_name(index)");
+        *rv = String(signature_.names[checked_index(args[0].operator int64_t(), signature_.arity, "input")]);
+      });
+    }
+    if (name == "get_num_inputs") {
+      return PackedFunc([self, this](TVMArgs, TVMRetValue* rv) { *rv = signature_.arity; });
+    }
+    if (name == "get_input_info") {
+      return PackedFunc([self, this](TVMArgs, TVMRetValue* rv) { *rv = input_info(); });
+    }
+    if (name == "get_num_outputs") {
+      return PackedFunc([self, this](TVMArgs, TVMRetValue* rv) { *rv = count_outputs(signature_.result_type); });
+    }
+    if (name == "run") {
+      return PackedFunc([self, this](TVMArgs args, TVMRetValue*) {
+        arity(args, 0, "run()");
+        run();
+      });
+    }
+    if (name == "run_from_inputs") {
+      // The graph executor's end-to-end benchmark: (device type, device id, name, value, ...).
+      return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        if (args.size() < 2 || args.size() % 2 != 0) {
+          throw Error("ArgumentValueError", "run_from_inputs(device_type, device_id, name, value, ...) takes pairs");
+        }
+        for (int i = 2; i < args.size(); i += 2) set_input(input_index(args[i]), args[i + 1], true);
+        run();
+        *rv = tvm::runtime::Array<ObjectRef>(outputs_);
+      });
+    }
+    if (name == "get_output") {
+      return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        if (args.size() != 1 && args.size() != 2) throw Error("ArgumentValueError", "get_output(index[, out]) takes 1 or 2 arguments");
+        if (!ran_) throw Error("ArgumentValueError", "get_output: the program has not run yet (run() first)");
+        const ObjectRef& value = outputs_[checked_index(args[0].operator int64_t(), outputs_.size(), "output")];
+        if (args.size() == 2) {
+          if (value.as<NDArray::Container>() == nullptr) {
+            throw Error("ArgumentValueError", "get_output(index, out): that output is not a tensor");
+          }
+          tvm::runtime::Downcast<NDArray>(value).CopyTo(args[1].operator DLTensor*());
+          return;
+        }
+        *rv = value;
+      });
+    }
+    if (name == "load_params") {
+      // Saved parameters (tvm.runtime.save_param_dict): those that name an input set it, the
+      // others are ignored, as by the graph executor.
+      return PackedFunc([self, this](TVMArgs args, TVMRetValue*) {
+        arity(args, 1, "load_params(bytes)");
+        const PackedFunc* load = tvm::runtime::Registry::Get("runtime.LoadParams");
+        ICHECK(load != nullptr) << "TVM's runtime.LoadParams is not registered";
+        tvm::runtime::Map<String, NDArray> params = (*load)(String(args[0].operator std::string()));
+        for (const auto& [key, value] : params) {
+          const int index = find_input(key);
+          if (index >= 0) store(index, value, true);
+        }
+      });
+    }
+    if (name == "share_params") {
+      return PackedFunc([self](TVMArgs, TVMRetValue*) {
+        throw Error("ArgumentValueError", "share_params: a relay_aot library has its parameters built in; set inputs with set_input");
+      });
+    }
+    if (name == "invoke") {
+      // The VM's invoke(function name), on the inputs set: relay_aot compiles @main only.
+      return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        if (args.size() != 1 || args[0].operator std::string() != "main") {
+          throw Error("ArgumentValueError", "invoke: a relay_aot library runs @main only: invoke(\"main\")");
+        }
+        *rv = run();
+      });
+    }
+    return PackedFunc();
+  }
+
+ private:
+  static void arity(const tvm::runtime::TVMArgs& args, int expected, const char* usage) {
+    if (args.size() != expected) {
+      throw Error("ArgumentValueError", std::string(usage) + " takes " + std::to_string(expected) + " arguments, got " +
+                                            std::to_string(args.size()));
+    }
+  }
+
+  static size_t checked_index(int64_t index, size_t count, const char* what) {
+    if (index < 0 || static_cast<size_t>(index) >= count) {
+      throw Error("ArgumentValueError", std::string("there is no ") + what + " " + std::to_string(index) + " (the program has " +
+                                            std::to_string(count) + ")");
+    }
+    return static_cast<size_t>(index);
+  }
+
+  int find_input(const std::string& name) const {
+    for (int i = 0; i < signature_.arity; ++i) {
+      if (name == signature_.names[i]) return i;
+    }
+    return -1;
+  }
+
+  int input_index(const tvm::runtime::TVMArgValue& key) const {
+    if (key.type_code() == kDLInt) return static_cast<int>(checked_index(key.operator int64_t(), signature_.arity, "input"));
+    const std::string name = key.operator std::string();
+    const int index = find_input(name);
+    if (index < 0) {
+      std::string known;
+      for (int i = 0; i < signature_.arity; ++i) known += std::string(i ? ", %" : "%") + signature_.names[i];
+      throw Error("ArgumentValueError", "the program has no input named '" + name + "' (its inputs: " +
+                                            (known.empty() ? std::string("none") : known) + ")");
+    }
+    return index;
+  }
+
+  const TypeDesc& input_type(int index) const { return signature_.types[signature_.param_types[index]]; }
+
+  /*! The input's own buffer, for a tensor type of static shape (the graph executor's kind). */
+  bool has_buffer(int index) const {
+    const TypeDesc& type = input_type(index);
+    if (type.kind != Kind::kTensor || type.dtype.bits == 0) return false;
+    for (int d = 0; d < type.ndim; ++d) {
+      if (type.shape[d] == kAnyDim) return false;
+    }
+    return true;
+  }
+
+  NDArray buffer(int index) {
+    if (owned_[index]) return tvm::runtime::Downcast<NDArray>(inputs_[index]);
+    const TypeDesc& type = input_type(index);
+    NDArray array = NDArray::Empty(tvm::runtime::ShapeTuple(type.shape, type.shape + type.ndim), type.dtype, DLDevice{kDLCPU, 0});
+    inputs_[index] = array;
+    owned_[index] = true;
+    return array;
+  }
+
+  void set_input(int index, const tvm::runtime::TVMArgValue& value, bool copy) {
+    store(index, object_from_arg(value, argument_name(signature_, index), input_type(index)), copy);
+  }
+
+  void store(int index, const ObjectRef& converted, bool copy) {
+    if (copy && converted.as<NDArray::Container>() != nullptr) {
+      // set_input copies, as the graph executor's does: the caller may reuse its array.
+      NDArray source = tvm::runtime::Downcast<NDArray>(converted);
+      if (owned_[index] && same_layout(tvm::runtime::Downcast<NDArray>(inputs_[index]), source)) {
+        tvm::runtime::Downcast<NDArray>(inputs_[index]).CopyFrom(source);
+        return;
+      }
+      NDArray own = NDArray::Empty(source.Shape(), source->dtype, DLDevice{kDLCPU, 0});
+      own.CopyFrom(source);
+      inputs_[index] = own;
+      owned_[index] = true;
+      return;
+    }
+    inputs_[index] = converted;
+    owned_[index] = false;
+  }
+
+  static bool same_layout(const NDArray& a, const NDArray& b) {
+    const tvm::runtime::ShapeTuple x = a.Shape(), y = b.Shape();
+    return tvm::runtime::DataType(a->dtype) == tvm::runtime::DataType(b->dtype) && std::equal(x.begin(), x.end(), y.begin(), y.end());
+  }
+
+  TVMRetValue get_input(int index) {
+    TVMRetValue rv;
+    if (inputs_[index].defined()) {
+      rv = inputs_[index];
+    } else if (has_buffer(index)) {
+      rv = buffer(index);
+    }
+    return rv;  // None: an input of another type that was never set
+  }
+
+  ObjectRef input_info() const {
+    tvm::runtime::Map<String, ObjectRef> shapes, dtypes;
+    for (int i = 0; i < signature_.arity; ++i) {
+      const TypeDesc& type = input_type(i);
+      if (type.kind != Kind::kTensor || type.dtype.bits == 0) continue;
+      shapes.Set(signature_.names[i], tvm::runtime::ShapeTuple(type.shape, type.shape + type.ndim));
+      dtypes.Set(signature_.names[i], String(tvm::runtime::DLDataType2String(type.dtype)));
+    }
+    tvm::runtime::Map<String, ObjectRef> info;
+    info.Set("shape", shapes);
+    info.Set("dtype", dtypes);
+    return info;
+  }
+
+  int count_outputs(int type) const {
+    const TypeDesc& desc = signature_.types[type];
+    if (desc.kind != Kind::kTuple) return 1;
+    int count = 0;
+    for (int i = 0; i < desc.num_fields; ++i) count += count_outputs(desc.fields[i]);
+    return count;
+  }
+
+  void flatten(const ObjectRef& value, int type) {
+    const TypeDesc& desc = signature_.types[type];
+    if (desc.kind != Kind::kTuple) {
+      outputs_.push_back(value);
+      return;
+    }
+    const tvm::runtime::ADT tuple = tvm::runtime::Downcast<tvm::runtime::ADT>(value);
+    for (int i = 0; i < desc.num_fields; ++i) flatten(tuple[i], desc.fields[i]);
+  }
+
+  ObjectRef run() {
+    for (int i = 0; i < signature_.arity; ++i) {
+      if (!inputs_[i].defined() && input_type(i).kind != Kind::kAny) {
+        throw Error("ArgumentValueError", argument_name(signature_, i) + " was never set (set_input)");
+      }
+    }
+    require_cpu(*signature_.cpu);
+    check_arguments(inputs_.data(), signature_);
+    ObjectRef result = body_(inputs_.data());
+    outputs_.clear();
+    flatten(result, signature_.result_type);
+    ran_ = true;
+    return result;
+  }
+
+  const EntrySignature& signature_;
+  EntryBody body_;
+  std::vector<ObjectRef> inputs_;
+  std::vector<bool> owned_;  //!< inputs_[i] is a buffer of the module's own (set_input copies into it)
+  std::vector<ObjectRef> outputs_;
+  bool ran_ = false;
+};
+
+}  // namespace detail
+
+RELAY_AOT_RUNTIME_LINKAGE tvm::runtime::Module executor_module(const EntrySignature& signature, EntryBody body, DLDevice device) {
+  if (device.device_type != kDLCPU) {
+    throw Error("ArgumentValueError", "a relay_aot library runs on the CPU, not on " +
+                                          std::string(tvm::runtime::DLDeviceType2Str(device.device_type)) + "(" +
+                                          std::to_string(device.device_id) + ")");
+  }
+  return tvm::runtime::Module(tvm::runtime::make_object<detail::ExecutorNode>(signature, body));
 }
 
 }  // namespace relay_aot

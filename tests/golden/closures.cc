@@ -71,9 +71,12 @@ namespace golden_relay_aot {
 
   // Types of the values that cross the library boundary, checked on entry (see check.h).
   const int64_t kShape0[] = {2};
+  const int kFields2[] = {0, 0, 3};
   const TypeDesc kTypes[] = {
     {Kind::kTensor, "Tensor[(2), float32]", DLDataType{kDLFloat, 32, 1}, 1, kShape0, 0, nullptr, 0, nullptr},  // 0
     {Kind::kTensor, "Tensor[(), int32]", DLDataType{kDLInt, 32, 1}, 0, nullptr, 0, nullptr, 0, nullptr},  // 1
+    {Kind::kTuple, "(Tensor[(2), float32], Tensor[(2), float32], fn(Tensor[(2), float32]) -> Tensor[(2), float32])", DLDataType{kDLInt, 0, 0}, 0, nullptr, 3, kFields2, 0, nullptr},  // 2
+    {Kind::kFunc, "fn(Tensor[(2), float32]) -> Tensor[(2), float32]", DLDataType{kDLInt, 0, 0}, 0, nullptr, 0, nullptr, 0, nullptr},  // 3
   };
 
   const int kMainParamTypes[] = {0, 1};
@@ -83,7 +86,7 @@ namespace golden_relay_aot {
     "64bit", "cx8", "sse", "sse2",
   };
   const CpuRequirement kCpu{"llvm -keys=cpu -mtriple=x86_64-unknown-linux-gnu", kCpuFeatures, 4, {0}};
-  const EntrySignature kEntrySignature{2, kTypes, kMainParamTypes, kMainParamNames, &kCpu};
+  const EntrySignature kEntrySignature{2, kTypes, kMainParamTypes, kMainParamNames, &kCpu, 2};
 
   // The program's signature as JSON (see relay_aot\x2fir\x2fsignature.py).
   const char kMetadata[415] = {

@@ -67,10 +67,17 @@ namespace golden_relay_aot {
   // Types of the values that cross the library boundary, checked on entry (see check.h).
   const int64_t kShape0[] = {-1, 2};
   const int64_t kShape1[] = {3, 2};
+  const int kFields3[] = {4, 5, 6};
+  const int64_t kShape4[] = {-1, 3};
+  const int64_t kShape5[] = {-1, 2};
   const TypeDesc kTypes[] = {
     {Kind::kTensor, "Tensor[(\077, 2), float32]", DLDataType{kDLFloat, 32, 1}, 2, kShape0, 0, nullptr, 0, nullptr},  // 0
     {Kind::kTensor, "Tensor[(3, 2), float32]", DLDataType{kDLFloat, 32, 1}, 2, kShape1, 0, nullptr, 0, nullptr},  // 1
     {Kind::kTensor, "Tensor[(), int32]", DLDataType{kDLInt, 32, 1}, 0, nullptr, 0, nullptr, 0, nullptr},  // 2
+    {Kind::kTuple, "(Tensor[(\077, 3), float32], Tensor[(\077, 2), int32], Tensor[(), float32])", DLDataType{kDLInt, 0, 0}, 0, nullptr, 3, kFields3, 0, nullptr},  // 3
+    {Kind::kTensor, "Tensor[(\077, 3), float32]", DLDataType{kDLFloat, 32, 1}, 2, kShape4, 0, nullptr, 0, nullptr},  // 4
+    {Kind::kTensor, "Tensor[(\077, 2), int32]", DLDataType{kDLInt, 32, 1}, 2, kShape5, 0, nullptr, 0, nullptr},  // 5
+    {Kind::kTensor, "Tensor[(), float32]", DLDataType{kDLFloat, 32, 1}, 0, nullptr, 0, nullptr, 0, nullptr},  // 6
   };
 
   const int kMainParamTypes[] = {0, 1, 2};
@@ -80,7 +87,7 @@ namespace golden_relay_aot {
     "64bit", "cx8", "sse", "sse2",
   };
   const CpuRequirement kCpu{"llvm -keys=cpu -mtriple=x86_64-unknown-linux-gnu", kCpuFeatures, 4, {0}};
-  const EntrySignature kEntrySignature{3, kTypes, kMainParamTypes, kMainParamNames, &kCpu};
+  const EntrySignature kEntrySignature{3, kTypes, kMainParamTypes, kMainParamNames, &kCpu, 3};
 
   // The program's signature as JSON (see relay_aot\x2fir\x2fsignature.py).
   const char kMetadata[438] = {

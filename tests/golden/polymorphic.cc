@@ -75,11 +75,13 @@ namespace golden_relay_aot {
   const int kFields2_0[] = {3, 2};
   const CtorDesc kCtors2[] = {{-2013265920, 2, kFields2_0, "Cons"}, {-2013265919, 0, nullptr, "Nil"}};
   const int64_t kShape3[] = {2};
+  const int kFields4[] = {0, 2};
   const TypeDesc kTypes[] = {
     {Kind::kAdt, "List[Tensor[(), int32]]", DLDataType{kDLInt, 0, 0}, 0, nullptr, 0, nullptr, 2, kCtors0},  // 0
     {Kind::kTensor, "Tensor[(), int32]", DLDataType{kDLInt, 32, 1}, 0, nullptr, 0, nullptr, 0, nullptr},  // 1
     {Kind::kAdt, "List[Tensor[(2), float32]]", DLDataType{kDLInt, 0, 0}, 0, nullptr, 0, nullptr, 2, kCtors2},  // 2
     {Kind::kTensor, "Tensor[(2), float32]", DLDataType{kDLFloat, 32, 1}, 1, kShape3, 0, nullptr, 0, nullptr},  // 3
+    {Kind::kTuple, "(List[Tensor[(), int32]], List[Tensor[(2), float32]])", DLDataType{kDLInt, 0, 0}, 0, nullptr, 2, kFields4, 0, nullptr},  // 4
   };
 
   const int kMainParamTypes[] = {0, 2};
@@ -89,7 +91,7 @@ namespace golden_relay_aot {
     "64bit", "cx8", "sse", "sse2",
   };
   const CpuRequirement kCpu{"llvm -keys=cpu -mtriple=x86_64-unknown-linux-gnu", kCpuFeatures, 4, {0}};
-  const EntrySignature kEntrySignature{2, kTypes, kMainParamTypes, kMainParamNames, &kCpu};
+  const EntrySignature kEntrySignature{2, kTypes, kMainParamTypes, kMainParamNames, &kCpu, 4};
 
   // The program's signature as JSON (see relay_aot\x2fir\x2fsignature.py).
   const char kMetadata[588] = {

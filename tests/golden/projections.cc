@@ -64,11 +64,14 @@ namespace golden_relay_aot {
   const int kFields0[] = {1, 2};
   const int kFields1[] = {2, 2};
   const int64_t kShape2[] = {2};
+  const int kFields4[] = {5, 2};
   const TypeDesc kTypes[] = {
     {Kind::kTuple, "((Tensor[(2), float32], Tensor[(2), float32]), Tensor[(2), float32])", DLDataType{kDLInt, 0, 0}, 0, nullptr, 2, kFields0, 0, nullptr},  // 0
     {Kind::kTuple, "(Tensor[(2), float32], Tensor[(2), float32])", DLDataType{kDLInt, 0, 0}, 0, nullptr, 2, kFields1, 0, nullptr},  // 1
     {Kind::kTensor, "Tensor[(2), float32]", DLDataType{kDLFloat, 32, 1}, 1, kShape2, 0, nullptr, 0, nullptr},  // 2
     {Kind::kTensor, "Tensor[(), int32]", DLDataType{kDLInt, 32, 1}, 0, nullptr, 0, nullptr, 0, nullptr},  // 3
+    {Kind::kTuple, "((), Tensor[(2), float32])", DLDataType{kDLInt, 0, 0}, 0, nullptr, 2, kFields4, 0, nullptr},  // 4
+    {Kind::kTuple, "()", DLDataType{kDLInt, 0, 0}, 0, nullptr, 0, nullptr, 0, nullptr},  // 5
   };
 
   const int kMainParamTypes[] = {0, 3};
@@ -78,7 +81,7 @@ namespace golden_relay_aot {
     "64bit", "cx8", "sse", "sse2",
   };
   const CpuRequirement kCpu{"llvm -keys=cpu -mtriple=x86_64-unknown-linux-gnu", kCpuFeatures, 4, {0}};
-  const EntrySignature kEntrySignature{2, kTypes, kMainParamTypes, kMainParamNames, &kCpu};
+  const EntrySignature kEntrySignature{2, kTypes, kMainParamTypes, kMainParamNames, &kCpu, 4};
 
   // The program's signature as JSON (see relay_aot\x2fir\x2fsignature.py).
   const char kMetadata[416] = {

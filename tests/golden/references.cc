@@ -62,8 +62,16 @@ namespace golden_relay_aot {
 
   // Types of the values that cross the library boundary, checked on entry (see check.h).
   const int64_t kShape0[] = {3};
+  const int kFields1[] = {0, 2, 3, 4};
+  const int64_t kShape2[] = {1};
+  const int64_t kShape3[] = {2};
+  const int kFields4[] = {0};
   const TypeDesc kTypes[] = {
     {Kind::kTensor, "Tensor[(3), float32]", DLDataType{kDLFloat, 32, 1}, 1, kShape0, 0, nullptr, 0, nullptr},  // 0
+    {Kind::kTuple, "(Tensor[(3), float32], Tensor[(1), float32], Tensor[(2), float32], Ref[Tensor[(3), float32]])", DLDataType{kDLInt, 0, 0}, 0, nullptr, 4, kFields1, 0, nullptr},  // 1
+    {Kind::kTensor, "Tensor[(1), float32]", DLDataType{kDLFloat, 32, 1}, 1, kShape2, 0, nullptr, 0, nullptr},  // 2
+    {Kind::kTensor, "Tensor[(2), float32]", DLDataType{kDLFloat, 32, 1}, 1, kShape3, 0, nullptr, 0, nullptr},  // 3
+    {Kind::kRef, "Ref[Tensor[(3), float32]]", DLDataType{kDLInt, 0, 0}, 0, nullptr, 1, kFields4, 0, nullptr},  // 4
   };
 
   const int kMainParamTypes[] = {0};
@@ -73,7 +81,7 @@ namespace golden_relay_aot {
     "64bit", "cx8", "sse", "sse2",
   };
   const CpuRequirement kCpu{"llvm -keys=cpu -mtriple=x86_64-unknown-linux-gnu", kCpuFeatures, 4, {0}};
-  const EntrySignature kEntrySignature{1, kTypes, kMainParamTypes, kMainParamNames, &kCpu};
+  const EntrySignature kEntrySignature{1, kTypes, kMainParamTypes, kMainParamNames, &kCpu, 1};
 
   // The program's signature as JSON (see relay_aot\x2fir\x2fsignature.py).
   const char kMetadata[364] = {

@@ -52,8 +52,10 @@ namespace golden_relay_aot {
   }
 
   // Types of the values that cross the library boundary, checked on entry (see check.h).
+  const int kFields1[] = {0, 0};
   const TypeDesc kTypes[] = {
     {Kind::kTensor, "Tensor[(), int32]", DLDataType{kDLInt, 32, 1}, 0, nullptr, 0, nullptr, 0, nullptr},  // 0
+    {Kind::kTuple, "(Tensor[(), int32], Tensor[(), int32])", DLDataType{kDLInt, 0, 0}, 0, nullptr, 2, kFields1, 0, nullptr},  // 1
   };
 
   const int kMainParamTypes[] = {0};
@@ -63,7 +65,7 @@ namespace golden_relay_aot {
     "64bit", "cx8", "sse", "sse2",
   };
   const CpuRequirement kCpu{"llvm -keys=cpu -mtriple=x86_64-unknown-linux-gnu", kCpuFeatures, 4, {0}};
-  const EntrySignature kEntrySignature{1, kTypes, kMainParamTypes, kMainParamNames, &kCpu};
+  const EntrySignature kEntrySignature{1, kTypes, kMainParamTypes, kMainParamNames, &kCpu, 1};
 
   // The program's signature as JSON (see relay_aot\x2fir\x2fsignature.py).
   const char kMetadata[477] = {

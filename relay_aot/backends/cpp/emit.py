@@ -219,6 +219,8 @@ class CppEmitter:
                     self.shapes.setdefault(out.shape, len(self.shapes))
         for p in self.program.params:
             self.types.index(p.type)
+        if self.program.main in self.functions:  # the executor module's outputs
+            self.types.index(self.functions[self.program.main].ret)
         for f in self.program.functions:
             if f.is_closure:
                 for p in f.params:
@@ -837,7 +839,7 @@ class CppEmitter:
         shared = self.emit_shared_extents()
         e.line(
             f"const EntrySignature {names.ENTRY_SIGNATURE}{{{len(params)}, {names.TYPE_TABLE}, {param_types}, "
-            f"{param_names}, &{names.CPU_REQUIREMENT}{shared}}};"
+            f"{param_names}, &{names.CPU_REQUIREMENT}, {self.types.index(main.ret)}{shared}}};"
         )
         signature = Signature.of_program(self.program, self.model).to_json().encode()
         e.line()
