@@ -33,6 +33,16 @@ def target_of(target) -> tvm.target.Target:
     return target
 
 
+#: The pass a caller's pass instruments see: relay_aot's whole pipeline, from the module given
+#: to the module lowered (``run_before_pass``/``run_after_pass`` receive those two).
+OBSERVED_PASS = "relay_aot.lower"
+
+
+def instrumented() -> bool:
+    """Whether the caller's PassContext has pass instruments."""
+    return bool(tvm.transform.PassContext.current().instruments)
+
+
 @dataclasses.dataclass
 class Request:
     """A module to compile, with its parameters, options and settings (read once, at its start)."""
@@ -70,16 +80,31 @@ class Request:
     def lower(self, layouts: bool = True) -> tuple[ir.Program, KernelTable]:
         """Run the passes and lower the result into the control IR and its kernel table
         (``layouts=False``: without the layout choice, for AutoTVM's task extraction)."""
-        # Layout passes ask AutoTVM for schedules too: its raw messages are held back here;
-        # the build reports untuned kernels once (kernels/tuning.py).
-        with tvm.transform.PassContext(opt_level=self.opt_level), tuning.watch():
-            prepared, extents = passes.prepare_with_extents(self.mod, self.params, self.opt_level, self.target, layouts)
-            return lower_program(prepared, self.name, self.target, self.config, extents)
+        lowered = []
+
+        def run(mod: tvm.IRModule) -> tvm.IRModule:
+            # Layout passes ask AutoTVM for schedules too: its raw messages are held back here;
+            # the build reports untuned kernels once (kernels/tuning.py).
+            with tvm.transform.PassContext(opt_level=self.opt_level), tuning.watch():
+                prepared, extents = passes.prepare_with_extents(mod, self.params, self.opt_level, self.target, layouts)
+                lowered.append(lower_program(prepared, self.name, self.target, self.config, extents))
+            return prepared
+
+        if instrumented():
+            # The caller's pass instruments see the pipeline as one pass, in their own context:
+            # entering a context of relay_aot's (its opt level) with them would call their
+            # enter/exit hooks again, which reset what they hold (TVM's PassTimingInstrument).
+            tvm.transform.module_pass(lambda mod, ctx: run(mod), opt_level=0, name=OBSERVED_PASS)(self.mod)
+        else:
+            run(self.mod)
+        return lowered[0]
 
     def fingerprint(self) -> Optional[list[str]]:
         """The exact identity of the module, parameters and options, as text for a cache key;
-        None when the input cannot be keyed (then the pipeline runs and reports what is wrong)."""
-        if not isinstance(self.mod, tvm.IRModule):
+        None when the input cannot be keyed (then the pipeline runs and reports what is wrong),
+        or when the caller's PassContext has instruments: they observe passes that run, so the
+        module index, which skips the passes, is not consulted (the build's caches still are)."""
+        if not isinstance(self.mod, tvm.IRModule) or instrumented():
             return None
         params = _params_digest(self.params)
         try:

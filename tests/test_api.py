@@ -303,3 +303,46 @@ def test_fast_call_path_matches_the_ffi_path():
             compiled(x, 2**40, True, t)
         with pytest.raises(TypeError, match=r"%k.*int32"):
             compiled(x, 3.5, True, t)
+
+
+def test_pass_instruments_see_the_pipeline_as_one_pass(tmp_path, monkeypatch):
+    """Under a PassContext with instruments, the passes run (the module index, which skips
+    them, is not consulted) as one pass in the caller's context, whose hooks are not re-entered."""
+    from tvm.ir.instrument import PassTimingInstrument, pass_instrument
+
+    @pass_instrument
+    class Recorder:
+        def __init__(self):
+            self.events = []
+
+        def enter_pass_ctx(self):
+            self.events.append("enter")
+
+        def exit_pass_ctx(self):
+            self.events.append("exit")
+
+        def run_before_pass(self, mod, info):
+            self.events.append(("before", info.name, "main" in [g.name_hint for g in mod.get_global_vars()]))
+
+        def run_after_pass(self, mod, info):
+            self.events.append(("after", info.name))
+
+    monkeypatch.setenv("RELAY_AOT_CACHE_DIR", str(tmp_path))
+    x = relay.var("x", shape=(3,))
+    mod = tvm.IRModule.from_expr(relay.Function([x], x * relay.const(2.0)))
+    assert not relay_aot.compile(mod).build_result.cached
+    recorder = Recorder()
+    with tvm.transform.PassContext(instruments=[recorder]):
+        compiled = relay_aot.compile(mod)
+        assert recorder.events == ["enter", ("before", "relay_aot.lower", True), ("after", "relay_aot.lower")]
+    np.testing.assert_allclose(compiled(np.ones(3, "float32")).numpy(), [2, 2, 2])
+    timing = PassTimingInstrument()
+    with tvm.transform.PassContext(instruments=[timing]):
+        relay_aot.compile(mod)
+        assert "relay_aot.lower" in timing.render()
+    # relay_aot's errors keep their class through the pass.
+    without_main = tvm.IRModule()
+    without_main[relay.GlobalVar("f")] = relay.Function([x], x)
+    with tvm.transform.PassContext(instruments=[Recorder()]):
+        with pytest.raises(relay_aot.RelayAotError, match="no @main function"):
+            relay_aot.compile(without_main)
