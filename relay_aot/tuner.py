@@ -63,21 +63,38 @@ def tasks(mod: tvm.IRModule, params: Optional[Mapping[str, object]] = None, targ
 
 @dataclasses.dataclass
 class TuneResult:
-    """What :func:`tune` did: the log, and per task its name, trials measured now and before."""
+    """What :func:`tune` did: the log, per task its name, trials measured now and before, and
+    the records to compile with (the graph tuner's choice when it ran, else the log)."""
 
     log: Path
     tasks: list = dataclasses.field(default_factory=list)
+    graph_log: Optional[Path] = None
+
+    @property
+    def records(self) -> Path:
+        """What ``compile(..., tuning_records=...)`` should read."""
+        return self.graph_log or self.log
 
     def __str__(self) -> str:
         lines = [f"{self.log}: {len(self.tasks)} task{'s' if len(self.tasks) != 1 else ''}"]
         lines += [f"  {name}: {now} trials measured, {before} in the log before" for name, now, before in self.tasks]
+        if self.graph_log is not None:
+            lines.append(f"{self.graph_log}: the graph tuner's choice of one record per convolution")
+        lines.append(f"compile with tuning_records={str(self.records)!r}")
         return "\n".join(lines)
+
+
+def graph_log_path(log: Union[str, os.PathLike]) -> Path:
+    """Where :func:`tune` writes the graph tuner's choice for ``log`` (``records.json`` ->
+    ``records.graph.json``), and its layout-transform measurements (``.layouts.json``)."""
+    log = Path(log)
+    return log.with_name(f"{log.stem}.graph{log.suffix or '.json'}")
 
 
 def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mapping[str, object]] = None,
          target=None, *, trials: int = 200, opt_level: int = 3, tuner: str = "auto",
          number: int = 4, repeat: int = 3, min_repeat_ms: int = 50, timeout: float = 10.0,
-         progress: Optional[Callable[[str], None]] = None) -> TuneResult:
+         layouts: bool = True, progress: Optional[Callable[[str], None]] = None) -> TuneResult:
     """Tune the kernels of ``relay_aot.compile(mod, target, params, opt_level=...)`` with
     AutoTVM and append every measured configuration to ``log``.
 
@@ -91,6 +108,10 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
     :param tuner: ``"auto"`` (XGBoost's cost model when xgboost is installed, else ``"ga"``),
         ``"xgb"``, ``"ga"``, ``"random"`` or ``"grid"``.
     :param number, repeat, min_repeat_ms, timeout: AutoTVM's local runner's settings.
+    :param layouts: then run TVM's graph tuner (:func:`tune_layouts`) where it applies (x86
+        convolutions of a dataflow graph): each layer's best record picks its own data layout,
+        and the layout transforms between layers can cost more than tuning saved. Its choice
+        goes to :func:`graph_log_path` and is what to compile with (``result.records``).
     :param progress: called with a line of text as each task starts (the CLI prints it); AutoTVM's
         progress bar shows the trials when stdout is a terminal.
     :returns: the tasks tuned, with the trials measured now and found in the log before.
@@ -130,7 +151,82 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
         with _quiet_autotvm():
             chosen.tune(n_trial=wanted - len(before), measure_option=option, callbacks=callbacks)
         result.tasks.append((task.name, wanted - len(before), len(before)))
+    if layouts and any(task.name.startswith(GRAPH_TUNED_TEMPLATE) for task in found):
+        if progress is not None:
+            progress("graph tuner: the convolutions' layouts, with the transforms between them")
+        result.graph_log = tune_layouts(mod, log, params, target, opt_level=opt_level, timeout=timeout)
     return result
+
+
+#: Convolutions up to which the graph tuner's exact dynamic programming is used.
+DP_MAX_CONVOLUTIONS = 60
+
+#: The template whose records TVM's graph tuner chooses between (its x86 convolutions, whose
+#: configurations fix their input and output channel blocking).
+GRAPH_TUNED_TEMPLATE = "conv2d_NCHWc.x86"
+
+
+def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mapping[str, object]] = None,
+                 target=None, *, opt_level: int = 3, output: Union[str, os.PathLike, None] = None,
+                 max_candidates: int = 20, timeout: float = 10.0) -> Optional[Path]:
+    """TVM's graph tuner over the convolutions of ``mod``: from the records of ``log``, one
+    configuration per convolution, chosen together with the layout transforms their blockings
+    need between layers (whose times it measures here; kept in ``.layouts.json`` next to the
+    output, so a second run measures none again).
+
+    The graph is the one relay_aot's layout choice reads (:func:`relay_aot.passes.layout_graph`),
+    so its workloads are those of :func:`tasks`. TVM's dynamic-programming tuner is used, or
+    its PBQP tuner (approximate, but polynomial) past :data:`DP_MAX_CONVOLUTIONS` convolutions,
+    as TVM's x86 tutorial advises for large graphs.
+
+    :returns: the output (by default :func:`graph_log_path` of ``log``), or None when the module
+        has no convolution for it (then compile with ``log`` itself).
+    :raises ValueError: a convolution has no record in ``log`` (tune it first).
+    """
+    from tvm.autotvm.graph_tuner import DPTuner, PBQPTuner
+
+    from . import passes
+
+    request = Request.make(mod, target, params, opt_level=opt_level)
+    graph = passes.layout_graph(request.mod, request.params, opt_level, request.target)["main"]
+    shapes, dtypes = {}, set()
+    for param in graph.params:
+        ty = param.checked_type
+        if not isinstance(ty, tvm.relay.TensorType) or not all(isinstance(d, tvm.tir.IntImm) for d in ty.shape):
+            return None  # the graph tuner reads dataflow graphs of static tensors only
+        shapes[param.name_hint] = tuple(int(d) for d in ty.shape)
+        dtypes.add(ty.dtype)
+    conv2d = tvm.relay.op.get("nn.conv2d")
+    convolutions = _count_calls(graph, conv2d)
+    if not convolutions or len(dtypes) > 1:
+        return None
+    records = [(inp, res) for inp, res in autotvm.record.load_from_file(str(log))
+               if res.error_no == 0 and inp.task.name == GRAPH_TUNED_TEMPLATE]
+    output = Path(output) if output is not None else graph_log_path(log)
+    layout_log = output.with_name(f"{output.stem}.layouts{output.suffix or '.json'}")
+    layout_records = list(autotvm.record.load_from_file(str(layout_log))) if layout_log.exists() else None
+    chosen = DPTuner if convolutions <= DP_MAX_CONVOLUTIONS else PBQPTuner
+    with _quiet_autotvm(), request.target:
+        try:
+            tuner = chosen(graph, shapes, records, [conv2d], request.target, max_sch_num=max_candidates,
+                           dtype=dtypes.pop(), verbose=False, log_file=os.devnull)
+        except KeyError as err:
+            raise ValueError(f"{log}: no record for a convolution of the module ({err}): tune its kernels first") from None
+        tuner.benchmark_layout_transform(min_exec_num=100, timeout=timeout, layout_records=layout_records)
+        with layout_log.open("w") as out:
+            for inp, res in tuner.layout_transform_perf_records.values():
+                if inp.task is not None:  # measured, not inferred
+                    out.write(autotvm.record.encode(inp, res) + "\n")
+        tuner.run()
+        tuner.write_opt_sch2record_file(str(output))
+    return output
+
+
+def _count_calls(func, op) -> int:
+    found = []
+    tvm.relay.analysis.post_order_visit(func, lambda node: found.append(
+        isinstance(node, tvm.relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.same_as(op)))
+    return sum(found)
 
 
 def _key(target, workload) -> tuple:

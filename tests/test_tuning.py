@@ -134,3 +134,35 @@ def test_tuning_records_that_are_not_a_log_are_named(tmp_path):
         relay_aot.compile(_dense_module(), tuning_records=tmp_path / "bad.json")
     with pytest.raises(ValueError, match="trials"):
         relay_aot.tune(_dense_module(), tmp_path / "log.json", trials=0)
+
+
+def _conv_module() -> tvm.IRModule:
+    """Two x86 NCHWc convolutions in a row: each one's configuration blocks its channels, so
+    between them a layout transform appears unless the graph tuner chooses them together."""
+    x = relay.var("x", shape=(1, 16, 10, 10), dtype="float32")
+    w1 = relay.const(np.random.default_rng(1).standard_normal((32, 16, 3, 3)).astype("float32") * 0.1)
+    w2 = relay.const(np.random.default_rng(2).standard_normal((32, 32, 3, 3)).astype("float32") * 0.1)
+    y = relay.nn.relu(relay.nn.conv2d(x, w1, padding=(1, 1), channels=32, kernel_size=(3, 3)))
+    y = relay.nn.conv2d(y, w2, padding=(1, 1), channels=32, kernel_size=(3, 3))
+    return tvm.IRModule.from_expr(relay.Function([x], y))
+
+
+def test_graph_tuner_chooses_the_convolutions_layouts_together(tmp_path):
+    mod = _conv_module()
+    log = tmp_path / "records.json"
+    result = relay_aot.tune(mod, log, trials=4, tuner="random")
+    assert result.graph_log == tmp_path / "records.graph.json" and result.records == result.graph_log
+    chosen = list(autotvm.record.load_from_file(str(result.graph_log)))
+    assert len(chosen) == 2 and {inp.task.name for inp, _ in chosen} == {"conv2d_NCHWc.x86"}
+    measured = list(autotvm.record.load_from_file(str(log)))
+    assert all(any(str(inp.config) == str(m.config) for m, _ in measured) for inp, _ in chosen)
+    data = np.random.default_rng(0).standard_normal((1, 16, 10, 10)).astype("float32")
+    expected = relay.create_executor("graph", mod=mod, target="llvm").evaluate()(data).numpy()
+    tuned = relay_aot.compile(mod, tuning_records=result.records)
+    np.testing.assert_allclose(tuned(data).numpy(), expected, rtol=1e-4, atol=1e-5)
+    # resumed: the layout transforms' times are read back, not measured again
+    layouts = (tmp_path / "records.graph.layouts.json").read_text()
+    assert layouts and relay_aot.tune(mod, log, trials=4, tuner="random").graph_log == result.graph_log
+    assert (tmp_path / "records.graph.layouts.json").read_text() == layouts
+    # no convolution: nothing for the graph tuner; compile with the log itself
+    assert relay_aot.tune(_dense_module(), tmp_path / "dense.json", trials=1, tuner="random").records == tmp_path / "dense.json"

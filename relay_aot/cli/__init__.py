@@ -356,10 +356,11 @@ def cmd_tune(args) -> int:
         raise CliError(f"--trials {args.trials}: must be at least 1", 2)
     mod, params = _model_and_params(args)
     result = relay_aot.tune(mod, out, params=params, target=args.target, trials=args.trials,
-                            opt_level=args.opt_level, tuner=args.tuner, progress=print)
+                            opt_level=args.opt_level, tuner=args.tuner, layouts=args.layouts, progress=print)
     measured = sum(now for _, now, _ in result.tasks)
-    print(f"wrote {out}: {len(result.tasks)} tasks, {measured} trials measured now; "
-          f"compile with --tuning-records {out}")
+    graph = f" and {result.graph_log} (the graph tuner's choice)" if result.graph_log else ""
+    print(f"wrote {out}: {len(result.tasks)} tasks, {measured} trials measured now{graph}; "
+          f"compile with --tuning-records {result.records}")
     return 0
 
 
@@ -513,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--trials", type=int, default=200, help="configurations per kernel at most (default: %(default)s)")
     tune.add_argument("--tuner", choices=("auto", "xgb", "ga", "random", "grid"), default="auto",
                       help="AutoTVM's tuner (default: %(default)s: xgb if xgboost is installed, else ga)")
+    tune.add_argument("--no-layouts", dest="layouts", action="store_false",
+                      help="skip TVM's graph tuner (which otherwise chooses x86 convolutions' records together, "
+                           "with the layout transforms between them, into LOG's .graph.json)")
     _debug_option(tune)
     tune.set_defaults(run=cmd_tune)
 

@@ -422,6 +422,7 @@ def prepare_with_extents(
     opt_level: int = 3,
     target: Optional[tvm.target.Target] = None,
     layouts: bool = True,
+    until_layouts: bool = False,
 ) -> tuple[tvm.IRModule, tuple[ir.SharedExtent, ...]]:
     """Run the pass pipeline: type check, bind params, legalize, simplify, fuse, A-normal form.
 
@@ -435,6 +436,8 @@ def prepare_with_extents(
     ``NCHWc`` convolutions on x86, as ``relay.build`` does) when their run-time cost is small
     (see :func:`alter_layout`). ``layouts=False`` leaves layouts as they are, whatever the level:
     AutoTVM's tasks are the kernels before that choice, which reads their records.
+    ``until_layouts=True`` stops where the layout choice would run: the dataflow graph whose
+    operators become those kernels, which TVM's graph tuner reads (see :func:`layout_graph`).
     """
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"expected a tvm.IRModule, got {type(mod).__name__}")
@@ -455,6 +458,8 @@ def prepare_with_extents(
                 relay.transform.InferType(), numpy_slice_begin, unpacked_dynamic_dense, static_pad_width, relay.transform.InferType()]
     if opt_level >= 2:
         sequence += [fold_constants, *_graph_simplifications(opt_level)]
+    if until_layouts:
+        return _run_sequence(sequence, mod, opt_level, target), extents
     if alters_layout:
         sequence += [alter_layout, relay.transform.InferType()]
     sequence += [relay.transform.ToANormalForm(), inline_pure_lets, relay.transform.InferType()]
@@ -470,11 +475,27 @@ def prepare_with_extents(
         relay.transform.ToANormalForm(),
         relay.transform.InferType(),
     ]
+    return _run_sequence(sequence, mod, opt_level, target), extents
+
+
+def _run_sequence(sequence: list, mod: tvm.IRModule, opt_level: int, target) -> tvm.IRModule:
     with tvm.transform.PassContext(opt_level=opt_level), (target or tvm.target.Target("llvm")):
         try:
-            return tvm.transform.Sequential(sequence)(mod), extents
+            return tvm.transform.Sequential(sequence)(mod)
         except tvm.error.DiagnosticError as err:
             raise RelayAotError(f"the Relay program does not type-check: {err}") from None
+
+
+def layout_graph(
+    mod: tvm.IRModule,
+    params: Optional[Mapping[str, object]] = None,
+    opt_level: int = 3,
+    target: Optional[tvm.target.Target] = None,
+) -> tvm.IRModule:
+    """The module as the layout choice of :func:`prepare_with_extents` reads it: parameters
+    bound, legalized and simplified, not yet fused (for TVM's graph tuner, whose workloads must
+    be those of the kernels relay_aot builds)."""
+    return prepare_with_extents(mod, params, opt_level, target, until_layouts=True)[0]
 
 
 def _missing_gradients(func: relay.Function) -> list[str]:
