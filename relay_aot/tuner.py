@@ -154,7 +154,8 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
     if layouts and any(task.name.startswith(GRAPH_TUNED_TEMPLATE) for task in found):
         if progress is not None:
             progress("graph tuner: the convolutions' layouts, with the transforms between them")
-        result.graph_log = tune_layouts(mod, log, params, target, opt_level=opt_level, timeout=timeout)
+        result.graph_log = tune_layouts(mod, log, params, target, opt_level=opt_level, timeout=timeout,
+                                        progress=progress)
     return result
 
 
@@ -168,7 +169,8 @@ GRAPH_TUNED_TEMPLATE = "conv2d_NCHWc.x86"
 
 def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mapping[str, object]] = None,
                  target=None, *, opt_level: int = 3, output: Union[str, os.PathLike, None] = None,
-                 max_candidates: int = 20, timeout: float = 10.0) -> Optional[Path]:
+                 max_candidates: int = 20, timeout: float = 10.0,
+                 progress: Optional[Callable[[str], None]] = None) -> Optional[Path]:
     """TVM's graph tuner over the convolutions of ``mod``: from the records of ``log``, one
     configuration per convolution, chosen together with the layout transforms their blockings
     need between layers (whose times it measures here; kept in ``.layouts.json`` next to the
@@ -179,6 +181,8 @@ def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Option
     its PBQP tuner (approximate, but polynomial) past :data:`DP_MAX_CONVOLUTIONS` convolutions,
     as TVM's x86 tutorial advises for large graphs.
 
+    :param progress: called with a line of text every 25 layout transforms measured (SqueezeNet
+        needs about 600, which took 25 minutes on a busy 2-core machine).
     :returns: the output (by default :func:`graph_log_path` of ``log``), or None when the module
         has no convolution for it (then compile with ``log`` itself).
     :raises ValueError: a convolution has no record in ``log`` (tune it first).
@@ -212,7 +216,11 @@ def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Option
                            dtype=dtypes.pop(), verbose=False, log_file=os.devnull)
         except KeyError as err:
             raise ValueError(f"{log}: no record for a convolution of the module ({err}): tune its kernels first") from None
-        tuner.benchmark_layout_transform(min_exec_num=100, timeout=timeout, layout_records=layout_records)
+        runner = _CountingRunner(progress, number=100, repeat=1, timeout=timeout)
+        tuner.benchmark_layout_transform(timeout=timeout, layout_records=layout_records, runner=runner)
+        if progress is not None:
+            progress(f"graph tuner: {runner.count} layout transforms measured, "
+                     f"{len(layout_records or [])} read from {layout_log}")
         with layout_log.open("w") as out:
             for inp, res in tuner.layout_transform_perf_records.values():
                 if inp.task is not None:  # measured, not inferred
@@ -220,6 +228,23 @@ def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Option
         tuner.run()
         tuner.write_opt_sch2record_file(str(output))
     return output
+
+
+class _CountingRunner(autotvm.LocalRunner):
+    """AutoTVM's local runner, reporting how many measurements it made: the graph tuner measures
+    its layout transforms one at a time, hundreds of them, for minutes."""
+
+    def __init__(self, report: Optional[Callable[[str], None]], **kwargs):
+        super().__init__(**kwargs)
+        self.report = report
+        self.count = 0
+
+    def run(self, measure_inputs, build_results):
+        results = super().run(measure_inputs, build_results)
+        self.count += len(results)
+        if self.report is not None and self.count % 25 == 0:
+            self.report(f"graph tuner: {self.count} layout transforms measured")
+        return results
 
 
 def _count_calls(func, op) -> int:

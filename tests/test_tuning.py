@@ -150,8 +150,10 @@ def _conv_module() -> tvm.IRModule:
 def test_graph_tuner_chooses_the_convolutions_layouts_together(tmp_path):
     mod = _conv_module()
     log = tmp_path / "records.json"
-    result = relay_aot.tune(mod, log, trials=4, tuner="random")
+    lines = []
+    result = relay_aot.tune(mod, log, trials=4, tuner="random", progress=lines.append)
     assert result.graph_log == tmp_path / "records.graph.json" and result.records == result.graph_log
+    assert any("layout transforms measured, 0 read from" in line for line in lines), lines
     chosen = list(autotvm.record.load_from_file(str(result.graph_log)))
     assert len(chosen) == 2 and {inp.task.name for inp, _ in chosen} == {"conv2d_NCHWc.x86"}
     measured = list(autotvm.record.load_from_file(str(log)))
@@ -162,7 +164,9 @@ def test_graph_tuner_chooses_the_convolutions_layouts_together(tmp_path):
     np.testing.assert_allclose(tuned(data).numpy(), expected, rtol=1e-4, atol=1e-5)
     # resumed: the layout transforms' times are read back, not measured again
     layouts = (tmp_path / "records.graph.layouts.json").read_text()
-    assert layouts and relay_aot.tune(mod, log, trials=4, tuner="random").graph_log == result.graph_log
+    lines.clear()
+    assert layouts and relay_aot.tune(mod, log, trials=4, tuner="random", progress=lines.append).graph_log == result.graph_log
+    assert any(line.startswith("graph tuner: 0 layout transforms measured, ") for line in lines), lines
     assert (tmp_path / "records.graph.layouts.json").read_text() == layouts
     # no convolution: nothing for the graph tuner; compile with the log itself
     assert relay_aot.tune(_dense_module(), tmp_path / "dense.json", trials=1, tuner="random").records == tmp_path / "dense.json"
