@@ -100,7 +100,9 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
 
     :param log: the AutoTVM log (JSON lines) to append to; compile with
         ``relay_aot.compile(mod, ..., tuning_records=log)``.
-    :param trials: configurations measured per task at most (fewer when its space is smaller).
+    :param trials: configurations measured per task at most (fewer when its space is smaller),
+        the first of them the one an untuned compile uses (:func:`untuned_config`), so that a
+        task's best record is never one measured slower than the untuned kernel.
         A task with that many records in ``log`` already is skipped; one with fewer measures the
         rest, its tuner starting from those records.
     :param target: as for :func:`relay_aot.compile` (by default this machine's CPU): the
@@ -135,22 +137,26 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
         before = measured.get(key, [])
         wanted = min(trials, len(task.config_space))
         name = f"[{index}/{len(found)}] {task.name} {task.args}"
-        if len(before) >= wanted:
-            result.tasks.append((task.name, 0, len(before)))
+        # The untuned build's configuration is the first trial (also of a task tuned before).
+        have = before + _measure_untuned(task, option, log, before)
+        seeded = len(have) - len(before)
+        if len(have) >= wanted:
+            result.tasks.append((task.name, seeded, len(before)))
             if progress is not None:
                 progress(f"{name}: {len(before)} trials in the log, skipped")
             continue
+        left = wanted - len(have)
         if progress is not None:
-            progress(f"{name}: {wanted - len(before)} trials")
+            progress(f"{name}: {left} trials")
         chosen = _tuner(task, tuner)
-        if before:
-            chosen.load_history(before)
+        if have:
+            chosen.load_history(have)
         callbacks = [autotvm.callback.log_to_file(str(log))]
         if os.isatty(1):
-            callbacks.append(autotvm.callback.progress_bar(wanted - len(before), prefix=f"[{index}/{len(found)}]"))
+            callbacks.append(autotvm.callback.progress_bar(left, prefix=f"[{index}/{len(found)}]"))
         with _quiet_autotvm():
-            chosen.tune(n_trial=wanted - len(before), measure_option=option, callbacks=callbacks)
-        result.tasks.append((task.name, wanted - len(before), len(before)))
+            chosen.tune(n_trial=left, measure_option=option, callbacks=callbacks)
+        result.tasks.append((task.name, left + seeded, len(before)))
     if layouts and any(task.name.startswith(GRAPH_TUNED_TEMPLATE) for task in found):
         if progress is not None:
             progress("graph tuner: the convolutions' layouts, with the transforms between them")
@@ -252,6 +258,56 @@ def _count_calls(func, op) -> int:
     tvm.relay.analysis.post_order_visit(func, lambda node: found.append(
         isinstance(node, tvm.relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.same_as(op)))
     return sum(found)
+
+
+def untuned_config(task):
+    """The configuration an untuned compile gives ``task``'s kernel -- relay_aot's schedule rule
+    (:mod:`relay_aot.kernels.schedule_rules`), else the template's fallback -- as an entity of
+    the task's space (None if it is not one)."""
+    from .kernels import schedule_rules
+
+    rule = schedule_rules.RULES.get(task.name)
+    config = rule(task.workload, task.target) if rule is not None else None
+    if config is None:
+        config = autotvm.task.space.FallbackConfigEntity()
+        try:
+            with autotvm.task.ApplyConfig(config), task.target:
+                task.func(*task.args)  # the template fills in its fallback
+        except Exception:  # noqa: BLE001 - a template that cannot say: no seed, tuning goes on
+            return None
+    space = task.config_space
+    knobs = []
+    for name, subspace in space.space_map.items():
+        wanted = _entity_key(config._entity_map.get(name))
+        index = next((i for i, entity in enumerate(subspace.entities) if _entity_key(entity) == wanted), None)
+        if index is None:
+            return None
+        knobs.append(index)
+    return space.get(space.knob2point(knobs))
+
+
+def _entity_key(entity) -> str:
+    """A knob's value as the space lists it: a split's outer extent is the space's -1 (inferred)
+    where a configuration made outside the space states it."""
+    if isinstance(entity, autotvm.task.space.SplitEntity):
+        return str(list(entity.size[1:]))
+    return str(entity)
+
+
+def _measure_untuned(task, option, log: Path, before: list) -> list:
+    """Measure the untuned configuration of ``task`` (appended to ``log``) unless ``before``
+    has it: tuners start from random points, and a best record worse than what the untuned
+    build runs would make tuning a loss (the graph tuner's candidates are those records too)."""
+    config = untuned_config(task)
+    if config is None or any(str(inp.config) == str(config) for inp, _ in before):
+        return []
+    inputs = [autotvm.MeasureInput(task.target, task, config)]
+    with _quiet_autotvm():
+        results = autotvm.measure.create_measure_batch(task, option)(inputs)
+    with open(log, "a") as out:
+        for inp, res in zip(inputs, results):
+            out.write(autotvm.record.encode(inp, res) + "\n")
+    return [(inp, res) for inp, res in zip(inputs, results) if res.error_no == 0]
 
 
 def _key(target, workload) -> tuple:

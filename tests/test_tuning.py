@@ -115,6 +115,11 @@ def test_tune_measures_this_compiles_kernels_resumes_and_compile_reads_the_log(t
     assert [now for _, now, _ in first.tasks] == [2] * len(tasks)
     logged = {str(inp.task.workload) for inp, _ in autotvm.record.load_from_file(str(log))}
     assert logged == {str(t.workload) for t in tasks}
+    # each task's first trial is the configuration the untuned build uses (relay_aot's rule here)
+    configs = {(str(inp.task.workload), str(inp.config)) for inp, _ in autotvm.record.load_from_file(str(log))}
+    seeds = [relay_aot.tuner.untuned_config(t) for t in tasks]
+    assert all(seed is not None for seed in seeds)
+    assert all((str(t.workload), str(seed)) in configs for t, seed in zip(tasks, seeds))
     # resumed: every task has its trials, nothing is measured again
     again = relay_aot.tune(mod, log, trials=2, tuner="random")
     assert [(now, before) for _, now, before in again.tasks] == [(0, 2)] * len(tasks)
