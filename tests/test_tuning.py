@@ -175,3 +175,19 @@ def test_graph_tuner_chooses_the_convolutions_layouts_together(tmp_path):
     assert (tmp_path / "records.graph.layouts.json").read_text() == layouts
     # no convolution: nothing for the graph tuner; compile with the log itself
     assert relay_aot.tune(_dense_module(), tmp_path / "dense.json", trials=1, tuner="random").records == tmp_path / "dense.json"
+
+
+def test_a_tuned_modules_profile_is_of_its_tuned_kernels(untuned_reports, tmp_path):
+    """The library instrumented for profiling, made when first asked for, uses the records the
+    compile used, outside their context too (it used to be the untuned one's)."""
+    mod = _dense_module()
+    plain = relay_aot.compile(mod)
+    log = tmp_path / "tuning.log"
+    _record_log(untuned_reports[-1], log)
+    tuned = relay_aot.compile(mod, tuning_records=log)
+    with autotvm.apply_history_best(str(log)):
+        inside = relay_aot.compile(mod)
+        inside_profiled = inside.profiled_variant().build_result.key
+    untuned_profiled = plain.profiled_variant().build_result.key
+    assert tuned.profiled_variant().build_result.key == inside_profiled != untuned_profiled
+    assert relay_aot.compile(mod).profiled_variant().build_result.key == untuned_profiled

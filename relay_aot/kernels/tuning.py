@@ -19,7 +19,7 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import tvm
 from tvm import autotvm
@@ -57,6 +57,23 @@ def fingerprint() -> str:
     if not parts:
         return ""
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def captured() -> Callable[[], contextlib.AbstractContextManager]:
+    """The AutoTVM records in scope now, to put back in scope later: a variant of a compile made
+    afterwards (the library instrumented for profiling) must use the records the compile used,
+    whether the caller is still inside their context or not."""
+    context = autotvm.task.DispatchContext.current
+
+    def restore() -> contextlib.AbstractContextManager:
+        active = autotvm.task.DispatchContext.current
+        while active is not None:
+            if active is context:  # still in effect: entering it again would chain it to itself
+                return contextlib.nullcontext()
+            active = getattr(active, "_old_ctx", None)
+        return context
+
+    return restore
 
 
 def records(path: Union[str, os.PathLike, None]):

@@ -16,7 +16,7 @@ import tvm
 
 from ... import build, ir
 from ...errors import CompileError
-from ...kernels import KernelTable
+from ...kernels import KernelTable, tuning
 from ...request import Request
 from ...runtime import CompiledModule, load_library, read_signature
 from ...ir.signature import Signature
@@ -38,7 +38,13 @@ def compile_cpp(request: Request, cache: bool = True, verbose: bool = False) -> 
     """
     compiled = _compile_cpp(request, cache, verbose)
     if not request.config.profile:
-        compiled.profiled_variant = lambda: compile_cpp(request.profiled(), cache, verbose)
+        records = tuning.captured()  # a tuned module's profile is of its tuned kernels
+
+        def profiled() -> CompiledModule:
+            with records():
+                return compile_cpp(request.profiled(), cache, verbose)
+
+        compiled.profiled_variant = profiled
     return compiled
 
 
