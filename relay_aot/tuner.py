@@ -27,6 +27,8 @@ import tvm
 from tvm import autotvm
 from tvm.relay.backend import te_compiler
 
+from . import passes
+from .kernels import schedule_rules
 from .request import Request
 
 #: Tuners by name; "auto" is XGBoost's cost model where xgboost is installed, else the genetic one.
@@ -87,8 +89,12 @@ class TuneResult:
 def graph_log_path(log: Union[str, os.PathLike]) -> Path:
     """Where :func:`tune` writes the graph tuner's choice for ``log`` (``records.json`` ->
     ``records.graph.json``), and its layout-transform measurements (``.layouts.json``)."""
-    log = Path(log)
-    return log.with_name(f"{log.stem}.graph{log.suffix or '.json'}")
+    return _beside(Path(log), "graph")
+
+
+def _beside(path: Path, part: str) -> Path:
+    """``path`` with ``part`` before its suffix (``records.json`` -> ``records.<part>.json``)."""
+    return path.with_name(f"{path.stem}.{part}{path.suffix or '.json'}")
 
 
 def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mapping[str, object]] = None,
@@ -195,8 +201,6 @@ def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Option
     """
     from tvm.autotvm.graph_tuner import DPTuner, PBQPTuner
 
-    from . import passes
-
     request = Request.make(mod, target, params, opt_level=opt_level)
     graph = passes.layout_graph(request.mod, request.params, opt_level, request.target)["main"]
     shapes, dtypes = {}, set()
@@ -213,7 +217,7 @@ def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Option
     records = [(inp, res) for inp, res in autotvm.record.load_from_file(str(log))
                if res.error_no == 0 and inp.task.name == GRAPH_TUNED_TEMPLATE]
     output = Path(output) if output is not None else graph_log_path(log)
-    layout_log = output.with_name(f"{output.stem}.layouts{output.suffix or '.json'}")
+    layout_log = _beside(output, "layouts")
     layout_records = list(autotvm.record.load_from_file(str(layout_log))) if layout_log.exists() else None
     chosen = DPTuner if convolutions <= DP_MAX_CONVOLUTIONS else PBQPTuner
     with _quiet_autotvm(), request.target:
@@ -264,8 +268,6 @@ def untuned_config(task):
     """The configuration an untuned compile gives ``task``'s kernel -- relay_aot's schedule rule
     (:mod:`relay_aot.kernels.schedule_rules`), else the template's fallback -- as an entity of
     the task's space (None if it is not one)."""
-    from .kernels import schedule_rules
-
     rule = schedule_rules.RULES.get(task.name)
     config = rule(task.workload, task.target) if rule is not None else None
     if config is None:
@@ -304,9 +306,7 @@ def _measure_untuned(task, option, log: Path, before: list) -> list:
     inputs = [autotvm.MeasureInput(task.target, task, config)]
     with _quiet_autotvm():
         results = autotvm.measure.create_measure_batch(task, option)(inputs)
-    with open(log, "a") as out:
-        for inp, res in zip(inputs, results):
-            out.write(autotvm.record.encode(inp, res) + "\n")
+    autotvm.callback.log_to_file(str(log))(None, inputs, results)  # as tune's own trials are
     return [(inp, res) for inp, res in zip(inputs, results) if res.error_no == 0]
 
 
