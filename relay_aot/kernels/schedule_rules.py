@@ -157,6 +157,86 @@ def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[Config
 RULES = {"dense_pack.x86": _dense_pack_config, "conv2d_NCHWc.x86": _conv2d_nchwc_config}
 
 
+def _tensor(arg, shape) -> tuple:
+    return ("TENSOR", tuple(shape), arg[2])
+
+
+def _tensor_shape(arg) -> Optional[list[int]]:
+    """The constant shape of a workload's tensor argument (None if it is not one)."""
+    if not (isinstance(arg, tuple) and len(arg) == 3 and arg[0] == "TENSOR"):
+        return None
+    return _const_ints(arg[1])
+
+
+def _unpacked_conv(workload, depthwise: bool) -> Optional[tuple[tuple, dict]]:
+    # ("conv2d_NCHWc.x86", data, kernel, strides, padding, dilation, "NCHW8c", "NCHW16c", out_dtype)
+    # depthwise: kernel (oc_chunks, 1, kh, kw, 1, oc_bn); else (oc_chunks, ic_chunks, kh, kw, ic_bn, oc_bn)
+    if len(workload) != 9:
+        return None
+    name, data, kernel, strides, padding, dilation, layout, out_layout, out_dtype = workload
+    data_shape, kernel_shape = _tensor_shape(data), _tensor_shape(kernel)
+    if data_shape is None or kernel_shape is None or len(data_shape) != 5 or len(kernel_shape) != 6:
+        return None
+    n, ic_chunks, height, width, ic_bn = data_shape
+    oc_chunks, kernel_ic, kh, kw, _, oc_bn = kernel_shape
+    if (layout, out_layout) != (f"NCHW{ic_bn}c", f"NCHW{oc_bn}c"):
+        return None
+    channels = ic_chunks * ic_bn
+    unpacked = (name, _tensor(data, (n, channels, height, width)),
+                _tensor(kernel, (oc_chunks * oc_bn, 1 if depthwise else kernel_ic * ic_bn, kh, kw)),
+                strides, padding, dilation, "NCHW", "NCHW", out_dtype)
+    return unpacked, {"tile_ic": ic_bn, "tile_oc": oc_bn}
+
+
+def _unpacked_dense(workload) -> Optional[tuple[tuple, dict]]:
+    # ("dense_pack.x86", data, weight (n / columns, k, columns), [bias, out_dtype])
+    if len(workload) < 3:
+        return None
+    name, data, weight, *rest = workload
+    shape = _tensor_shape(weight)
+    if shape is None or len(shape) != 3:
+        return None
+    chunks, k, columns = shape
+    return (name, data, _tensor(weight, (chunks * columns, k)), *rest), {"tile_x": columns}
+
+
+#: How TVM's x86 ``AlterOpLayout`` renames a tuned workload when it packs the operator's layout
+#: (topi/x86/conv2d_alter_op.py, dense_alter_op.py), inverted: packed workload -> the workload
+#: tuned (the operator before packing), and the split whose innermost factor is the packing.
+_UNPACKED = {
+    "conv2d_NCHWc.x86": lambda w: _unpacked_conv(w, depthwise=False),
+    "depthwise_conv2d_NCHWc.x86": lambda w: _unpacked_conv(w, depthwise=True),
+    "dense_pack.x86": _unpacked_dense,
+}
+
+
+def tuned_before_packing(query: Callable, workload: tuple):
+    """The tuning record for packed ``workload`` of the operator before ``AlterOpLayout`` packed it.
+
+    TVM's layout pass packs a tuned convolution (or dense) to the blocking of its record, and
+    hands the record on to the packed kernel by *updating* the dispatch context under the packed
+    workload; lowering in that same context then finds it. relay_aot lowers kernels later, in a
+    context of its own (and a cached prepared module skips the layout pass altogether), so the
+    record is looked up here instead, by the packed workload alone: its shapes, unpacked, are the
+    workload tuned. ``query(workload)`` asks the enclosing contexts; None where they have no
+    record, or where the record's blocking is not this packing (then it is not what was packed).
+    """
+    unpack = _UNPACKED.get(workload[0]) if workload else None
+    found = unpack(workload) if unpack is not None else None
+    if found is None:
+        return None
+    unpacked, blocks = found
+    answer = query(unpacked)
+    if answer is None or getattr(answer, "is_fallback", False):
+        return None
+    try:
+        if any(answer[knob].size[-1] != size for knob, size in blocks.items()):
+            return None
+    except (KeyError, AttributeError, IndexError):
+        return None
+    return answer
+
+
 class ShapeRules(autotvm.task.DispatchContext):
     """AutoTVM's answers, with relay_aot's rule where they would be a fallback configuration."""
 
@@ -171,8 +251,13 @@ class ShapeRules(autotvm.task.DispatchContext):
     def _query_inside(self, target, workload):
         key = (str(target), workload)
         if key not in self.memory:
-            # A tuning record (or an explicit configuration) in an enclosing context comes first.
-            answer = self._old_ctx.query(target, workload)
+            # A tuning record (or an explicit configuration) in an enclosing context comes first:
+            # the workload's own, else that of the operator it packs; else whatever they answer.
+            answer = self._recorded(target, workload)
+            if answer is None:
+                answer = tuned_before_packing(lambda unpacked: self._recorded(target, unpacked), workload)
+            if answer is None:
+                answer = self._old_ctx.query(target, workload)
             if getattr(answer, "is_fallback", False) and workload and workload[0] in RULES:
                 ruled = RULES[workload[0]](workload, tvm.target.Target(target))
                 if ruled is not None:
@@ -182,6 +267,20 @@ class ShapeRules(autotvm.task.DispatchContext):
         if key in self.ruled and self.untuned is not None:
             self.untuned(workload)
         return self.memory[key]
+
+    def _recorded(self, target, workload):
+        """The tuning record the enclosing contexts have for ``workload``, or None. Unlike
+        ``query``, never TVM's fallback, which logs the workload as untuned; and it stops at a
+        context of another kind (an explicit configuration, the graph tuner's sequential
+        records, which a look-up consumes): ``query`` asks those."""
+        context = self._old_ctx
+        while isinstance(context, (ShapeRules, autotvm.task.ApplyHistoryBest)):
+            if isinstance(context, autotvm.task.ApplyHistoryBest):
+                answer = context._query_inside(target, workload)
+                if answer is not None:
+                    return answer
+            context = getattr(context, "_old_ctx", None)
+        return None
 
     def update(self, target, workload, cfg):
         self.memory[(str(target), workload)] = cfg
