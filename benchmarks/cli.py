@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 from . import compile_time
 from . import executors as executors_mod
-from . import machine, report
+from . import machine, report, tuning
 from . import workloads as workloads_mod
 from .suite import KERNELS, Options, options_json, setting_label
 from .timing import Budget
@@ -83,9 +83,15 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--compile-workloads", metavar="PROGRAMS",
                         help="programs of the compile-time table, comma-separated (lstm, gen50 or workload names; "
                              f"default: {','.join(compile_time.COMPILE_WORKLOADS)} on a full run, none otherwise)")
+    parser.add_argument("--tune-trials", type=int, default=tuning.DEFAULT_TRIALS, metavar="N",
+                        help="the tuned rows' budget: AutoTVM trials per kernel, resumed from the records in "
+                             f"{tuning.RECORDS_DIR.relative_to(ROOT)} (default {tuning.DEFAULT_TRIALS}; "
+                             "0: time with the records as they are; a quick run never tunes)")
     parser.add_argument("--compile-repeat", type=int, default=1,
                         help="processes per compile-time measurement, the median is reported (default 1)")
     args = parser.parse_args(argv)
+    if args.tune_trials < 0:
+        parser.error(f"--tune-trials must be 0 or more, got {args.tune_trials}")
     args.workload_list = _csv(args.workloads, workload_names, "workloads")
     args.compile_list = (None if args.compile_workloads is None
                          else _csv(args.compile_workloads, compile_time.program_names(), "compile workloads"))
@@ -267,6 +273,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             "executors": {k: report.LABELS[k] for k in [*args.executor_list, KERNELS]},
             "settings": [],
         }
+        tuned_rows = [w for w in workloads_mod.all_workloads() if w.tuned_from and w.name in args.workload_list]
+        if tuned_rows and args.tune_trials > 0 and not args.quick:
+            print("== tuning ==", flush=True)
+            result["tuning"] = {w.name: tuning.tune(w, args.tune_trials, env) for w in tuned_rows}
         for name in settings:
             print(f"== thread setting: {name} ==", flush=True)
             result["settings"].append(run_setting(name, args, options, env, work_dir))

@@ -294,6 +294,10 @@ def markdown_report(result: dict, chart_name: Optional[str]) -> str:
     ]
     if chart_name:
         parts.append(f"![speedup over the Relay VM]({chart_name})")
+    for name, tuned in result.get("tuning", {}).items():
+        parts.append(f"Tuned row `{name}`: AutoTVM and the graph tuner, up to {tuned['trials_per_kernel']} trials "
+                     f"per kernel, one thread, resumed from the records kept in `{tuned['records']}` "
+                     f"({tuned['wall_s']:.0f} s in this run); its TVM executors and relay_aot compile with them.")
     parts.append(summary(result, markdown=True))
     for s in result["settings"]:
         info = s["setting"]

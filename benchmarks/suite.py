@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from relay_aot import cpu, testing
 
 from . import executors as executors_mod
-from . import kernel_floor, workloads as workloads_mod
+from . import kernel_floor, tuning, workloads as workloads_mod
 from .timing import Budget, Plan, interleave, timed
 
 #: Key of the kernel-only pseudo-executor.
@@ -100,7 +100,9 @@ class WorkloadRun:
         if reason:
             return _record(name, key, "n/a", reason=reason)
         try:
-            call, prepare_s = timed(lambda: executor.prepare_workload(self.workload, self.mod, self.args, self.options.target))
+            with tuning.context(self.workload):  # a tuned row's executors compile with its records
+                call, prepare_s = timed(lambda: executor.prepare_workload(self.workload, self.mod, self.args,
+                                                                          self.options.target))
             first, first_call_s = timed(call)
         except Exception as err:  # noqa: BLE001 - any failure makes this executor n/a, reported
             return _record(name, key, "n/a", reason=_error(err))
@@ -160,9 +162,10 @@ class WorkloadRun:
         if self.workload.references:
             return _record(name, KERNELS, "n/a", reason=f"it replays the VM's kernel calls, and {executors_mod.NO_REFERENCES}")
         try:
-            floor, prepare_s = timed(
-                lambda: kernel_floor.kernel_floor(self.mod, self.args, self.options.target, self.options.kernel_budget)
-            )
+            with tuning.context(self.workload):
+                floor, prepare_s = timed(
+                    lambda: kernel_floor.kernel_floor(self.mod, self.args, self.options.target, self.options.kernel_budget)
+                )
         except Exception as err:  # noqa: BLE001
             return _record(name, KERNELS, "n/a", reason=_error(err))
         return _record(

@@ -55,6 +55,9 @@ class Workload:
     #: A real network (TVM's testing zoo, an ONNX model-zoo graph): static and kernel-bound,
     #: measured against the executors made for such models (graph, AOT, VM, onnxruntime).
     model_zoo: bool = False
+    #: A tuned row: the workload of this name, compiled with its AutoTVM records
+    #: (``benchmarks/tuning.py``).
+    tuned_from: Optional[str] = None
 
     def module(self) -> tvm.IRModule:
         """The parsed, type-checked module with the weights bound as constants."""
@@ -705,9 +708,20 @@ def onnx_vision_model(name: str) -> Workload:
                         lambda: model_zoo_graph(name, SEED), model_zoo=True, rtol=1e-4, atol=1e-6)
 
 
+#: The workloads that also have a tuned row (``<name>_tuned``; ``benchmarks/tuning.py``).
+TUNED = ("onnx_squeezenet",)
+
+
+def tuned(workload: Workload) -> Workload:
+    """``workload``'s tuned row: the same module and inputs, compiled with its tuning records."""
+    return dataclasses.replace(workload, name=f"{workload.name}_tuned",
+                               description=f"{workload.description}, tuned (AutoTVM, graph tuner)",
+                               tuned_from=workload.name)
+
+
 def all_workloads() -> list[Workload]:
-    """Every workload of the suite, in report order."""
-    return [
+    """Every workload of the suite, in report order (a tuned row after its untuned one)."""
+    untuned = [
         fib(15),
         fib(20),
         list_of_scalars(),
@@ -734,6 +748,7 @@ def all_workloads() -> list[Workload]:
         onnx_vision_model("shufflenet"),
         onnx_vision_model("resnet50"),
     ]
+    return [row for w in untuned for row in ([w, tuned(w)] if w.name in TUNED else [w])]
 
 
 def by_name() -> dict[str, Workload]:

@@ -155,8 +155,9 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
         if progress is not None:
             progress(f"{name}: {left} trials")
         chosen = _tuner(task, tuner)
-        if have:
-            chosen.load_history(have)
+        in_space = [(inp, res) for inp, res in have if inp.config.index >= 0]  # a cost model indexes the space
+        if in_space:
+            chosen.load_history(in_space)
         callbacks = [autotvm.callback.log_to_file(str(log))]
         if os.isatty(1):
             callbacks.append(autotvm.callback.progress_bar(left, prefix=f"[{index}/{len(found)}]"))
@@ -267,9 +268,12 @@ def _count_calls(func, op) -> int:
 def untuned_config(task):
     """The configuration an untuned compile gives ``task``'s kernel -- relay_aot's schedule rule
     (:mod:`relay_aot.kernels.schedule_rules`), else the template's fallback -- as an entity of
-    the task's space (None if it is not one)."""
+    the task's space; the rule's own configuration where it is outside that space (a block of
+    output columns that does not divide the width: AutoTVM's splits list divisors only, so no
+    tuner would measure it); None where the fallback is not in the space."""
     rule = schedule_rules.RULES.get(task.name)
     config = rule(task.workload, task.target) if rule is not None else None
+    ruled = config is not None
     if config is None:
         config = autotvm.task.space.FallbackConfigEntity()
         try:
@@ -283,7 +287,7 @@ def untuned_config(task):
         wanted = _entity_key(config._entity_map.get(name))
         index = next((i for i, entity in enumerate(subspace.entities) if _entity_key(entity) == wanted), None)
         if index is None:
-            return None
+            return config if ruled else None
         knobs.append(index)
     return space.get(space.knob2point(knobs))
 

@@ -221,3 +221,36 @@ def test_a_stalled_worker_is_stopped(tmp_path, monkeypatch):
     assert stalled and code != 0
     code, stalled = cli._run_watched(subprocess.Popen([sys.executable, "-c", "pass"]), out)
     assert (code, stalled) == (0, False)
+
+
+def test_a_tuned_row_compiles_inside_its_records(tmp_path, monkeypatch):
+    """A tuned row is its workload compiled inside ``autotvm.apply_history_best`` of the records
+    the run keeps (the graph tuner's where there are some); without records it is n/a, saying
+    where they would be."""
+    from benchmarks import tuning
+    from relay_aot.kernels import tuning as kernel_tuning
+
+    monkeypatch.setattr(tuning, "RECORDS_DIR", tmp_path)
+    row = workloads.tuned(workloads.mlp(1))
+    assert (row.name, row.tuned_from) == ("mlp_b1_tuned", "mlp_b1")
+    assert tvm.ir.structural_equal(row.module(), workloads.mlp(1).module())
+    seen = []
+
+    class Spy(executors.Executor):
+        key = "spy"
+
+        def prepare(self, mod, args, target):
+            seen.append(kernel_tuning.fingerprint())
+            return lambda: np.zeros(1)
+
+    record = suite.WorkloadRun(row, Options.quick()).prepare(Spy())
+    assert record["status"] == "n/a" and str(tmp_path / "mlp_b1.json") in record["reason"], record
+    log = tuning.log_path("mlp_b1")
+    import relay_aot
+
+    relay_aot.tune(row.module(), log, trials=1, tuner="random", layouts=False)
+    assert tuning.records(row) == log and tuning.records(workloads.mlp(1)) is None
+    assert suite.WorkloadRun(row, Options.quick()).prepare(Spy())["status"] == "ok"
+    assert suite.WorkloadRun(workloads.mlp(1), Options.quick()).prepare(Spy())["status"] == "ok"
+    assert seen[0] != "" and seen[1] == "", seen  # inside the records; the untuned row outside any
+    assert [w.name for w in workloads.all_workloads() if w.tuned_from] == [f"{n}_tuned" for n in workloads.TUNED]

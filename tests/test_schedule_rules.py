@@ -47,7 +47,10 @@ def test_packed_weight_keeps_its_columns():
     (13, 13, 13),   # prime: 13 beats 1
     (55, 11, 11),
     (7, 7, 7),
-    (17, 17, 17),   # prime above 16: TVM's choice
+    (5, 5, 5),      # narrower than any block: TVM's (the whole width)
+    (17, 17, 9),    # no divisor from 6 to 16: a partial last block (18 columns computed), not 17 spilling
+    (71, 1, 8),     # Inception-v3: 72 columns in 9 blocks of 8, not 71 of 1
+    (111, 3, 8),    # SqueezeNet's first layer: 112 = 14 x 8 (7 wastes as little; 8 is nearer 8)
 ])
 def test_convolution_columns(width, fallback, expected):
     assert conv_register_block(width, fallback) == expected
@@ -97,12 +100,13 @@ def test_products_built_with_the_rule_agree_with_numpy():
 
 def test_convolutions_built_with_the_rule_agree_with_the_graph_executor():
     """3x3 and 1x1 convolutions whose output widths take each branch of the rule (27 -> 9,
-    13 -> 13, 17 -> TVM's), against the graph executor (TVM's fallback schedules), on an AVX2
+    13 -> 13; 17 -> 9 and 71 -> 8, whose last block is partial), against the graph executor (TVM's fallback schedules), on an AVX2
     target, where the rule applies."""
     target = "llvm -mcpu=haswell"
     rng = np.random.default_rng(0)
     inputs, outputs = [], []
-    for i, (channels, filters, width, kernel) in enumerate([(16, 32, 27, 3), (8, 16, 13, 1), (8, 8, 17, 3), (24, 16, 27, 1)]):
+    for i, (channels, filters, width, kernel) in enumerate([(16, 32, 27, 3), (8, 16, 13, 1), (8, 8, 17, 3), (24, 16, 27, 1),
+                                                                    (8, 16, 17, 1), (8, 8, 71, 3)]):
         x = relay.var(f"x{i}", shape=(1, channels, width, width))
         w = relay.const(rng.uniform(-1, 1, (filters, channels, kernel, kernel)).astype("float32"))
         inputs.append(x)

@@ -1,0 +1,99 @@
+"""Tuned rows: conv nets the benchmark run also times with AutoTVM records of its own.
+
+Before timing, ``python -m benchmarks`` tunes each workload of
+:data:`benchmarks.workloads.TUNED` with ``relay_aot.tune`` (its kernels, then the graph tuner's
+choice of layouts) within a trial budget, one thread, and keeps the records next to the results,
+in ``docs/benchmarks/tuning/<workload>.json``: a later run finds them and measures only what a
+larger budget adds (``tune`` resumes). The tuned row (``<workload>_tuned``) is the same module
+and inputs; its TVM executors and relay_aot compile inside ``autotvm.apply_history_best`` of
+those records, so each is tuned the same way; onnxruntime runs as on the untuned row.
+
+``python -m benchmarks.tuning WORKLOAD TRIALS`` is the process the command line starts per
+workload (one thread, as the rows it serves are compared at one thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from . import machine
+from . import workloads as workloads_mod
+
+#: Where the records of the tuned rows are kept.
+RECORDS_DIR = machine.ROOT / "docs" / "benchmarks" / "tuning"
+#: Configurations measured per kernel at most, by default (about 25 minutes for SqueezeNet's 18).
+DEFAULT_TRIALS = 150
+
+
+def log_path(base: str) -> Path:
+    """The AutoTVM log of workload ``base``'s kernels."""
+    return RECORDS_DIR / f"{base}.json"
+
+
+def records(workload: workloads_mod.Workload) -> Optional[Path]:
+    """The records a tuned row compiles with: the graph tuner's choice where there is one, else
+    the kernels' log; None for an untuned row, or when nothing was tuned yet."""
+    if workload.tuned_from is None:
+        return None
+    from relay_aot.tuner import graph_log_path
+
+    log = log_path(workload.tuned_from)
+    for path in (graph_log_path(log), log):
+        if path.is_file():
+            return path
+    return None
+
+
+def context(workload: workloads_mod.Workload) -> contextlib.AbstractContextManager:
+    """Where an executor prepares ``workload``: inside its records for a tuned row.
+    ``FileNotFoundError`` for a tuned row that has none (the row is then n/a, saying why)."""
+    if workload.tuned_from is None:
+        return contextlib.nullcontext()
+    path = records(workload)
+    if path is None:
+        raise FileNotFoundError(f"no tuning records in {log_path(workload.tuned_from)}: "
+                                f"run python -m benchmarks (it tunes with --tune-trials, default {DEFAULT_TRIALS})")
+    from tvm import autotvm
+
+    return autotvm.apply_history_best(str(path))
+
+
+def tune(workload: workloads_mod.Workload, trials: int, env: dict[str, str],
+         say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Tune tuned row ``workload``'s kernels to ``trials`` each (in a child process, one thread);
+    what was done, for the results."""
+    RECORDS_DIR.mkdir(parents=True, exist_ok=True)
+    env = dict(env, TVM_NUM_THREADS="1")
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "benchmarks.tuning", workload.tuned_from, str(trials)]
+    with subprocess.Popen(command, cwd=machine.ROOT, env=env, stdout=subprocess.PIPE, text=True) as child:
+        for line in child.stdout:
+            say(f"  {line.rstrip()}")
+    if child.returncode != 0:
+        raise SystemExit(f"tuning {workload.tuned_from} failed (exit status {child.returncode})")
+    return {"trials_per_kernel": trials, "wall_s": time.perf_counter() - started,
+            "records": str(records(workload).relative_to(machine.ROOT))}
+
+
+def _main(argv: Optional[list[str]] = None) -> int:
+    import logging
+
+    import relay_aot
+
+    base, trials = (argv if argv is not None else sys.argv[1:])
+    logging.getLogger("autotvm").setLevel(logging.ERROR)
+    mod = workloads_mod.by_name()[base].module()
+    result = relay_aot.tune(mod, log_path(base), trials=int(trials), progress=lambda line: print(line, flush=True))
+    print(result, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOPHUB_LOCATION", "NONE")
+    sys.exit(_main())
