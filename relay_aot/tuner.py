@@ -269,8 +269,9 @@ def untuned_config(task):
     """The configuration an untuned compile gives ``task``'s kernel -- relay_aot's schedule rule
     (:mod:`relay_aot.kernels.schedule_rules`), else the template's fallback -- as an entity of
     the task's space; the rule's own configuration where it is outside that space (a block of
-    output columns that does not divide the width: AutoTVM's splits list divisors only, so no
-    tuner would measure it); None where the fallback is not in the space."""
+    output columns that does not divide the width, 9 of 17: the template's split lists divisors
+    and powers of two only, so no tuner would measure it); None where the fallback is not in
+    the space."""
     rule = schedule_rules.RULES.get(task.name)
     config = rule(task.workload, task.target) if rule is not None else None
     ruled = config is not None
