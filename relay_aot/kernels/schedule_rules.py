@@ -80,18 +80,64 @@ def dense_pack_blocking(m: int, n: int, lanes: int, registers: int, columns: Opt
     return rows, cols
 
 
+def _tensor(arg, shape) -> tuple:
+    return ("TENSOR", tuple(shape), arg[2])
+
+
+def _tensor_shape(arg) -> Optional[list[int]]:
+    """The constant shape of a workload's tensor argument (None if it is not one)."""
+    if not (isinstance(arg, tuple) and len(arg) == 3 and arg[0] == "TENSOR"):
+        return None
+    return _const_ints(arg[1])
+
+
+def _unpacked_conv(workload, depthwise: bool) -> Optional[tuple[tuple, dict]]:
+    """A packed convolution's workload as the convolution before packing, and its blocks as the
+    splits whose innermost factors they are (None if ``workload`` is not packed)."""
+    # ("conv2d_NCHWc.x86", data, kernel, strides, padding, dilation, "NCHW8c", "NCHW16c", out_dtype)
+    # depthwise: kernel (oc_chunks, 1, kh, kw, 1, oc_bn); else (oc_chunks, ic_chunks, kh, kw, ic_bn, oc_bn)
+    if len(workload) != 9:
+        return None
+    name, data, kernel, strides, padding, dilation, _, _, out_dtype = workload
+    data_shape, kernel_shape = _tensor_shape(data), _tensor_shape(kernel)
+    if data_shape is None or kernel_shape is None or len(data_shape) != 5 or len(kernel_shape) != 6:
+        return None
+    n, ic_chunks, height, width, ic_bn = data_shape
+    oc_chunks, kernel_ic, kh, kw, _, oc_bn = kernel_shape
+    channels = ic_chunks * ic_bn
+    unpacked = (name, _tensor(data, (n, channels, height, width)),
+                _tensor(kernel, (oc_chunks * oc_bn, 1 if depthwise else kernel_ic * ic_bn, kh, kw)),
+                strides, padding, dilation, "NCHW", "NCHW", out_dtype)
+    return unpacked, {"tile_ic": ic_bn, "tile_oc": oc_bn}
+
+
+def _unpacked_dense(workload) -> Optional[tuple[tuple, dict]]:
+    """A packed dense product's workload with its weight unpacked, and its columns as the split
+    whose innermost factor they are (None if the weight is not packed)."""
+    # ("dense_pack.x86", data, weight (n / columns, k, columns), [bias, out_dtype])
+    if len(workload) < 3:
+        return None
+    name, data, weight, *rest = workload
+    shape = _tensor_shape(weight)
+    if shape is None or len(shape) != 3:
+        return None
+    chunks, k, columns = shape
+    return (name, data, _tensor(weight, (chunks * columns, k)), *rest), {"tile_x": columns}
+
+
 def _dense_pack_config(workload, target: tvm.target.Target) -> Optional[ConfigEntity]:
     # workload: ("dense_pack.x86", data, weight, bias, out_dtype), tensors as ("TENSOR", shape, dtype)
+    columns = None
+    packed = _unpacked_dense(workload)
+    if packed is not None:  # packed already: the columns are fixed
+        workload, blocks = packed
+        columns = blocks["tile_x"]
     data, weight = workload[1], workload[2]
     data_shape, weight_shape = _const_ints(data[1]), _const_ints(weight[1])
     if data_shape is None or weight_shape is None or data[2] != "float32":
         return None
     m, k = data_shape
-    if len(weight_shape) == 3:  # packed already: (n / columns, k, columns)
-        columns = weight_shape[2]
-        n = weight_shape[0] * columns
-    else:
-        columns, n = None, weight_shape[0]
+    n = weight_shape[0]
     lanes, registers = _vector_registers(target)
     rows, cols = dense_pack_blocking(m, n, lanes, registers, columns)
     return _ruled({
@@ -128,24 +174,22 @@ def conv_register_block(width: int, fallback: int) -> int:
 
 def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[ConfigEntity]:
     # workload: ("conv2d_NCHWc.x86", data, kernel, strides, padding, dilation, layout, out_layout, out_dtype)
+    blocks = None
+    packed = _unpacked_conv(workload, depthwise=False)
+    if packed is not None:  # packed already: the channel blocks are fixed
+        workload, split = packed
+        blocks = (split["tile_ic"], split["tile_oc"])
     _, data, kernel, strides, padding, dilation, layout, _, out_dtype = workload
     data_shape, kernel_shape = _const_ints(data[1]), _const_ints(kernel[1])
     if data_shape is None or kernel_shape is None or data[2] != "float32" or kernel[2] != "float32":
         return None
     if _vector_registers(target)[1] > 16:  # AVX-512: TVM's fallback blocks fit
         return None
-    if len(data_shape) == 5:  # packed already: the channel blocks are fixed
-        n, ic_chunks, height, width, ic_bn = data_shape
-        oc_chunks, kernel_ic_chunks, kh, kw, _, oc_bn = kernel_shape
-        channels, filters = ic_chunks * ic_bn, oc_chunks * oc_bn
-        blocks = (ic_bn, oc_bn)
-    elif len(data_shape) == 4 and str(layout) == "NCHW":
-        n, channels, height, width = data_shape
-        filters, kernel_channels, kh, kw = kernel_shape
-        kernel_ic_chunks, blocks = kernel_channels, None
-    else:
+    if len(data_shape) != 4 or str(layout) != "NCHW":
         return None
-    if (kernel_ic_chunks * blocks[0] if blocks else kernel_ic_chunks) != channels:
+    n, channels, height, width = data_shape
+    filters, kernel_channels, kh, kw = kernel_shape
+    if kernel_channels != channels:
         return None  # grouped: another template
     fallback = FallbackConfigEntity()
     with target:
@@ -166,49 +210,6 @@ def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[Config
 
 #: The templates with a rule here, by AutoTVM task name.
 RULES = {"dense_pack.x86": _dense_pack_config, "conv2d_NCHWc.x86": _conv2d_nchwc_config}
-
-
-def _tensor(arg, shape) -> tuple:
-    return ("TENSOR", tuple(shape), arg[2])
-
-
-def _tensor_shape(arg) -> Optional[list[int]]:
-    """The constant shape of a workload's tensor argument (None if it is not one)."""
-    if not (isinstance(arg, tuple) and len(arg) == 3 and arg[0] == "TENSOR"):
-        return None
-    return _const_ints(arg[1])
-
-
-def _unpacked_conv(workload, depthwise: bool) -> Optional[tuple[tuple, dict]]:
-    # ("conv2d_NCHWc.x86", data, kernel, strides, padding, dilation, "NCHW8c", "NCHW16c", out_dtype)
-    # depthwise: kernel (oc_chunks, 1, kh, kw, 1, oc_bn); else (oc_chunks, ic_chunks, kh, kw, ic_bn, oc_bn)
-    if len(workload) != 9:
-        return None
-    name, data, kernel, strides, padding, dilation, layout, out_layout, out_dtype = workload
-    data_shape, kernel_shape = _tensor_shape(data), _tensor_shape(kernel)
-    if data_shape is None or kernel_shape is None or len(data_shape) != 5 or len(kernel_shape) != 6:
-        return None
-    n, ic_chunks, height, width, ic_bn = data_shape
-    oc_chunks, kernel_ic, kh, kw, _, oc_bn = kernel_shape
-    if (layout, out_layout) != (f"NCHW{ic_bn}c", f"NCHW{oc_bn}c"):
-        return None
-    channels = ic_chunks * ic_bn
-    unpacked = (name, _tensor(data, (n, channels, height, width)),
-                _tensor(kernel, (oc_chunks * oc_bn, 1 if depthwise else kernel_ic * ic_bn, kh, kw)),
-                strides, padding, dilation, "NCHW", "NCHW", out_dtype)
-    return unpacked, {"tile_ic": ic_bn, "tile_oc": oc_bn}
-
-
-def _unpacked_dense(workload) -> Optional[tuple[tuple, dict]]:
-    # ("dense_pack.x86", data, weight (n / columns, k, columns), [bias, out_dtype])
-    if len(workload) < 3:
-        return None
-    name, data, weight, *rest = workload
-    shape = _tensor_shape(weight)
-    if shape is None or len(shape) != 3:
-        return None
-    chunks, k, columns = shape
-    return (name, data, _tensor(weight, (chunks * columns, k)), *rest), {"tile_x": columns}
 
 
 #: How TVM's x86 ``AlterOpLayout`` renames a tuned workload when it packs the operator's layout
