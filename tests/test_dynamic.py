@@ -314,6 +314,22 @@ def test_onnx_loop_with_scan_outputs(backend):
     _onnx_agree(model, inputs, [(5,), (0,), (1,), (12, -0.7)], backend, lambda case: case[0] > 0)
 
 
+def test_a_scan_output_grows_in_place():
+    """The scan output of an ONNX Loop grows by a row per step: the C++ code appends the row in
+    the tensor's own block (runtime append_in_place) instead of copying the whole tensor at every
+    step. Called again and again, the blocks it grew come back from the thread's cache with room
+    to spare; the results stay the VM's. (tests/programs/dyn_append_in_place.relay has the cases
+    where the tensor must be copied.)"""
+    model, inputs = onnx_models.loop_rnn(hidden=8)
+    mod, params = relay.frontend.from_onnx(model, freeze_params=True)
+    assert "append_in_place(" in generate_source(mod, params=params)
+    compiled = relay_aot.compile(mod, params=params)
+    names = [i.name for i in model.graph.input]
+    for steps in (40, 3, 90, 40, 1, 90):
+        args = [inputs(steps)[n] for n in names]
+        testing.check_equivalence(mod, args, backends=[("cpp", compiled)], references=("vm",), atol=1e-5)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_onnx_scan(backend):
     model, inputs = onnx_models.scan_cumulative(rows=5, width=3)

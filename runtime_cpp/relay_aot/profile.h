@@ -228,7 +228,8 @@ inline void profiled_call_shape_function(int id, KernelFn fn, const char* name, 
 
 /*! \brief A new tensor, counted (its block: header and data, as alloc_tensor allocates it). */
 inline NDArray counted(NDArray tensor) {
-  profiler().allocation(AllocKind::kTensor, static_cast<int64_t>(detail::block_bytes(*tensor.operator->())));
+  profiler().allocation(AllocKind::kTensor, static_cast<int64_t>(detail::block_capacity(
+                                                 static_cast<const NDArray::Container*>(tensor.get()))));
   return tensor;
 }
 

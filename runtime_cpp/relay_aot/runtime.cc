@@ -1250,6 +1250,70 @@ RELAY_AOT_RUNTIME_LINKAGE void check_computed_shape(const char* kernel, const in
   }
 }
 
+RELAY_AOT_RUNTIME_LINKAGE NDArray append_in_place(NDArray& first, const ShapeTuple& shape, DLDataType dtype,
+                                                  std::initializer_list<DLTensor*> rest) {
+  // One holder (this caller, at its last use): no other value sees the tensor change.
+  if (!first.defined() || first.use_count() != 1) return NDArray();
+  auto* container = const_cast<NDArray::Container*>(static_cast<const NDArray::Container*>(first.get()));
+  const DLTensor& old = container->dl_tensor;
+  if (!detail::ContainerAccess::in_cached_block(container) || !detail::is_compact(&old) || old.ndim == 0 ||
+      shape.size() == 0 || old.dtype.code != dtype.code || old.dtype.bits != dtype.bits ||
+      old.dtype.lanes != dtype.lanes) {
+    return NDArray();
+  }
+  const size_t old_bytes = tvm::runtime::GetDataSize(old);
+  size_t appended = 0;
+  for (const DLTensor* piece : rest) {
+    if (!detail::is_compact(piece)) return NDArray();
+    appended += tvm::runtime::GetDataSize(*piece);
+  }
+  DLTensor grown{old.data, kDevice, static_cast<int>(shape.size()), dtype, const_cast<int64_t*>(shape.data()),
+                 nullptr, 0};
+  // (A size near the address space is left to alloc_tensor, which reports it.)
+  if (tvm::runtime::GetDataSize(grown) != old_bytes + appended || old_bytes + appended > (size_t(1) << 60)) {
+    return NDArray();
+  }
+  // Both have their data after the header (neither is 0-d): only the block's size can differ.
+  const size_t capacity = detail::block_capacity(container);
+  const size_t needed = detail::block_bytes(grown);
+  char* data = static_cast<char*>(old.data);
+  size_t out_capacity = capacity;
+  void* block = nullptr;
+  if (needed > capacity) {
+    // No room: a block twice the size, so that the next steps find room (amortised linear,
+    // as a std::vector grows); the old bytes are copied once into it.
+    out_capacity = detail::kHeaderBytes + detail::bucketed(2 * (old_bytes + appended));
+    try {
+      block = detail::block_cache().Take(out_capacity);
+    } catch (const std::bad_alloc&) {
+      return NDArray();  // the caller's allocation of the exact size reports it
+    }
+    data = static_cast<char*>(block) + detail::kHeaderBytes;
+    if (old_bytes != 0) std::memcpy(data, old.data, old_bytes);
+  }
+  char* to = data + old_bytes;
+  for (const DLTensor* piece : rest) {  // before the old block may go: a piece may be the first tensor
+    size_t bytes = tvm::runtime::GetDataSize(*piece);
+    if (bytes != 0) std::memmove(to, piece->data, bytes);
+    to += bytes;
+  }
+  NDArray out;
+  NDArray::Container* target = container;
+  if (block == nullptr) {
+    out = std::move(first);
+    detail::ContainerAccess::reshape(target, shape);
+  } else {
+    target = detail::ContainerAccess::make(block, data, shape, dtype);
+    target->SetDeleter(&detail::free_tensor_block);
+    profiler().allocation(AllocKind::kTensor, static_cast<int64_t>(out_capacity));
+    out = own<NDArray>(target);
+    first = NDArray();
+  }
+  // The deleter finds the block's bytes here when its shape would say fewer (block_capacity).
+  target->manager_ctx = out_capacity != needed ? reinterpret_cast<void*>(out_capacity) : nullptr;
+  return out;
+}
+
 }  // namespace relay_aot
 
 // ---- tensor.h ----------------------------------------------------------------------------------
@@ -1259,7 +1323,7 @@ namespace detail {
 
 RELAY_AOT_RUNTIME_LINKAGE void free_tensor_block(tvm::runtime::Object* obj) {
   auto* container = static_cast<NDArray::Container*>(obj);
-  size_t bytes = block_bytes(container->dl_tensor);
+  size_t bytes = block_capacity(container);
   container->~Container();
   block_cache().Give(container, bytes);
 }

@@ -9,7 +9,7 @@
  * kernel. The shapes travel as small int64 DLTensors viewing memory on the C++ stack.
  *
  * Kernels with `?` dimensions that only move data are done here with memcpy when they can be
- * (concat_flat, copy_if_same_shape), or not at all (ShapeOutput::is_shape_of, for a result no
+ * (concat_flat, append_in_place, copy_if_same_shape), or not at all (ShapeOutput::is_shape_of, for a result no
  * caller can see): their TVM kernels divide by shape variables per element.
  */
 #ifndef RELAY_AOT_SHAPE_H_
@@ -167,6 +167,22 @@ inline bool concat_flat(DLTensor* out, std::initializer_list<DLTensor*> pieces) 
   }
   return true;
 }
+
+/*!
+ * \brief The concatenation of \p first and \p rest (their bytes one after another, as
+ *        concat_flat writes them) as a tensor of \p shape and \p dtype, made in \p first's own
+ *        block, which it then takes over (\p first is left empty): only \p rest is copied.
+ *
+ *        A scan output grown by a row per loop step is otherwise copied whole at every step,
+ *        quadratic in the steps (an ONNX Loop's hidden states: 2.5 MB copied over 50 steps of
+ *        hidden size 512). The generated code calls it where \p first is used for the last
+ *        time; it holds only when, at run time, no one else holds \p first (so no one sees it
+ *        change), its block is alloc_tensor's and has room (blocks are bucketed, memory.h), and
+ *        every piece is compact. Otherwise it returns an undefined tensor, having done nothing:
+ *        the caller allocates and concatenates.
+ */
+NDArray append_in_place(NDArray& first, const ShapeTuple& shape, DLDataType dtype,
+                        std::initializer_list<DLTensor*> rest);
 
 /*!
  * \brief Copy \p in into \p out when both have the same shape (a broadcast that broadcasts

@@ -57,6 +57,16 @@ inline size_t data_offset(const DLTensor& t) {
 void free_tensor_block(tvm::runtime::Object* obj);
 
 /*!
+ * \brief Bytes of the block of \p container, a tensor of a cached block: block_bytes of its
+ *        shape, unless it was made bigger for a tensor that grows (append_in_place), whose
+ *        container keeps the block's bytes in its otherwise unused ``manager_ctx``.
+ */
+inline size_t block_capacity(const NDArray::Container* container) {
+  return container->manager_ctx != nullptr ? reinterpret_cast<size_t>(container->manager_ctx)
+                                           : block_bytes(container->dl_tensor);
+}
+
+/*!
  * \brief A ShapeTuple whose extents follow it in the same cached block. TVM's own makes two
  *        heap allocations (the object, a std::vector); a tensor with `?` dimensions needs a new
  *        shape at every allocation, so these come from the block cache like tensors.
@@ -112,6 +122,19 @@ struct ContainerAccess : NDArray::Container {
     made->dl_tensor.shape = const_cast<int64_t*>(shape.data());
     made->dl_tensor.dtype = dtype;
     return made;
+  }
+
+  /*! \brief Whether \p container is one that make() made (its block is from the block cache). */
+  static bool in_cached_block(const NDArray::Container* container) {
+    return static_cast<const ContainerAccess*>(container)->deleter_ == &free_tensor_block;
+  }
+
+  /*! \brief Give \p container (in a cached block) the shape \p shape: its block must still fit it. */
+  static void reshape(NDArray::Container* container, const ShapeTuple& shape) {
+    auto* access = static_cast<ContainerAccess*>(container);
+    access->shape_ = shape;
+    access->dl_tensor.ndim = static_cast<int>(shape.size());
+    access->dl_tensor.shape = const_cast<int64_t*>(shape.data());
   }
 };
 

@@ -191,8 +191,11 @@ namespace golden_relay_aot {
         // kernel: concatenate (k6)
         ShapeOutput<2> v15_shape;
         call_shape_function(&golden_k6_fused_concatenate_shape, "golden_k6_fused_concatenate", {arg(v10), arg(v11)}, shape_of(arg(v10)).get(), shape_of(arg(v11)).get(), v15_shape.arg());
-        NDArray v15 = alloc_tensor(v15_shape.shape("golden_k6_fused_concatenate"), DLDataType{kDLFloat, 32, 1});  // Tensor[(?, 2), float32]
-        if (!all_empty(v15_shape) && !concat_flat(arg(v15), {arg(v10), arg(v11)})) call_kernel(&golden_k6_fused_concatenate, "golden_k6_fused_concatenate", arg(v10), arg(v11), arg(v15));
+        NDArray v15 = append_in_place(v10, v15_shape.shape("golden_k6_fused_concatenate"), DLDataType{kDLFloat, 32, 1}, {arg(v11)});  // Tensor[(?, 2), float32]: in v10's block if it has room
+        if (!v15.defined()) {
+          v15 = alloc_tensor(v15_shape.shape("golden_k6_fused_concatenate"), DLDataType{kDLFloat, 32, 1});
+          if (!all_empty(v15_shape) && !concat_flat(arg(v15), {arg(v10), arg(v11)})) call_kernel(&golden_k6_fused_concatenate, "golden_k6_fused_concatenate", arg(v10), arg(v11), arg(v15));
+        }
         v10 = NDArray();  // last use
         int32_t v16 = static_cast<int32_t>(v12 - int32_t(1LL));  // kernel: subtract (k7)
         {  // self tail call

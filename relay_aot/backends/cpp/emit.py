@@ -584,6 +584,7 @@ class CppEmitter:
             self.alias_or_copy(kernel, rhs.args[kernel.copy.params[0]], inputs, v)
             self.drop_dead_tensors(stmt, rhs.args)
             return
+        grown = self.grown_in_place(kernel, rhs, stmt)
         out_args = []
         for name, out in zip(outputs, kernel.outputs):
             if is_native_scalar(out):
@@ -594,7 +595,16 @@ class CppEmitter:
                     shape = f"shapes()[{self.shapes[out.shape]}]"
                 else:
                     shape = f"{name}_shape.shape({self.shape_check(kernel, out)})"
-                e.line(f"NDArray {name} = {self.counted(f'alloc_tensor({shape}, {dtype_literal(out.dtype)})')};", comment=str(out.shape) if out.is_static else ir.format_type(out, ()))
+                allocated = self.counted(f"alloc_tensor({shape}, {dtype_literal(out.dtype)})")
+                described = str(out.shape) if out.is_static else ir.format_type(out, ())
+                if grown is not None:
+                    rest = ", ".join(per_param[i][0] for i in kernel.copy.params[1:])
+                    e.line(f"NDArray {name} = append_in_place({var(grown)}, {shape}, {dtype_literal(out.dtype)}, {{{rest}}});",
+                           comment=f"{described}: in {var(grown)}'s block if it has room")
+                    e.line(f"if (!{name}.defined()) {{")
+                    e.line(f"{name} = {allocated};")
+                else:
+                    e.line(f"NDArray {name} = {allocated};", comment=described)
                 out_args.append(f"arg({name})")
         call = f"{self.kernel_call(kernel, inputs + out_args)};"
         conditions = [] if kernel.shape_func is None else [self.not_all_empty(outputs)]
@@ -604,10 +614,24 @@ class CppEmitter:
                       else f"copy_if_same_shape({out_args[0]}, {pieces[0]})")
             conditions.append(f"!{copied}")
         e.line(f"if ({' && '.join(conditions)}) {call}" if conditions else call)
+        if grown is not None:
+            e.line("}")
         if not single:
             rest = iter(zip(outputs, kernel.outputs))
             e.line(f"ADT {var(v)} = {self.counted(self.rebuild(kernel.result, rest))};")
         self.drop_dead_tensors(stmt, rhs.args)
+
+    def grown_in_place(self, kernel: ir.Kernel, rhs: ir.KernelCall, stmt: ir.Let) -> Optional[ir.Var]:
+        """The first piece of a concatenation with `?` dimensions that may become its result
+        (runtime append_in_place: a scan output grown by a row per step copies the row, not
+        itself), or None. It must be a tensor this code owns, used for the last time here."""
+        if kernel.copy is None or kernel.copy.kind != CONCAT_FLAT or kernel.shape_func is None:
+            return None
+        if not isinstance(kernel.result, ir.TensorType):
+            return None
+        first = rhs.args[kernel.copy.params[0]]
+        owned = (stmt.uid, first.id) in self.last and first.id not in self.borrowed
+        return first if owned and ctype(first.type) == "NDArray" else None
 
     def kernel_call(self, kernel: ir.Kernel, args: list[str]) -> str:
         """The call of ``kernel`` on ``args`` (timed in a profiled build)."""
