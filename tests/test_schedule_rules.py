@@ -13,7 +13,7 @@ import tvm
 from tvm import autotvm, relay
 
 import relay_aot
-from relay_aot.kernels.schedule_rules import ShapeRules, conv_register_block, dense_pack_blocking
+from relay_aot.kernels.schedule_rules import PAIR_COLUMNS, ShapeRules, conv_channel_block, conv_register_block, dense_pack_blocking
 
 AVX2 = (8, 16)  # float32 lanes, vector registers
 AVX512 = (16, 32)
@@ -54,6 +54,51 @@ def test_packed_weight_keeps_its_columns():
 ])
 def test_convolution_columns(width, fallback, expected):
     assert conv_register_block(width, fallback) == expected
+
+
+@pytest.mark.parametrize("channels, fallback, expected", [
+    (64, 8, 16),     # two AVX2 vectors
+    (48, 8, 16),
+    (1000, 8, 8),    # a classifier of 1000: 16 does not divide it, TVM's 8 does
+    (24, 8, 8),
+    (3, 3, 3),       # an image's channels
+])
+def test_channel_blocks(channels, fallback, expected):
+    assert conv_channel_block(channels, 8, fallback) == expected
+
+
+def _conv_workload(target, channels, filters, width, kernel, depthwise=False):
+    with tvm.target.Target(target):
+        data = tvm.te.placeholder((1, channels, width, width))
+        if depthwise:
+            weight = tvm.te.placeholder((channels, 1, kernel, kernel))
+            return autotvm.task.get_workload(tvm.topi.x86.depthwise_conv2d_nchw(data, weight, (1, 1), (1, 1), (1, 1), "float32"))
+        weight = tvm.te.placeholder((filters, channels, kernel, kernel))
+        return autotvm.task.get_workload(tvm.topi.x86.conv2d_nchw(data, weight, (1, 1), (1, 1), (1, 1), "float32"))
+
+
+@pytest.mark.parametrize("target, depthwise, shape, blocks, columns", [
+    ("llvm -mcpu=haswell", False, (16, 32, 27, 3), (16, 16), PAIR_COLUMNS),  # two vectors: 4 columns, the last block partial
+    ("llvm -mcpu=haswell", False, (24, 8, 27, 3), (8, 8), 9),                 # one vector: conv_register_block
+    ("llvm -mcpu=haswell", True, (32, 32, 112, 3), (16, 16), 4),              # depthwise: a divisor up to 6 (TVM: 28)
+    ("llvm -mcpu=haswell", True, (24, 24, 14, 3), (8, 8), 2),
+])
+def test_convolution_configurations(target, depthwise, shape, blocks, columns):
+    workload = _conv_workload(target, *shape, depthwise=depthwise)
+    with ShapeRules():
+        ruled = autotvm.task.DispatchContext.current.query(tvm.target.Target(target), workload)
+    assert not ruled.is_fallback, ruled
+    assert (ruled["tile_ic"].size[-1], ruled["tile_oc"].size[-1]) == blocks
+    assert ruled["tile_ow"].size[-1] == columns
+    assert ruled["tile_ow"].size[0] * columns >= shape[2]
+
+
+def test_avx512_keeps_tvms_convolution_blocks():
+    """With 32 vector registers TVM's fallback blocks (one AVX-512 vector of 16 channels) fit."""
+    workload = _conv_workload("llvm -mcpu=skylake-avx512", 32, 32, 28, 3, depthwise=True)
+    with ShapeRules():
+        answer = autotvm.task.DispatchContext.current.query(tvm.target.Target("llvm -mcpu=skylake-avx512"), workload)
+    assert answer.is_fallback
 
 
 def _dense_pack_workload(m, n, k, target):
@@ -99,31 +144,31 @@ def test_products_built_with_the_rule_agree_with_numpy():
 
 
 def test_convolutions_built_with_the_rule_agree_with_the_graph_executor():
-    """3x3 and 1x1 convolutions whose output widths take each branch of the rule (27 -> 9,
-    13 -> 13; 17 -> 9 and 71 -> 8, whose last block is partial), against the graph executor (TVM's fallback schedules), on an AVX2
-    target, where the rule applies."""
+    """3x3, 1x1 and depthwise convolutions whose shapes take each branch of the rules (two
+    vectors of channels by 4 columns, 27 and 13 wide: the last block partial; one vector: 27 ->
+    9, 13 -> 13, 17 -> 9 and 71 -> 8; depthwise 16 and 8 channels, 112, 13 and 14 wide), chained
+    so that blocked layouts meet, against the graph executor (TVM's fallback schedules), on an
+    AVX2 target, where the rules apply."""
     target = "llvm -mcpu=haswell"
     rng = np.random.default_rng(0)
     inputs, outputs = [], []
     for i, (channels, filters, width, kernel) in enumerate([(16, 32, 27, 3), (8, 16, 13, 1), (8, 8, 17, 3), (24, 16, 27, 1),
-                                                                    (8, 16, 17, 1), (8, 8, 71, 3)]):
+                                                            (8, 16, 17, 1), (8, 8, 71, 3), (32, 48, 13, 1)]):
         x = relay.var(f"x{i}", shape=(1, channels, width, width))
         w = relay.const(rng.uniform(-1, 1, (filters, channels, kernel, kernel)).astype("float32"))
         inputs.append(x)
         outputs.append(relay.nn.relu(relay.nn.conv2d(x, w, padding=(kernel // 2,) * 2, channels=filters,
                                                      kernel_size=(kernel, kernel))))
+    for i, (channels, width, stride) in enumerate([(32, 112, 1), (32, 13, 1), (24, 28, 2)]):
+        x = relay.var(f"d{i}", shape=(1, channels, width, width))
+        dw = relay.const(rng.uniform(-1, 1, (channels, 1, 3, 3)).astype("float32"))
+        pw = relay.const(rng.uniform(-1, 1, (channels, channels, 1, 1)).astype("float32"))
+        y = relay.nn.relu(relay.nn.conv2d(x, dw, strides=(stride, stride), padding=(1, 1), groups=channels,
+                                          channels=channels, kernel_size=(3, 3)))
+        inputs.append(x)
+        outputs.append(relay.nn.conv2d(y, pw, channels=channels, kernel_size=(1, 1)))
     mod = tvm.IRModule.from_expr(relay.Function(inputs, relay.Tuple(outputs)))
     args = [rng.uniform(-1, 1, [int(d) for d in x.type_annotation.shape]).astype("float32") for x in inputs]
-    with ShapeRules():
-        for channels, filters, width, kernel in [(16, 32, 27, 3)]:
-            with tvm.target.Target(target):
-                data = tvm.te.placeholder((1, channels, width, width))
-                weight = tvm.te.placeholder((filters, channels, kernel, kernel))
-                workload = autotvm.task.get_workload(
-                    tvm.topi.x86.conv2d_nchw(data, weight, (1, 1), (1, 1), (1, 1), "float32"))
-            assert workload[0] == "conv2d_NCHWc.x86"
-            ruled = autotvm.task.DispatchContext.current.query(tvm.target.Target(target), workload)
-            assert ruled["tile_ow"].size[-1] == 9 and not ruled.is_fallback, ruled
     got = relay_aot.compile(mod, target=target)(*args)
     with tvm.transform.PassContext(opt_level=3):
         reference = relay.create_executor("graph", mod=mod, target=target).evaluate()(*args)

@@ -7,7 +7,10 @@ whole reduction in one loop. On AVX2, with 16 vector registers, 8 rows by 2 vect
 accumulators: every register, so the block spills and the product runs at a third of the
 machine's speed (an ONNX MLP 784-512-512-10 at batch 64: 3.3 ms where onnxruntime takes 1.1).
 x86's ``NCHWc`` convolution (``conv2d_NCHWc.x86``) falls back to up to 31 output columns at
-once, one accumulator each: the same spill (ResNet-50: 200 ms, 120 ms with the rule).
+once, one accumulator each: the same spill (ResNet-50: 200 ms, 120 ms with the rule); its
+depthwise twin (``depthwise_conv2d_NCHWc.x86``) too. On AVX2 the rule also blocks channels by
+two vectors where they divide (``NCHW16c``), which AutoTVM's records for SqueezeNet chose for
+most layers; TVM's fallback blocks one.
 
 :class:`ShapeRules` is an AutoTVM dispatch context that answers, for the templates it has a
 rule for, with a configuration chosen by the shapes and the target's vector registers; every
@@ -172,6 +175,34 @@ def conv_register_block(width: int, fallback: int) -> int:
     return min(range(6, 11), key=lambda columns: (-(-width // columns) * columns - width, abs(columns - 8)))
 
 
+#: Output columns per register block when a block holds two vectors of output channels: 8
+#: accumulators of AVX2's 16 registers (the columns AutoTVM chose for most of SqueezeNet's layers
+#: with that blocking; 6, filling 12, measured no faster on SqueezeNet and slower on ResNet-18).
+PAIR_COLUMNS = 4
+
+
+def conv_channel_block(channels: int, lanes: int, fallback: int) -> int:
+    """Channels per block of a packed (``NCHW{c}c``) convolution on a 16-register target: two
+    vectors where they divide ``channels`` (16 on AVX2), else TVM's ``fallback`` (one vector at
+    most).
+
+    Two vectors of output channels make each broadcast input value feed two multiply-adds, not
+    one. Input channels take the same block, so that a network's layers agree on one layout and
+    no layout transform comes between them. Untuned, one thread, Zen 3 (AVX2), with
+    :data:`PAIR_COLUMNS`: light-zoo SqueezeNet 12.0 -> 9.9 ms, ResNet-50 115 -> 106 ms,
+    relay.testing ResNet-18 50 -> 45 ms, Inception-v3 156 -> 144 ms; ShuffleNet unchanged.
+    """
+    block = 2 * lanes
+    return block if channels % block == 0 else fallback
+
+
+def _output_width(width: int, kernel_width: int, strides, padding, dilation) -> int:
+    """A convolution's output width (``padding`` as a workload holds it: 2 or 4 values)."""
+    left, right = (padding[1], padding[3]) if len(padding) == 4 else (padding[1], padding[1])
+    dilated = (kernel_width - 1) * dilation[1] + 1
+    return (width + left + right - dilated) // strides[1] + 1
+
+
 def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[ConfigEntity]:
     # workload: ("conv2d_NCHWc.x86", data, kernel, strides, padding, dilation, layout, out_layout, out_dtype)
     blocks = None
@@ -197,19 +228,63 @@ def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[Config
             fallback, te.placeholder((n, channels, height, width)), te.placeholder((filters, channels, kh, kw)),
             strides, padding, dilation, out_dtype)
     entities = dict(fallback._entity_map)
-    if blocks:
-        entities["tile_ic"] = SplitEntity([channels // blocks[0], blocks[0]])
-        entities["tile_oc"] = SplitEntity([filters // blocks[1], blocks[1]])
+    lanes = _vector_registers(target)[0]
+    if blocks is None:
+        blocks = (conv_channel_block(channels, lanes, entities["tile_ic"].size[-1]),
+                  conv_channel_block(filters, lanes, entities["tile_oc"].size[-1]))
+    entities["tile_ic"] = SplitEntity([channels // blocks[0], blocks[0]])
+    entities["tile_oc"] = SplitEntity([filters // blocks[1], blocks[1]])
     out_width = int(np.prod(entities["tile_ow"].size))
-    columns = conv_register_block(out_width, entities["tile_ow"].size[-1])
+    if blocks[1] == 2 * lanes:
+        columns = min(PAIR_COLUMNS, out_width)
+    else:
+        columns = conv_register_block(out_width, entities["tile_ow"].size[-1])
     entities["tile_ow"] = SplitEntity([-(-out_width // columns), columns])
     if "tile_oh" in entities:  # 1x1 kernels: one output row per block
         entities["tile_oh"] = OtherOptionEntity(1)
     return _ruled(entities)
 
 
+def _depthwise_nchwc_config(workload, target: tvm.target.Target) -> Optional[ConfigEntity]:
+    # workload: ("depthwise_conv2d_NCHWc.x86", data, kernel, strides, padding, dilation, layout, out_layout, out_dtype)
+    blocks = None
+    packed = _unpacked_conv(workload, depthwise=True)
+    if packed is not None:
+        workload, split = packed
+        blocks = (split["tile_ic"], split["tile_oc"])
+    _, data, kernel, strides, padding, dilation, layout, _, _ = workload
+    data_shape, kernel_shape = _const_ints(data[1]), _const_ints(kernel[1])
+    if data_shape is None or kernel_shape is None or data[2] != "float32" or kernel[2] != "float32":
+        return None
+    lanes, registers = _vector_registers(target)
+    if registers > 16 or len(data_shape) != 4 or str(layout) != "NCHW":
+        return None
+    _, channels, _, width = data_shape
+    filters, multiplier, _, kernel_width = kernel_shape
+    if multiplier != 1 or filters != channels:
+        return None
+    if blocks is None:
+        # TVM's fallback (topi/x86/depthwise_conv2d.py): the largest divisor up to one vector.
+        block = conv_channel_block(channels, lanes, max(_divisors(channels, lanes)))
+        blocks = (block, block)
+    out_width = _output_width(width, kernel_width, strides, padding, dilation)
+    # TVM takes the largest divisor up to 31 columns (28 of MobileNet's 112-wide layers), one
+    # or two vectors of accumulators each: they spill. Up to 6 (MobileNet 17.7 -> 16.1 ms).
+    columns = max(_divisors(out_width, 6))
+    return _ruled({
+        "tile_ic": SplitEntity([channels // blocks[0], blocks[0]]),
+        "tile_oc": SplitEntity([filters // blocks[1], blocks[1]]),
+        "tile_ow": SplitEntity([out_width // columns, columns]),
+        "unroll_kw": OtherOptionEntity(False),
+    })
+
+
 #: The templates with a rule here, by AutoTVM task name.
-RULES = {"dense_pack.x86": _dense_pack_config, "conv2d_NCHWc.x86": _conv2d_nchwc_config}
+RULES = {
+    "dense_pack.x86": _dense_pack_config,
+    "conv2d_NCHWc.x86": _conv2d_nchwc_config,
+    "depthwise_conv2d_NCHWc.x86": _depthwise_nchwc_config,
+}
 
 
 #: How TVM's x86 ``AlterOpLayout`` renames a tuned workload when it packs the operator's layout
