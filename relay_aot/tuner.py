@@ -237,6 +237,9 @@ def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Option
                 if inp.task is not None:  # measured, not inferred
                     out.write(autotvm.record.encode(inp, res) + "\n")
         tuner.run()
+        # TVM's writer appends, and ApplyGraphBest takes a file's records in order, one per
+        # convolution: a second run's choice after the first would never be read.
+        output.unlink(missing_ok=True)
         tuner.write_opt_sch2record_file(str(output))
     return output
 

@@ -221,6 +221,8 @@ def test_graph_tuner_chooses_the_convolutions_layouts_together(tmp_path):
     assert layouts and relay_aot.tune(mod, log, trials=4, tuner="random", progress=lines.append).graph_log == result.graph_log
     assert any(line.startswith("graph tuner: 0 layout transforms measured, ") for line in lines), lines
     assert (tmp_path / "records.graph.layouts.json").read_text() == layouts
+    # the second run's choice replaces the first (TVM's writer appends: the first would be read)
+    assert len(list(autotvm.record.load_from_file(str(result.graph_log)))) == 2
     # no convolution: nothing for the graph tuner; compile with the log itself
     assert relay_aot.tune(_dense_module(), tmp_path / "dense.json", trials=1, tuner="random").records == tmp_path / "dense.json"
 
