@@ -203,21 +203,31 @@ def _output_width(width: int, kernel_width: int, strides, padding, dilation) -> 
     return (width + left + right - dilated) // strides[1] + 1
 
 
-def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[ConfigEntity]:
-    # workload: ("conv2d_NCHWc.x86", data, kernel, strides, padding, dilation, layout, out_layout, out_dtype)
+def _ruled_convolution(workload, target: tvm.target.Target, depthwise: bool):
+    """What the convolution rules read of ``workload``: the workload before packing, the channel
+    blocks a packed one has fixed (else None), its data and kernel shapes; None where no rule
+    applies (not float32, shapes not constant, AVX-512, whose registers TVM's blocks fit)."""
+    # workload: (name, data, kernel, strides, padding, dilation, layout, out_layout, out_dtype)
     blocks = None
-    packed = _unpacked_conv(workload, depthwise=False)
+    packed = _unpacked_conv(workload, depthwise=depthwise)
     if packed is not None:  # packed already: the channel blocks are fixed
         workload, split = packed
         blocks = (split["tile_ic"], split["tile_oc"])
-    _, data, kernel, strides, padding, dilation, layout, _, out_dtype = workload
+    data, kernel, layout = workload[1], workload[2], workload[6]
     data_shape, kernel_shape = _const_ints(data[1]), _const_ints(kernel[1])
     if data_shape is None or kernel_shape is None or data[2] != "float32" or kernel[2] != "float32":
         return None
-    if _vector_registers(target)[1] > 16:  # AVX-512: TVM's fallback blocks fit
+    if _vector_registers(target)[1] > 16 or len(data_shape) != 4 or str(layout) != "NCHW":
         return None
-    if len(data_shape) != 4 or str(layout) != "NCHW":
+    return workload, blocks, data_shape, kernel_shape
+
+
+def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[ConfigEntity]:
+    ruled = _ruled_convolution(workload, target, depthwise=False)
+    if ruled is None:
         return None
+    workload, blocks, data_shape, kernel_shape = ruled
+    strides, padding, dilation, out_dtype = workload[3], workload[4], workload[5], workload[8]
     n, channels, height, width = data_shape
     filters, kernel_channels, kh, kw = kernel_shape
     if kernel_channels != channels:
@@ -246,19 +256,12 @@ def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[Config
 
 
 def _depthwise_nchwc_config(workload, target: tvm.target.Target) -> Optional[ConfigEntity]:
-    # workload: ("depthwise_conv2d_NCHWc.x86", data, kernel, strides, padding, dilation, layout, out_layout, out_dtype)
-    blocks = None
-    packed = _unpacked_conv(workload, depthwise=True)
-    if packed is not None:
-        workload, split = packed
-        blocks = (split["tile_ic"], split["tile_oc"])
-    _, data, kernel, strides, padding, dilation, layout, _, _ = workload
-    data_shape, kernel_shape = _const_ints(data[1]), _const_ints(kernel[1])
-    if data_shape is None or kernel_shape is None or data[2] != "float32" or kernel[2] != "float32":
+    ruled = _ruled_convolution(workload, target, depthwise=True)
+    if ruled is None:
         return None
-    lanes, registers = _vector_registers(target)
-    if registers > 16 or len(data_shape) != 4 or str(layout) != "NCHW":
-        return None
+    workload, blocks, data_shape, kernel_shape = ruled
+    strides, padding, dilation = workload[3], workload[4], workload[5]
+    lanes = _vector_registers(target)[0]
     _, channels, _, width = data_shape
     filters, multiplier, _, kernel_width = kernel_shape
     if multiplier != 1 or filters != channels:
