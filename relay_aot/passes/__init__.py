@@ -29,7 +29,7 @@ from .. import ir
 from ..errors import RelayAotError, UnsupportedError
 from .te_compiler_speed import cached_libinfo, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
-from . import dense_transposes, invariants, pooled_pointwise, symbolic
+from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic
 from .bounds import numpy_slice_begin, static_pad_width, unpacked_dynamic_dense
 from .exact_int8 import exact_int8_products
 from .walk import ChainMutator
@@ -342,6 +342,12 @@ def pooled_pointwise_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return pooled_pointwise.rewrite(mod)
 
 
+@tvm.transform.module_pass(opt_level=0, name="WindowedGlobalPools")
+def windowed_global_pools(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`global_pools.rewrite` as a pass (see that module)."""
+    return global_pools.rewrite(mod)
+
+
 @tvm.transform.module_pass(opt_level=0, name="HoistInvariants")
 def hoist_invariants(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:func:`invariants.hoist` as a pass (see that module)."""
@@ -466,7 +472,7 @@ def prepare_with_extents(
         sequence += [fold_constants, *_graph_simplifications(opt_level)]
     if opt_level >= 3 and target is not None:
         # before the layout choice and AutoTVM's tasks alike: both see the kernels built
-        sequence += [pooled_pointwise_convolutions, relay.transform.InferType()]
+        sequence += [pooled_pointwise_convolutions, windowed_global_pools]
     if until_layouts:
         return _run_sequence(sequence, mod, opt_level, target), extents
     if alters_layout:

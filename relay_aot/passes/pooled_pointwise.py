@@ -32,6 +32,7 @@ import tvm
 from tvm import relay
 
 from .gradient_cleanup import static_tensor
+from .walk import calls_any, rewrite_functions
 
 _POOLS = ("nn.global_avg_pool2d", "nn.global_max_pool2d")
 _UNARY = ("nn.relu", "clip", "sigmoid", "tanh", "copy")
@@ -192,18 +193,12 @@ class _Rewriter(relay.ExprMutator):
 
 def rewrite(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with each pooled pointwise convolution over flattened pixels (see the module)."""
-    updated = {}
-    for var, func in mod.functions.items():
-        if not isinstance(func, relay.Function):
-            continue
+
+    def one(func: relay.Function) -> relay.Function:
+        if not calls_any(func, set(_POOLS)):
+            return func
         uses = _Uses()
         uses.visit(func)
-        new = _Rewriter(uses.count).visit(func)
-        if not new.same_as(func):
-            updated[var] = new
-    if not updated:
-        return mod
-    mod = tvm.IRModule(dict(mod.functions), mod.type_definitions)
-    for var, func in updated.items():
-        mod[var] = func
-    return relay.transform.InferType()(mod)
+        return _Rewriter(uses.count).visit(func)
+
+    return rewrite_functions(mod, one)

@@ -7,7 +7,12 @@ loop, one binding at a time, each into any number of bindings.
 
 from __future__ import annotations
 
+from typing import Callable
+
+import tvm
 from tvm import relay
+
+from ..recursion import deep_recursion
 
 
 def pattern_vars(pattern) -> list:
@@ -35,3 +40,38 @@ class ChainMutator(relay.ExprMutator):
         for var, value in reversed(bindings):
             body = relay.Let(var, value, body)
         return body
+
+
+def rewrite_functions(mod: tvm.IRModule, rewrite: Callable[[relay.Function], relay.Function]) -> tvm.IRModule:
+    """``mod`` with ``rewrite`` applied to each of its Relay functions, type-checked again if any
+    changed (else ``mod`` itself). For optimisations: a function nested too deep to walk even
+    within :func:`deep_recursion` is kept as it is."""
+    updated = {}
+    for var, func in mod.functions.items():
+        if not isinstance(func, relay.Function):
+            continue
+        try:
+            with deep_recursion():
+                new = rewrite(func)
+        except RecursionError:
+            continue
+        if not new.same_as(func):
+            updated[var] = new
+    if not updated:
+        return mod
+    mod = tvm.IRModule(dict(mod.functions), mod.type_definitions)
+    for var, func in updated.items():
+        mod[var] = func
+    return relay.transform.InferType()(mod)
+
+
+def calls_any(func: relay.Function, operators: set) -> bool:
+    """Whether ``func`` calls any of the ``operators`` (by name): a cheap test before a rewrite."""
+    found = False
+
+    def visit(node):
+        nonlocal found
+        found = found or (isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name in operators)
+
+    relay.analysis.post_order_visit(func, visit)
+    return found

@@ -1,5 +1,6 @@
-"""Pointwise convolutions that only a global pool reads (relay_aot/passes/pooled_pointwise.py):
-which ones the pass rewrites, how, by target; their values against TVM's graph executor."""
+"""relay_aot's rewrites around global pools, against TVM's graph executor: pointwise
+convolutions that only a global pool reads (relay_aot/passes/pooled_pointwise.py: which ones are
+rewritten, how, by target) and global pools as pools of one window (passes/global_pools.py)."""
 
 import numpy as np
 import pytest
@@ -80,11 +81,30 @@ def test_pooled_pointwise_values_equal_the_graph_executors(target):
         pytest.skip("the host has no AVX2")
     mod, params = _module()
     x = np.random.default_rng(1).uniform(-3, 3, SHAPE).astype("float32")
+    expected = _graph_executor_outputs(mod, params, x)
+    for value, want in zip(relay_aot.compile(mod, params=params, target=target)(x), expected):
+        np.testing.assert_allclose(value.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def _graph_executor_outputs(mod, params, *args) -> list:
     with tvm.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target="llvm", params=params)
     graph = tvm.contrib.graph_executor.GraphModule(lib["default"](tvm.cpu()))
-    graph.set_input("x", x)
+    for index, arg in enumerate(args):
+        graph.set_input(index, arg)
     graph.run()
-    actual = relay_aot.compile(mod, params=params, target=target)(x)
-    for index, value in enumerate(actual):
-        np.testing.assert_allclose(value.numpy(), graph.get_output(index).numpy(), rtol=1e-4, atol=1e-4)
+    return [graph.get_output(i).numpy() for i in range(graph.get_num_outputs())]
+
+
+@pytest.mark.parametrize("layout,shape", [("NCHW", (2, 24, 6, 5)), ("NHWC", (2, 6, 5, 24)), ("NCHW", (1, 8, 1, 1))])
+def test_global_pools_are_windows_of_the_whole_image(layout, shape):
+    x = relay.var("x", shape=shape)
+    body = relay.Tuple([relay.nn.global_avg_pool2d(relay.nn.relu(x), layout=layout),
+                        relay.nn.global_max_pool2d(x, layout=layout)])
+    mod = tvm.IRModule.from_expr(relay.Function([x], body))
+    prepared = passes.layout_graph(mod, target=tvm.target.Target("llvm")).astext()
+    assert "global_" not in prepared and "nn.avg_pool2d" in prepared and "nn.max_pool2d" in prepared
+    data = np.random.default_rng(2).uniform(-2, 2, shape).astype("float32")
+    expected = _graph_executor_outputs(mod, {}, data)
+    for value, want in zip(relay_aot.compile(mod)(data), expected):
+        np.testing.assert_allclose(value.numpy(), want, rtol=1e-5, atol=1e-6)
