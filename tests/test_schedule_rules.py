@@ -13,7 +13,7 @@ import tvm
 from tvm import autotvm, relay
 
 import relay_aot
-from relay_aot.kernels.schedule_rules import PAIR_COLUMNS, ShapeRules, conv_channel_block, conv_register_block, dense_pack_blocking
+from relay_aot.kernels.schedule_rules import ShapeRules, conv_channel_block, conv_register_block, dense_pack_blocking, pair_columns
 
 AVX2 = (8, 16)  # float32 lanes, vector registers
 AVX512 = (16, 32)
@@ -67,6 +67,15 @@ def test_channel_blocks(channels, fallback, expected):
     assert conv_channel_block(channels, 8, fallback) == expected
 
 
+@pytest.mark.parametrize("width, expected", [
+    (56, 4), (28, 4), (7, 4), (27, 4), (17, 4),  # 4 computes as few columns as 5 (or fewer)
+    (13, 5), (14, 5), (55, 5), (35, 5),          # 5 computes fewer
+    (3, 3), (4, 4), (5, 5),                      # narrow rows: one block
+])
+def test_columns_of_two_vector_blocks(width, expected):
+    assert pair_columns(width) == expected
+
+
 def _conv_workload(target, channels, filters, width, kernel, depthwise=False):
     with tvm.target.Target(target):
         data = tvm.te.placeholder((1, channels, width, width))
@@ -78,7 +87,8 @@ def _conv_workload(target, channels, filters, width, kernel, depthwise=False):
 
 
 @pytest.mark.parametrize("target, depthwise, shape, blocks, columns", [
-    ("llvm -mcpu=haswell", False, (16, 32, 27, 3), (16, 16), PAIR_COLUMNS),  # two vectors: 4 columns, the last block partial
+    ("llvm -mcpu=haswell", False, (16, 32, 27, 3), (16, 16), 4),   # two vectors: 4 columns (28 computed; 5: 30)
+    ("llvm -mcpu=haswell", False, (16, 32, 13, 3), (16, 16), 5),   # 5 columns (15 computed; 4: 16)
     ("llvm -mcpu=haswell", False, (24, 8, 27, 3), (8, 8), 9),                 # one vector: conv_register_block
     ("llvm -mcpu=haswell", True, (32, 32, 112, 3), (16, 16), 4),              # depthwise: a divisor up to 6 (TVM: 28)
     ("llvm -mcpu=haswell", True, (24, 24, 14, 3), (8, 8), 2),

@@ -175,10 +175,26 @@ def conv_register_block(width: int, fallback: int) -> int:
     return min(range(6, 11), key=lambda columns: (-(-width // columns) * columns - width, abs(columns - 8)))
 
 
-#: Output columns per register block when a block holds two vectors of output channels: 8
-#: accumulators of AVX2's 16 registers (the columns AutoTVM chose for most of SqueezeNet's layers
-#: with that blocking; 6, filling 12, measured no faster on SqueezeNet and slower on ResNet-18).
-PAIR_COLUMNS = 4
+#: Output columns per register block when a block holds two vectors of output channels: 8 or
+#: 10 accumulators of AVX2's 16 registers (see :func:`pair_columns`).
+PAIR_COLUMNS = (4, 5)
+
+
+def pair_columns(width: int) -> int:
+    """Output columns per register block of a convolution whose channel block is two vectors:
+    of :data:`PAIR_COLUMNS`, the one computing the fewest columns in all (the last block of a
+    row is partial where the count does not divide ``width``), 4 when they tie.
+
+    4 columns is what AutoTVM chose for most of SqueezeNet's layers; 6 measured no faster there
+    and slower on ResNet-18. A 13-wide row is three blocks of 5 (15 columns computed) or four
+    of 4 (16): SqueezeNet's 13-wide 3x3 layers take 0.59 and 0.33 ms with 5, 0.66 and 0.37 with
+    4; its 55-wide one 0.59 with 5 (55 = 11 x 5), 0.63 with 4; ResNet's 56-wide one 2.41 ms
+    with 4 (exact), 2.54 with 5; 7-wide, 4.25 with 4 and 4.47 with 5 (kernels alone, one
+    thread, Zen 3).
+    """
+    if width <= min(PAIR_COLUMNS):
+        return width
+    return min(PAIR_COLUMNS, key=lambda columns: (-(-width // columns) * columns, columns))
 
 
 def conv_channel_block(channels: int, lanes: int, fallback: int) -> int:
@@ -189,7 +205,7 @@ def conv_channel_block(channels: int, lanes: int, fallback: int) -> int:
     Two vectors of output channels make each broadcast input value feed two multiply-adds, not
     one. Input channels take the same block, so that a network's layers agree on one layout and
     no layout transform comes between them. Untuned, one thread, Zen 3 (AVX2), with
-    :data:`PAIR_COLUMNS`: light-zoo SqueezeNet 12.0 -> 9.9 ms, ResNet-50 115 -> 106 ms,
+    4 output columns (before :func:`pair_columns`): light-zoo SqueezeNet 12.0 -> 9.9 ms, ResNet-50 115 -> 106 ms,
     relay.testing ResNet-18 50 -> 45 ms, Inception-v3 156 -> 144 ms; ShuffleNet unchanged.
     """
     block = 2 * lanes
@@ -246,7 +262,7 @@ def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[Config
     entities["tile_oc"] = SplitEntity([filters // blocks[1], blocks[1]])
     out_width = int(np.prod(entities["tile_ow"].size))
     if blocks[1] == 2 * lanes:
-        columns = min(PAIR_COLUMNS, out_width)
+        columns = pair_columns(out_width)
     else:
         columns = conv_register_block(out_width, entities["tile_ow"].size[-1])
     entities["tile_ow"] = SplitEntity([-(-out_width // columns), columns])
