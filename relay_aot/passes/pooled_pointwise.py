@@ -96,7 +96,7 @@ def _block_padding(channels: int) -> int:
     """Output channels the target's schedules block best: a multiple of two vectors on a
     16-register (AVX2) x86 target, when that adds at most :data:`PADDING_SHARE`; else as is."""
     target = tvm.target.Target.current(allow_none=True)
-    if target is None or target.kind.name != "llvm" or "x86" not in str(target.attrs.get("mtriple", "x86")) :
+    if target is None or target.kind.name != "llvm" or "x86" not in str(target.attrs.get("mtriple", "x86")):
         return channels
     lanes = tvm.target.x86.get_simd_32bit_lanes()
     if lanes != 8:
