@@ -75,16 +75,19 @@ class _Rewrite(relay.ExprMutator):
     def __init__(self, pack: bool):
         super().__init__()
         self.pack = pack
+        self.changed = False
 
     def visit_call(self, call):
         new = super().visit_call(call)
         form = _form(call, self.pack)
         if form == _OUTER:
             # contracted extent 1: out[i, j] = data[i, 0] * weight[j, 0]
+            self.changed = True
             return relay.multiply(new.args[0], relay.reshape(new.args[1], [1, int(call.args[1].checked_type.shape[0])]))
         if form == _PACKED:
             packed = _packed_dense(call, new.args[0], new.args[1])
             if packed is not None:
+                self.changed = True
                 return packed
         return new
 
@@ -119,4 +122,4 @@ def _has_pattern(func: relay.Function, pack: bool) -> bool:
 def rewrite(mod: tvm.IRModule, pack: bool) -> tvm.IRModule:
     """``mod`` with the products above rewritten (type-checked again if any was); ``pack``:
     also the packed layout (needs the target as the current one)."""
-    return rewrite_functions(mod, lambda func: _Rewrite(pack).visit(func) if _has_pattern(func, pack) else func)
+    return rewrite_functions(mod, lambda func: _Rewrite(pack) if _has_pattern(func, pack) else None)

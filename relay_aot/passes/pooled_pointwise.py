@@ -92,6 +92,11 @@ def _operand_kind(operand: relay.Expr, out: list[int]) -> Optional[str]:
     return "channel" if aligned[1] == out[1] and out[1] != 1 else "scalar" if aligned[1] == 1 else None
 
 
+def _kind_in(call: relay.Call, operand: relay.Expr, out: list[int]) -> Optional[str]:
+    """:func:`_operand_kind` of an operand of ``call``; ``"bias"`` for ``bias_add``'s vector."""
+    return "bias" if _op(call) == "nn.bias_add" else _operand_kind(operand, out)
+
+
 def _block_padding(channels: int) -> int:
     """Output channels the target's schedules block best: a multiple of two vectors on a
     16-register (AVX2) x86 target, when that adds at most :data:`PADDING_SHARE`; else as is."""
@@ -117,11 +122,13 @@ class _Rewriter(relay.ExprMutator):
     def __init__(self, uses: dict) -> None:
         super().__init__()
         self.uses = uses
+        self.changed = False
 
     def visit_call(self, call):
         if _op(call) in _POOLS and call.attrs.layout == "NCHW" and call.attrs.out_layout in ("", "NCHW"):
             rewritten = self._pooled(call)
             if rewritten is not None:
+                self.changed = True
                 return rewritten
         return super().visit_call(call)
 
@@ -159,14 +166,14 @@ class _Rewriter(relay.ExprMutator):
         flat = [n, channels, 1, height * width]
         # the operands other than the chain's own values, by how they broadcast
         others = [(call, a) for call in elementwise for a in call.args if not any(a.same_as(c) for c in chain)]
-        kinds = ["bias" if _op(call) == "nn.bias_add" else _operand_kind(a, out) for call, a in others]
+        kinds = [_kind_in(call, a, out) for call, a in others]
         per_channel = [a for (_, a), kind in zip(others, kinds) if kind in ("bias", "channel")]
         padded = _block_padding(channels)
         if "full" in kinds or not all(isinstance(a, relay.Constant) for a in [conv.args[1], *per_channel]):
             padded = channels  # padding a value computed at run time would cost a kernel
 
         def operand(call: relay.Call, expr: relay.Expr) -> relay.Expr:
-            kind = "bias" if _op(call) == "nn.bias_add" else _operand_kind(expr, out)
+            kind = _kind_in(call, expr, out)
             if kind == "full":
                 return relay.reshape(self.visit(expr), flat)
             if kind in ("channel", "bias") and padded != channels:
@@ -194,11 +201,11 @@ class _Rewriter(relay.ExprMutator):
 def rewrite(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with each pooled pointwise convolution over flattened pixels (see the module)."""
 
-    def one(func: relay.Function) -> relay.Function:
+    def mutator_for(func: relay.Function) -> Optional[_Rewriter]:
         if not calls_any(func, set(_POOLS)):
-            return func
+            return None
         uses = _Uses()
         uses.visit(func)
-        return _Rewriter(uses.count).visit(func)
+        return _Rewriter(uses.count)
 
-    return rewrite_functions(mod, one)
+    return rewrite_functions(mod, mutator_for)

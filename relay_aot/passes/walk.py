@@ -7,7 +7,7 @@ loop, one binding at a time, each into any number of bindings.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import tvm
 from tvm import relay
@@ -42,24 +42,27 @@ class ChainMutator(relay.ExprMutator):
         return body
 
 
-def rewrite_functions(mod: tvm.IRModule, rewrite: Callable[[relay.Function], relay.Function]) -> tvm.IRModule:
-    """``mod`` with ``rewrite`` applied to each of its Relay functions, type-checked again if any
-    changed (else ``mod`` itself). For optimisations: a function nested too deep to walk even
-    within :func:`deep_recursion` is kept as it is."""
+def rewrite_functions(mod: tvm.IRModule, mutator_for: Callable[[relay.Function], Optional[relay.ExprMutator]]) -> tvm.IRModule:
+    """``mod`` with each of its Relay functions visited by ``mutator_for(function)`` (None: left
+    alone), type-checked again if any mutator set its ``changed`` (else ``mod`` itself: TVM's
+    ``ExprMutator`` rebuilds every node it visits, so a new object does not say). For
+    optimisations: a function nested too deep to walk even within :func:`deep_recursion` is
+    kept as it is."""
     updated = {}
     for var, func in mod.functions.items():
-        if not isinstance(func, relay.Function):
+        mutator = mutator_for(func) if isinstance(func, relay.Function) else None
+        if mutator is None:
             continue
         try:
             with deep_recursion():
-                new = rewrite(func)
+                new = mutator.visit(func)
         except RecursionError:
             continue
-        if not new.same_as(func):
+        if mutator.changed:
             updated[var] = new
     if not updated:
         return mod
-    mod = tvm.IRModule(dict(mod.functions), mod.type_definitions)
+    mod = tvm.IRModule(dict(mod.functions), mod.type_definitions, mod.attrs)
     for var, func in updated.items():
         mod[var] = func
     return relay.transform.InferType()(mod)
