@@ -276,7 +276,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         tuned_rows = [w for w in workloads_mod.all_workloads() if w.tuned_from and w.name in args.workload_list]
         if tuned_rows and args.tune_trials > 0 and not args.quick:
             print("== tuning ==", flush=True)
-            result["tuning"] = {w.name: tuning.tune(w, args.tune_trials, env) for w in tuned_rows}
+            result["tuning"] = {w.name: tuning.tune(w, args.tune_trials, env, options.target) for w in tuned_rows}
         for name in settings:
             print(f"== thread setting: {name} ==", flush=True)
             result["settings"].append(run_setting(name, args, options, env, work_dir))

@@ -100,7 +100,7 @@ class WorkloadRun:
         if reason:
             return _record(name, key, "n/a", reason=reason)
         try:
-            with tuning.context(self.workload):  # a tuned row's executors compile with its records
+            with tuning.context(self.workload, self.options.target):  # a tuned row's executors compile with its records
                 call, prepare_s = timed(lambda: executor.prepare_workload(self.workload, self.mod, self.args,
                                                                           self.options.target))
             first, first_call_s = timed(call)
@@ -162,7 +162,7 @@ class WorkloadRun:
         if self.workload.references:
             return _record(name, KERNELS, "n/a", reason=f"it replays the VM's kernel calls, and {executors_mod.NO_REFERENCES}")
         try:
-            with tuning.context(self.workload):
+            with tuning.context(self.workload, self.options.target):
                 floor, prepare_s = timed(
                     lambda: kernel_floor.kernel_floor(self.mod, self.args, self.options.target, self.options.kernel_budget)
                 )

@@ -11,7 +11,8 @@ before it.
 appends them to a log, which a compile then reads (``relay_aot.compile(...,
 tuning_records=log)``, :func:`relay_aot.kernels.tuning.records`, or inside
 ``autotvm.apply_history_best(log)``). A task that already has
-its trials in the log is skipped, so an interrupted run resumes where it stopped.
+its trials in the log for the same target (CPU and features) is skipped, so an interrupted run
+resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -319,7 +320,9 @@ def _measure_untuned(task, option, log: Path, before: list) -> list:
 
 
 def _key(target, workload) -> tuple:
-    return (str(target.kind.name), tuple(sorted(target.keys)), repr(workload))
+    # The whole target, CPU and features included: a log measured on another CPU does not make
+    # this one's task done (AutoTVM's own lookup goes by the target's keys, "cpu" for all).
+    return (str(target), repr(workload))
 
 
 def _measured(log: Path) -> dict:

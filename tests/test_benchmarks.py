@@ -243,13 +243,17 @@ def test_a_tuned_row_compiles_inside_its_records(tmp_path, monkeypatch):
             seen.append(kernel_tuning.fingerprint())
             return lambda: np.zeros(1)
 
+    target = Options.quick().target
     record = suite.WorkloadRun(row, Options.quick()).prepare(Spy())
-    assert record["status"] == "n/a" and str(tmp_path / "mlp_b1.json") in record["reason"], record
-    log = tuning.log_path("mlp_b1")
+    cpu_name = tvm.target.Target(target).attrs["mcpu"]
+    assert record["status"] == "n/a" and str(tmp_path / f"mlp_b1.{cpu_name}.json") in record["reason"], record
+    log = tuning.log_path("mlp_b1", target)
     import relay_aot
 
-    relay_aot.tune(row.module(), log, trials=1, tuner="random", layouts=False)
-    assert tuning.records(row) == log and tuning.records(workloads.mlp(1)) is None
+    relay_aot.tune(row.module(), log, target=target, trials=1, tuner="random", layouts=False)
+    assert tuning.records(row, target) == log and tuning.records(workloads.mlp(1), target) is None
+    # Records are per CPU: another CPU's run finds none of this one's.
+    assert tuning.records(row, "llvm -mcpu=skylake") is None
     assert suite.WorkloadRun(row, Options.quick()).prepare(Spy())["status"] == "ok"
     assert suite.WorkloadRun(workloads.mlp(1), Options.quick()).prepare(Spy())["status"] == "ok"
     assert seen[0] != "" and seen[1] == "", seen  # inside the records; the untuned row outside any

@@ -123,6 +123,9 @@ def test_tune_measures_this_compiles_kernels_resumes_and_compile_reads_the_log(t
     # resumed: every task has its trials, nothing is measured again
     again = relay_aot.tune(mod, log, trials=2, tuner="random")
     assert [(now, before) for _, now, before in again.tasks] == [(0, 2)] * len(tasks)
+    # another CPU's measurements do not count: tuned for skylake, the same log measures again
+    other = relay_aot.tune(mod, log, target="llvm -mcpu=skylake", trials=2, tuner="random")
+    assert [before for _, _, before in other.tasks] == [0] * len(tasks)
     plain = relay_aot.compile(mod)
     tuned = relay_aot.compile(mod, tuning_records=log)
     with autotvm.apply_history_best(str(log)):
