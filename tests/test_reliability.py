@@ -127,7 +127,7 @@ def test_kernel_failures_surface_as_kernel_error():
         '''
     )
     # the message names the kernel and its arguments' shapes, without TVM's "KernelError: " prefix
-    assert outcome.startswith("kernel default_k0_fused_tanh failed on arguments of shapes (2, 3), (2, 3)")
+    assert outcome.startswith("kernel default_k0_fused_fast_tanh failed on arguments of shapes (2, 3), (2, 3)")
     assert "byte_offset" in outcome
 
 
