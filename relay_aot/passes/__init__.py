@@ -29,7 +29,7 @@ from .. import ir
 from ..errors import RelayAotError, UnsupportedError
 from .te_compiler_speed import cached_libinfo, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
-from . import dense_transposes, global_pools, invariants, pooled_pointwise, rational_tanh, symbolic
+from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic, vector_math
 from .bounds import numpy_slice_begin, static_pad_width, unpacked_dynamic_dense
 from .exact_int8 import exact_int8_products
 from .walk import ChainMutator
@@ -348,10 +348,10 @@ def windowed_global_pools(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return global_pools.rewrite(mod)
 
 
-@tvm.transform.module_pass(opt_level=0, name="RationalTanh")
-def vectorized_tanh(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """:func:`rational_tanh.rewrite` as a pass (see that module)."""
-    return rational_tanh.rewrite(mod)
+@tvm.transform.module_pass(opt_level=0, name="VectorMath")
+def vector_math_functions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`vector_math.rewrite` as a pass (see that module)."""
+    return vector_math.rewrite(mod)
 
 
 @tvm.transform.module_pass(opt_level=0, name="HoistInvariants")
@@ -472,8 +472,11 @@ def prepare_with_extents(
     mod = symbolic.erase(mod)
     fuse_level = 0 if opt_level < 1 else 2
     sequence = [relay.transform.InferType(), *_legalizations(), relay.transform.InferType(), exact_int8_products,
-                relay.transform.SimplifyInference(), bounded_take, vectorized_tanh,
+                relay.transform.SimplifyInference(), bounded_take,
                 relay.transform.InferType(), numpy_slice_begin, unpacked_dynamic_dense, static_pad_width, relay.transform.InferType()]
+    if opt_level >= 1:
+        # only where kernels fuse: unfused, exp's twenty operators would be twenty kernels
+        sequence += [vector_math_functions, relay.transform.InferType()]
     if opt_level >= 2:
         sequence += [fold_constants, *_graph_simplifications(opt_level)]
     if opt_level >= 3 and target is not None:

@@ -16,30 +16,24 @@ import tvm
 from tvm import relay
 
 from .gradient_cleanup import static_tensor
-from .walk import calls_any, rewrite_functions
+from .walk import CallRewriter, calls_any, rewrite_functions
 
 _WINDOWED = {"nn.global_avg_pool2d": relay.nn.avg_pool2d, "nn.global_max_pool2d": relay.nn.max_pool2d}
 
 
-class _Windowed(relay.ExprMutator):
-    def __init__(self) -> None:
-        super().__init__()
-        self.changed = False
-
-    def visit_call(self, call):
-        new = super().visit_call(call)
+class _Windowed(CallRewriter):
+    def rewrite_call(self, call, new):
         name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
         if name not in _WINDOWED:
-            return new
+            return None
         layout = str(call.attrs.layout)
         ty = call.args[0].checked_type
         if layout not in ("NCHW", "NHWC") or not static_tensor(ty) or call.attrs.out_layout not in ("", layout):
-            return new
+            return None
         if not str(ty.dtype).startswith("float"):
-            return new  # integer averages round: the two schedules' divisions need not agree
+            return None  # integer averages round: the two schedules' divisions need not agree
         shape = [int(d) for d in ty.shape]
         window = (shape[layout.index("H")], shape[layout.index("W")])
-        self.changed = True
         return _WINDOWED[name](new.args[0], pool_size=window, strides=window, layout=layout)
 
 

@@ -42,6 +42,29 @@ class ChainMutator(relay.ExprMutator):
         return body
 
 
+class CallRewriter(relay.ExprMutator):
+    """A mutator for :func:`rewrite_functions` that rewrites calls one at a time: each call, its
+    arguments rewritten first, goes to :meth:`rewrite_call`; an answer other than None replaces
+    it and sets ``changed``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = False
+
+    def visit_call(self, call):
+        new = super().visit_call(call)
+        replacement = self.rewrite_call(call, new)
+        if replacement is None:
+            return new
+        self.changed = True
+        return replacement
+
+    def rewrite_call(self, call: relay.Call, new: relay.Call) -> Optional[relay.Expr]:
+        """The replacement of ``call`` (type-checked; ``new`` is it with its arguments
+        rewritten), or None to keep ``new``."""
+        return None
+
+
 def rewrite_functions(mod: tvm.IRModule, mutator_for: Callable[[relay.Function], Optional[relay.ExprMutator]]) -> tvm.IRModule:
     """``mod`` with each of its Relay functions visited by ``mutator_for(function)`` (None: left
     alone), type-checked again if any mutator set its ``changed`` (else ``mod`` itself: TVM's
