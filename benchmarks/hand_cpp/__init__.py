@@ -31,7 +31,7 @@ SOURCE = Path(__file__).with_name("hand.cc")
 
 #: The fused kernels list_tensors calls, in the order ``hand_bind_kernels`` takes them: the suffix of
 #: each one's symbol in relay_aot's library (after ``<model>_k<i>_``).
-LIST_TENSORS_KERNELS = ("fused_zeros", "fused_cast_multiply", "fused_tanh_multiply_add", "fused_add")
+LIST_TENSORS_KERNELS = ("fused_zeros", "fused_cast_multiply", "fused_fast_tanh_multiply_add", "fused_add")
 
 
 def program(workload_name: str) -> Optional[str]:
