@@ -16,14 +16,14 @@ import tvm
 from tvm import relay
 
 from .gradient_cleanup import static_tensor
-from .walk import CallRewriter, calls_any, rewrite_functions
+from .walk import CallRewriter, calls_any, op_name, rewrite_functions
 
 _WINDOWED = {"nn.global_avg_pool2d": relay.nn.avg_pool2d, "nn.global_max_pool2d": relay.nn.max_pool2d}
 
 
 class _Windowed(CallRewriter):
     def rewrite_call(self, call, new):
-        name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
+        name = op_name(call)
         if name not in _WINDOWED:
             return None
         layout = str(call.attrs.layout)

@@ -32,7 +32,7 @@ import tvm
 from tvm import relay
 
 from .gradient_cleanup import static_tensor
-from .walk import calls_any, rewrite_functions
+from .walk import calls_any, op_name, rewrite_functions
 
 _POOLS = ("nn.global_avg_pool2d", "nn.global_max_pool2d")
 _UNARY = ("nn.relu", "clip", "sigmoid", "tanh", "copy")
@@ -45,12 +45,6 @@ PADDING_SHARE = 1 / 8
 def _shape(expr: relay.Expr) -> Optional[list[int]]:
     ty = expr.checked_type
     return [int(d) for d in ty.shape] if static_tensor(ty) else None
-
-
-def _op(expr: relay.Expr) -> Optional[str]:
-    if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op):
-        return expr.op.name
-    return None
 
 
 def _pointwise(conv: relay.Call) -> bool:
@@ -94,7 +88,7 @@ def _operand_kind(operand: relay.Expr, out: list[int]) -> Optional[str]:
 
 def _kind_in(call: relay.Call, operand: relay.Expr, out: list[int]) -> Optional[str]:
     """:func:`_operand_kind` of an operand of ``call``; ``"bias"`` for ``bias_add``'s vector."""
-    return "bias" if _op(call) == "nn.bias_add" else _operand_kind(operand, out)
+    return "bias" if op_name(call) == "nn.bias_add" else _operand_kind(operand, out)
 
 
 def _block_padding(channels: int) -> int:
@@ -125,7 +119,7 @@ class _Rewriter(relay.ExprMutator):
         self.changed = False
 
     def visit_call(self, call):
-        if _op(call) in _POOLS and call.attrs.layout == "NCHW" and call.attrs.out_layout in ("", "NCHW"):
+        if op_name(call) in _POOLS and call.attrs.layout == "NCHW" and call.attrs.out_layout in ("", "NCHW"):
             rewritten = self._pooled(call)
             if rewritten is not None:
                 self.changed = True
@@ -136,7 +130,7 @@ class _Rewriter(relay.ExprMutator):
         """The calls from ``expr`` down to the pointwise convolution, or None."""
         if self.uses.get(expr, 0) != 1 or _shape(expr) != out:
             return None
-        name = _op(expr)
+        name = op_name(expr)
         if name == "nn.conv2d":
             return [expr] if _pointwise(expr) else None
         if name in _UNARY:

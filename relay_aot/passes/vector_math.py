@@ -24,8 +24,9 @@ So, for float32 only:
   TVM's 2.2).
 
 From ``opt_level=1``, where kernels fuse: fused with their neighbours as before, all of it
-vectorizes (unfused, ``exp``'s twenty operators would be twenty kernels). TVM's ``fast_exp`` is not used:
-it clamps its argument to +-88.38, so ``exp(88.7)`` came out as inf and ``exp(-100)`` as 1e-39.
+vectorizes (unfused, ``exp``'s twenty operators would be twenty kernels). TVM's ``fast_exp``
+is not used: it clamps its argument to +-88.38, so ``exp(88.7)`` came out as inf and
+``exp(-100)`` as 1e-39.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from __future__ import annotations
 import tvm
 from tvm import relay
 
-from .walk import CallRewriter, calls_any, rewrite_functions
+from .walk import CallRewriter, calls_any, op_name, rewrite_functions
 
 _FAST_TANH = tvm.ir.Op.get("fast_tanh")
 
@@ -88,7 +89,7 @@ _REWRITES = {"tanh": _tanh, "exp": vector_exp, "sigmoid": _sigmoid}
 
 class _Vectorized(CallRewriter):
     def rewrite_call(self, call, new):
-        name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
+        name = op_name(call)
         if name not in _REWRITES or getattr(call.checked_type, "dtype", None) != "float32":
             return None
         return _REWRITES[name](new.args[0])

@@ -91,13 +91,20 @@ def rewrite_functions(mod: tvm.IRModule, mutator_for: Callable[[relay.Function],
     return relay.transform.InferType()(mod)
 
 
+def op_name(expr: relay.Expr) -> Optional[str]:
+    """The name of the operator ``expr`` calls, or None (not a call, or a call of a function)."""
+    if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op):
+        return expr.op.name
+    return None
+
+
 def calls_any(func: relay.Function, operators: set) -> bool:
     """Whether ``func`` calls any of the ``operators`` (by name): a cheap test before a rewrite."""
     found = False
 
     def visit(node):
         nonlocal found
-        found = found or (isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name in operators)
+        found = found or op_name(node) in operators
 
     relay.analysis.post_order_visit(func, visit)
     return found
