@@ -18,7 +18,7 @@ import tvm.relay.testing  # noqa: F401 (relay.testing.resnet)
 
 import relay_aot
 from relay_aot import passes
-from relay_aot.passes import global_pools, pooled_pointwise
+from relay_aot.passes import global_pools, pooled_pointwise, vector_math
 
 TARGET = tvm.target.Target("llvm")
 
@@ -77,8 +77,10 @@ def _same_kernels_as_relay_build(make):
     with tvm.transform.PassContext(opt_level=3):
         built, _ = relay.optimize(mod, target=TARGET, params={k: tvm.nd.array(v) for k, v in params.items()})
     mod, params = make()  # relay.optimize binds the weights into the module it was given
-    # relay_aot's own rewrites around global pools (test_pools) aside
-    with mock.patch.object(pooled_pointwise, "rewrite", lambda m: m), mock.patch.object(global_pools, "rewrite", lambda m: m):
+    # relay_aot's own rewrites around global pools (test_pools) and of tanh, exp, sigmoid
+    # (test_vector_math) aside
+    with mock.patch.object(pooled_pointwise, "rewrite", lambda m: m), mock.patch.object(global_pools, "rewrite", lambda m: m), \
+            mock.patch.object(vector_math, "rewrite", lambda m: m):
         prepared = passes.prepare(mod, params, 3, TARGET)
     ours, theirs = _kernels(prepared), _kernels(built)
     assert ours == theirs, (ours - theirs, theirs - ours)

@@ -9,6 +9,7 @@ from tvm import relay
 
 import relay_aot
 from relay_aot import passes
+from relay_aot.passes import pooled_pointwise
 
 AVX2 = "llvm -mcpu=haswell"
 AVX512 = "llvm -mcpu=skylake-avx512"
@@ -71,8 +72,18 @@ def test_pooled_pointwise_convolutions_run_over_one_row_padded_on_avx2():
 
 
 @pytest.mark.parametrize("target", ["llvm", AVX512])
-def test_filters_are_padded_only_for_avx2(target):
+def test_filters_are_padded_only_by_an_eighth_and_for_avx(target):
+    # generic x86-64 (SSE): not padded; AVX-512: 128 filters (two vectors) would add over an eighth
     assert [c for c in _convolutions(target) if c[0] == FLAT] == [(FLAT, 100, (1, 1))] * 3
+
+
+@pytest.mark.parametrize("target, filters, padded", [
+    (AVX2, 1000, 1008), (AVX512, 1000, 1024), ("llvm", 1000, 1000), (AVX512, 100, 100), (AVX512, 2048, 2048),
+    ("llvm -mtriple=aarch64-linux-gnu", 1000, 1000),
+])
+def test_filters_are_padded_to_two_vectors(target, filters, padded):
+    with tvm.target.Target(target):
+        assert pooled_pointwise._block_padding(filters) == padded
 
 
 @pytest.mark.parametrize("target", [AVX2, "llvm"])

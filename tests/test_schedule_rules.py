@@ -13,7 +13,8 @@ import tvm
 from tvm import autotvm, relay
 
 import relay_aot
-from relay_aot.kernels.schedule_rules import ShapeRules, conv_channel_block, conv_register_block, dense_pack_blocking, pair_columns
+from relay_aot.kernels.schedule_rules import (ShapeRules, conv_channel_block, conv_register_block, dense_pack_blocking,
+                                             pair_columns, row_columns)
 
 AVX2 = (8, 16)  # float32 lanes, vector registers
 AVX512 = (16, 32)
@@ -103,12 +104,63 @@ def test_convolution_configurations(target, depthwise, shape, blocks, columns):
     assert ruled["tile_ow"].size[0] * columns >= shape[2]
 
 
-def test_avx512_keeps_tvms_convolution_blocks():
-    """With 32 vector registers TVM's fallback blocks (one AVX-512 vector of 16 channels) fit."""
-    workload = _conv_workload("llvm -mcpu=skylake-avx512", 32, 32, 28, 3, depthwise=True)
+AVX512 = "llvm -mcpu=skylake-avx512"
+
+
+def _ruled_on_avx512(workload):
     with ShapeRules():
-        answer = autotvm.task.DispatchContext.current.query(tvm.target.Target("llvm -mcpu=skylake-avx512"), workload)
-    assert answer.is_fallback
+        return autotvm.task.DispatchContext.current.query(tvm.target.Target(AVX512), workload)
+
+
+@pytest.mark.parametrize("channels, filters, width, kernel, depthwise", [
+    (32, 32, 28, 3, True),     # depthwise
+    (16, 64, 55, 3, False),    # 11 columns (55 = 5 x 11)
+    (64, 256, 13, 3, False),   # the whole row
+    (64, 256, 13, 1, False),   # pointwise, more than one row
+])
+def test_avx512_keeps_tvms_convolution_blocks(channels, filters, width, kernel, depthwise):
+    """With 32 vector registers TVM's fallback blocks (one AVX-512 vector of 16 channels) fit."""
+    assert _ruled_on_avx512(_conv_workload(AVX512, channels, filters, width, kernel, depthwise=depthwise)).is_fallback
+
+
+@pytest.mark.parametrize("width, columns", [
+    (111, 14),   # SqueezeNet 1.1's first layer: TVM's 3 (111 = 3 x 37); 112 computed (16: as many)
+    (71, 12),    # Inception-v3: TVM's 1; 72 computed
+    (37, 13),    # prime, wider than 31: TVM's 1; 39 computed
+])
+def test_avx512_widths_without_a_wide_divisor_get_a_partial_last_block(width, columns):
+    ruled = _ruled_on_avx512(_conv_workload(AVX512, 16, 32, width, 3))  # 3x3 with padding 1: as wide
+    assert not ruled.is_fallback
+    assert ruled["tile_ow"].size == [-(-width // columns), columns]
+    assert (ruled["tile_ic"].size[-1], ruled["tile_oc"].size[-1]) == (16, 16)  # TVM's blocks
+
+
+def _row_workload(target, channels, filters, width):
+    with tvm.target.Target(target):
+        data = tvm.te.placeholder((1, channels, 1, width))
+        weight = tvm.te.placeholder((filters, channels, 1, 1))
+        return autotvm.task.get_workload(tvm.topi.x86.conv2d_nchw(data, weight, (1, 1), (0, 0), (1, 1), "float32"))
+
+
+@pytest.mark.parametrize("filters, width, blocks, columns", [
+    (1024, 169, (16, 32), 13),   # SqueezeNet's classifier, padded (passes/pooled_pointwise)
+    (2048, 49, (16, 32), 7),     # ResNet-50's last convolution
+    (1000, 169, None, None),     # no multiple of two vectors: TVM's blocks
+])
+def test_avx512_pointwise_rows_block_two_vectors_of_filters(filters, width, blocks, columns):
+    ruled = _ruled_on_avx512(_row_workload(AVX512, 512, filters, width))
+    if blocks is None:
+        assert ruled.is_fallback
+        return
+    assert (ruled["tile_ic"].size[-1], ruled["tile_oc"].size[-1]) == blocks
+    assert ruled["tile_ow"].size[-1] == columns and ruled["tile_oh"].val == 1
+
+
+@pytest.mark.parametrize("width, most, expected", [
+    (169, 14, 13), (49, 14, 7), (10, 14, 10), (53, 14, 9),  # 53: 54 computed; 14 would be 56
+])
+def test_row_columns(width, most, expected):
+    assert row_columns(width, most) == expected
 
 
 def _dense_pack_workload(m, n, k, target):
