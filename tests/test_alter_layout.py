@@ -213,17 +213,44 @@ def test_te_compiler_reads_library_info_once_and_gets_it_back():
     process is measured unchanged."""
     from tvm.relay.backend import te_compiler
 
-    from relay_aot.passes.te_compiler_speed import cached_libinfo
+    from relay_aot.passes.te_compiler_speed import faster_te_compiler
 
     original = te_compiler.libinfo
-    with cached_libinfo():
+    with faster_te_compiler():
         inside = te_compiler.libinfo
         assert inside is not original and inside() == dict(original())
-        with cached_libinfo():
+        with faster_te_compiler():
             assert te_compiler.libinfo is inside
         assert te_compiler.libinfo is inside
     assert te_compiler.libinfo is original
     with pytest.raises(ZeroDivisionError):
-        with cached_libinfo():
+        with faster_te_compiler():
             1 / 0
     assert te_compiler.libinfo is original
+
+
+def test_remembered_workload_lookups_answer_as_tvms_walk():
+    """Within a compile AutoTVM's ``get_workload`` remembers each operation's answer; for every
+    tensor of a conv net's fused computes (a workload deep inside, elementwise ones after it,
+    none at all) it is what TVM's own walk finds, and TVM's function is back afterwards."""
+    from tvm import autotvm, te, topi
+
+    from relay_aot.passes.te_compiler_speed import faster_te_compiler
+
+    original = autotvm.task.get_workload
+    with tvm.target.Target("llvm"):
+        data = te.placeholder((1, 8, 12, 12), name="data")
+        plain = topi.exp(topi.nn.relu(data))
+        conv = topi.x86.conv2d_nchw(data, te.placeholder((8, 8, 3, 3), name="w"), 1, 1, 1, "float32")
+        chain = [conv]
+        for _ in range(5):
+            chain.append(topi.add(topi.exp(chain[-1]), plain))
+    tensors = [data, plain, *chain, [plain, chain[-1]], [chain[-1], plain]]
+    expected = [original(t) for t in tensors]
+    assert expected[0] is None and expected[-1] is not None and expected[1] is None
+    with faster_te_compiler():
+        assert autotvm.task.get_workload is not original
+        assert [autotvm.task.get_workload(t) for t in tensors] == expected
+        assert [autotvm.task.get_workload(t) for t in reversed(tensors)] == expected[::-1]
+        assert autotvm.task.get_workload(conv, "no such task") is None
+    assert autotvm.task.get_workload is original

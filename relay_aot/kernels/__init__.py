@@ -25,7 +25,7 @@ from tvm import relay
 from tvm.relay.backend import te_compiler
 
 from .. import ir, names
-from ..passes.te_compiler_speed import cached_libinfo
+from ..passes.te_compiler_speed import faster_te_compiler
 from ..config import Config
 from ..errors import CompileError, UnsupportedError
 from .scalars import is_native_scalar, scalar_kernel
@@ -224,7 +224,7 @@ class KernelTable:
         ``progress(done, total)`` is called after each kernel (builds show it on a terminal);
         ``report``: say in one line how many kernels have no tuning records.
         """
-        with tuning.watch(str(self.target), lowering=True) as untuned, cached_libinfo():
+        with tuning.watch(str(self.target), lowering=True) as untuned, faster_te_compiler():
             merged = self._lower_all(progress, untuned)
         if report:
             untuned.report()

@@ -27,7 +27,7 @@ from tvm import relay
 
 from .. import ir
 from ..errors import RelayAotError, UnsupportedError
-from .te_compiler_speed import cached_libinfo, warm_error_backtraces
+from .te_compiler_speed import faster_te_compiler, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
 from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic, vector_math
 from .bounds import numpy_slice_begin, static_pad_width, unpacked_dynamic_dense
@@ -310,7 +310,7 @@ def alter_layout(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     the change when they are at most :data:`LAYOUT_TRANSFORM_SHARE` of them.
     """
     try:
-        with cached_libinfo():  # AlterOpLayout asks the TE compiler for each operator's strategy
+        with faster_te_compiler():  # AlterOpLayout asks the TE compiler for each operator's strategy
             altered = relay.transform.FoldConstant()(_simplify_post_alter_op()(relay.transform.AlterOpLayout()(mod)))
     except Exception:  # noqa: BLE001 - any failure of an optimisation leaves the module as it was
         # AlterOpLayout is written for dataflow graphs and fails internally on some programs
@@ -330,7 +330,7 @@ def _dense_of_transposes(pack: bool) -> tvm.transform.Pass:
     """:func:`dense_transposes.rewrite` as a pass (see that module)."""
 
     def apply(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        with cached_libinfo():  # the packed layout asks the TE compiler for the dense strategy
+        with faster_te_compiler():  # the packed layout asks the TE compiler for the dense strategy
             return dense_transposes.rewrite(mod, pack)
 
     return tvm.transform.module_pass(apply, opt_level=0, name="DenseOfTransposes")

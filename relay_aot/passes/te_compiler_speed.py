@@ -1,4 +1,4 @@
-"""Two of TVM's fixed costs that a compile need not wait for.
+"""Three of TVM's costs that a compile need not wait for.
 
 **Library info.** TVM's TE compiler without its per-dimension library-info query, while
 relay_aot compiles.
@@ -7,8 +7,19 @@ relay_aot compiles.
 ``AlterOpLayout`` or kernel lowering looks at -- calls ``tvm.support.libinfo()`` once per
 dimension, and each call converts TVM's whole build-information map through the FFI (some 13 ms
 on the development machine: 11 of the 37 seconds of a SqueezeNet compile). The map cannot change
-in a process, so within :func:`cached_libinfo` the TE compiler reads one copy. The original is
+in a process, so within :func:`faster_te_compiler` the TE compiler reads one copy. The original is
 put back afterwards, so ``relay.build`` in the same process is measured as TVM ships it.
+
+**Workload look-ups.** For every operator of a fused function the TE compiler asks
+``autotvm.task.get_workload`` whether its compute carries a tunable workload, and that walks
+every tensor operation the compute reads, back to the function's inputs: a chain of ``n``
+operators costs ``n * n / 2`` steps through the FFI. relay_aot's vector ``exp`` is some twenty
+elementwise operators (``passes/vector_math``); an LSTM cell's three sigmoids and two tanhs made
+the walks a third of its compile. Within :func:`faster_te_compiler` the answer for each
+operation is remembered: it is the first workload found among its inputs' answers, then its own,
+which is what the walk finds (it returns at the first workload; an operation it skips as
+visited had none). The operations are held, so none is freed and its address reused while
+the answers are kept; they are dropped when the outermost block ends.
 
 **The first error's backtrace.** TVM attaches a backtrace to every error it raises, including
 the ones it catches itself, and the first in a process reads libtvm's compressed debug
@@ -23,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 _lock = threading.Lock()
 _depth = 0
@@ -66,17 +77,53 @@ def join_background_threads() -> None:
         thread.join()
 
 
+def _remembering_get_workload(original: Callable, answers: dict) -> Callable:
+    """``autotvm.task.get_workload`` answering from ``answers`` (operation -> (operation,
+    workload)) where it can; the same results (see the module's docstring)."""
+
+    def workload_of(op):
+        known = answers.get(op)
+        if known is not None:
+            return known[1]
+        found = None
+        for tensor in op.input_tensors:
+            found = workload_of(tensor.op)
+            if found is not None:
+                break
+        if found is None and "workload" in op.attrs:
+            found = args_to_workload(op.attrs["workload"])
+        answers[op] = (op, found)
+        return found
+
+    def get_workload(outs, task_name=None):
+        if task_name is not None:
+            return original(outs, task_name)
+        for tensor in [outs] if isinstance(outs, te.Tensor) else outs:
+            found = workload_of(tensor.op)
+            if found is not None:
+                return found
+        return None
+
+    from tvm import te
+    from tvm.autotvm.task.topi_integration import args_to_workload
+
+    return get_workload
+
+
 @contextlib.contextmanager
-def cached_libinfo() -> Iterator[None]:
-    """Within the block, ``te_compiler`` reads ``libinfo()`` once (nested and threaded uses share it)."""
+def faster_te_compiler() -> Iterator[None]:
+    """Within the block, ``te_compiler`` reads ``libinfo()`` once and AutoTVM's workload
+    look-ups are remembered (nested and threaded uses share both)."""
     global _depth, _original
+    from tvm import autotvm
     from tvm.relay.backend import te_compiler
 
     with _lock:
         if _depth == 0:
-            _original = te_compiler.libinfo
-            info = dict(_original())
+            _original = (te_compiler.libinfo, autotvm.task.get_workload)
+            info = dict(_original[0]())
             te_compiler.libinfo = lambda: info
+            autotvm.task.get_workload = _remembering_get_workload(_original[1], {})
         _depth += 1
     try:
         yield
@@ -84,4 +131,4 @@ def cached_libinfo() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0:
-                te_compiler.libinfo = _original
+                te_compiler.libinfo, autotvm.task.get_workload = _original
