@@ -17,6 +17,8 @@ from __future__ import annotations
 import tvm
 from tvm import tir
 
+from . import vector_exp
+
 
 def _is_float(var: tir.Var) -> bool:
     """Whether LLVM 22 refuses a debug declaration of ``var``: anything but a pointer or an integer."""
@@ -43,7 +45,8 @@ def inline_float_lets(func: tir.PrimFunc) -> tir.PrimFunc:
 
 def for_llvm(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """Lowered kernels ``mod``, to be built for the LLVM ``target``, with TVM's intrinsics lowered
-    for it and the lets LLVM cannot describe inlined (module docstring)."""
+    for it (float32 ``exp`` in vectors: ``vector_exp``) and the lets LLVM cannot describe
+    inlined (module docstring)."""
     funcs = {}
     for gvar, func in mod.functions.items():
         if isinstance(func, tir.PrimFunc):
@@ -51,7 +54,8 @@ def for_llvm(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
             # Custom datatypes first, as tvm.build's pipeline orders them: LowerIntrin would
             # turn an ``exp`` of a registered custom type into an LLVM intrinsic of that type.
             single = tir.transform.LowerCustomDatatypes()(tvm.IRModule({gvar: func}))
-            lowered = tir.transform.LowerIntrin()(single)
+            with vector_exp.building():
+                lowered = tir.transform.LowerIntrin()(single)
             func = inline_float_lets(lowered[gvar])
         funcs[gvar] = func
     lowered = tvm.IRModule(funcs)

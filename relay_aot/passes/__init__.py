@@ -475,7 +475,7 @@ def prepare_with_extents(
                 relay.transform.SimplifyInference(), bounded_take,
                 relay.transform.InferType(), numpy_slice_begin, unpacked_dynamic_dense, static_pad_width, relay.transform.InferType()]
     if opt_level >= 1:
-        # only where kernels fuse: unfused, exp's twenty operators would be twenty kernels
+        # as optimisations do: at opt_level 0 the kernels are TVM's, operator by operator
         sequence += [vector_math_functions, relay.transform.InferType()]
     if opt_level >= 2:
         sequence += [fold_constants, *_graph_simplifications(opt_level)]

@@ -13,9 +13,10 @@ put back afterwards, so ``relay.build`` in the same process is measured as TVM s
 **Workload look-ups.** For every operator of a fused function the TE compiler asks
 ``autotvm.task.get_workload`` whether its compute carries a tunable workload, and that walks
 every tensor operation the compute reads, back to the function's inputs: a chain of ``n``
-operators costs ``n * n / 2`` steps through the FFI. relay_aot's vector ``exp`` is some twenty
-elementwise operators (``passes/vector_math``); an LSTM cell's three sigmoids and two tanhs made
-the walks a third of its compile. Within :func:`faster_te_compiler` the answer for each
+operators costs ``n * n / 2`` steps through the FFI. With ``exp`` written as its twenty
+elementwise operators in Relay (as relay_aot once vectorized it), an LSTM cell's three
+sigmoids and two tanhs made the walks a third of its compile; ONNX's expanded functions and
+gradients fuse long chains too. Within :func:`faster_te_compiler` the answer for each
 operation is remembered: it is the first workload found among its inputs' answers, then its own,
 which is what the walk finds (it returns at the first workload; an operation it skips as
 visited had none). The operations are held, so none is freed and its address reused while
