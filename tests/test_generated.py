@@ -16,12 +16,12 @@ from relay_aot.testing import fuzz, oracle, strategies
 
 #: Programs per batch (one compile per backend per batch).
 CASES = 8
-#: Batches per CI test; two tests run in parallel under xdist: 2 x 4 x 8 = 64 programs (the
+#: Batches per CI test; two tests run in parallel under xdist: 2 x 3 x 8 = 48 programs (the
 #: ``slow`` campaign below and ``python -m relay_aot.testing.fuzz`` run many more; CI keeps
 #: under 30 minutes on two cores).
-BATCHES = 4
+BATCHES = 3
 #: Batches of programs with ``?`` dimensions.
-DYNAMIC_BATCHES = 3
+DYNAMIC_BATCHES = 2
 
 
 @pytest.fixture(scope="module")
