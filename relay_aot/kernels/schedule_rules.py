@@ -10,7 +10,9 @@ x86's ``NCHWc`` convolution (``conv2d_NCHWc.x86``) falls back to up to 31 output
 once, one accumulator each: the same spill (ResNet-50: 200 ms, 120 ms with the rule); its
 depthwise twin (``depthwise_conv2d_NCHWc.x86``) too. On AVX2 the rule also blocks channels by
 two vectors where they divide (``NCHW16c``), which AutoTVM's records for SqueezeNet chose for
-most layers; TVM's fallback blocks one.
+most layers; TVM's fallback blocks one. With AVX-512's 32 registers TVM's blocks fit, and only
+two cases are ruled (:func:`_avx512_convolution`): rows whose width has no wide divisor, and a
+classifier's pointwise convolution over one row.
 
 :class:`ShapeRules` is an AutoTVM dispatch context that answers, for the templates it has a
 rule for, with a configuration chosen by the shapes and the target's vector registers; every
