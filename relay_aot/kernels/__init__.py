@@ -33,7 +33,7 @@ from .copies import copy_form
 from .divisions import explicit_asserts, guard_divisions
 from .llvm_debug_info import for_llvm
 from .shape_funcs import ShapeFunc, make_shape_func
-from . import extents, isolated, scratch, tuning, vector_exp
+from . import extents, isolated, scratch, tuning
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
 
@@ -408,7 +408,7 @@ _UNPACKED = relay.backend.Executor("aot", {"unpacked-api": True, "interface-api"
 def _build_in_child(merged: tvm.IRModule, path: str, target) -> None:
     """``tvm.build`` of lowered kernels into ``path`` (``.c``: their C source), in the child."""
     vectorize = not str(target).startswith("c")
-    with _relowering(vectorize), vector_exp.building():
+    with _relowering(vectorize):
         module = tvm.build(merged, target=target)
     if path.endswith(".c"):
         with open(path, "w") as out:

@@ -44,6 +44,12 @@ def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
+def _computed(width: int, columns: int) -> int:
+    """Columns a row ``width`` wide computes in blocks of ``columns`` (its last block partial
+    where they do not divide it)."""
+    return -(-width // columns) * columns
+
+
 def _vector_registers(target: tvm.target.Target) -> tuple[int, int]:
     """float32 lanes of the target's vectors (TVM's choice), and how many vector registers it
     has: 32 with AVX-512, else 16."""
@@ -174,7 +180,7 @@ def conv_register_block(width: int, fallback: int) -> int:
         return min(wider)
     if width <= 16:
         return fallback
-    return min(range(6, 11), key=lambda columns: (-(-width // columns) * columns - width, abs(columns - 8)))
+    return min(range(6, 11), key=lambda columns: (_computed(width, columns), abs(columns - 8)))
 
 
 #: Output columns per register block when a block holds two vectors of output channels: 8 or
@@ -196,7 +202,7 @@ def pair_columns(width: int) -> int:
     """
     if width <= min(PAIR_COLUMNS):
         return width
-    return min(PAIR_COLUMNS, key=lambda columns: (-(-width // columns) * columns, columns))
+    return min(PAIR_COLUMNS, key=lambda columns: (_computed(width, columns), columns))
 
 
 def conv_channel_block(channels: int, lanes: int, fallback: int) -> int:
@@ -261,7 +267,7 @@ def row_columns(width: int, most: int) -> int:
     divisor = max(d for d in _divisors(width, most))
     if 2 * divisor >= most:
         return divisor
-    return min(range(-(-most // 2), most + 1), key=lambda columns: (-(-width // columns) * columns - width, -columns))
+    return min(range(-(-most // 2), most + 1), key=lambda columns: (_computed(width, columns), -columns))
 
 
 def _avx512_row_config(entities: dict, channels: int, filters: int, width: int, lanes: int,
@@ -300,7 +306,7 @@ def _avx512_convolution(entities: dict, blocks, channels: int, filters: int, hei
     columns = entities["tile_ow"].size[-1]
     if columns >= AVX512_FEWEST_COLUMNS or columns == out_width:
         return None
-    columns = min(AVX512_COLUMNS, key=lambda c: (-(-out_width // c) * c, c))
+    columns = min(AVX512_COLUMNS, key=lambda columns: (_computed(out_width, columns), columns))
     return {**entities, "tile_ow": SplitEntity([-(-out_width // columns), columns])}
 
 
@@ -342,11 +348,11 @@ def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[Config
 
 def _depthwise_nchwc_config(workload, target: tvm.target.Target) -> Optional[ConfigEntity]:
     ruled = _ruled_convolution(workload, target, depthwise=True)
-    if ruled is None or _vector_registers(target)[1] > 16:  # AVX-512: TVM's blocks fit
+    lanes, registers = _vector_registers(target)
+    if ruled is None or registers > 16:  # AVX-512: TVM's blocks fit
         return None
     workload, blocks, data_shape, kernel_shape = ruled
     strides, padding, dilation = workload[3], workload[4], workload[5]
-    lanes = _vector_registers(target)[0]
     _, channels, _, width = data_shape
     filters, multiplier, _, kernel_width = kernel_shape
     if multiplier != 1 or filters != channels:

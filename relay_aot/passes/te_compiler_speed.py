@@ -81,6 +81,8 @@ def join_background_threads() -> None:
 def _remembering_get_workload(original: Callable, answers: dict) -> Callable:
     """``autotvm.task.get_workload`` answering from ``answers`` (operation -> (operation,
     workload)) where it can; the same results (see the module's docstring)."""
+    from tvm import te
+    from tvm.autotvm.task.topi_integration import args_to_workload
 
     def workload_of(op):
         known = answers.get(op)
@@ -104,9 +106,6 @@ def _remembering_get_workload(original: Callable, answers: dict) -> Callable:
             if found is not None:
                 return found
         return None
-
-    from tvm import te
-    from tvm.autotvm.task.topi_integration import args_to_workload
 
     return get_workload
 
