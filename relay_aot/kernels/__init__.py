@@ -33,7 +33,7 @@ from .copies import copy_form
 from .divisions import explicit_asserts, guard_divisions
 from .llvm_debug_info import for_llvm
 from .shape_funcs import ShapeFunc, make_shape_func
-from . import extents, isolated, scratch, tuning
+from . import conv_epilogue, extents, isolated, scratch, tuning
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
 
@@ -224,7 +224,7 @@ class KernelTable:
         ``progress(done, total)`` is called after each kernel (builds show it on a terminal);
         ``report``: say in one line how many kernels have no tuning records.
         """
-        with tuning.watch(str(self.target), lowering=True) as untuned, faster_te_compiler():
+        with tuning.watch(str(self.target), lowering=True) as untuned, faster_te_compiler(), conv_epilogue.building():
             merged = self._lower_all(progress, untuned)
         if report:
             untuned.report()
