@@ -30,7 +30,6 @@ import contextlib
 import threading
 from typing import Callable, Iterator, Optional
 
-import tvm
 from tvm import te
 from tvm.topi.x86 import conv2d_avx_1x1, conv2d_avx_common
 
