@@ -1,6 +1,7 @@
 """The control IR: node definitions (``nodes.py``) and the analyses on them.
 
-``liveness.py`` (last uses, for moves), ``escapes.py`` (which constants may reach a caller) and
+``liveness.py`` (last uses, for moves), ``escapes.py`` (which constants may reach a caller),
+``in_place.py`` (concatenations whose pieces are written in place) and
 ``printer.py`` (the IR as text: ``relay-aot show --ir``) read the IR; ``relay_aot.lower``
 produces it and the backends print it.
 """

@@ -42,7 +42,7 @@ def _branches(stmt: ir.Stmt) -> list[ir.Block]:
     return []
 
 
-def _blocks(block: ir.Block) -> Iterator[ir.Block]:
+def nested_blocks(block: ir.Block) -> Iterator[ir.Block]:
     """``block`` and every block nested in its statements."""
     pending = [block]
     while pending:
@@ -64,7 +64,7 @@ class _Escapes:
         flows: list[tuple[int, int]] = []  # (source, destination): source escapes if destination does
         if isinstance(func.body.result, ir.Var):
             escaped.add(func.body.result.id)
-        for block in _blocks(func.body):
+        for block in nested_blocks(func.body):
             for stmt in block.stmts:
                 if isinstance(stmt, ir.Let):
                     self._let(stmt.rhs, escaped)

@@ -23,7 +23,8 @@ from . import nodes as ir
 LastUses = set
 
 
-def _rhs_uses(rhs: ir.Rhs) -> list[ir.Var]:
+def rhs_uses(rhs: ir.Rhs) -> list[ir.Var]:
+    """The variables ``rhs`` reads, in order (repeated where it reads one twice)."""
     fields = []
     for value in vars(rhs).values():
         if isinstance(value, ir.Var):
@@ -59,7 +60,7 @@ class _Liveness:
         return live
 
     def _let(self, stmt: ir.Let, live: set[int]) -> set[int]:
-        uses = _rhs_uses(stmt.rhs)
+        uses = rhs_uses(stmt.rhs)
         counts = Counter(v.id for v in uses)
         self.used |= counts.keys()
         for v in uses:

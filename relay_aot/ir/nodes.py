@@ -439,6 +439,11 @@ class ScalarOp:
 ScalarExpr = Union[ScalarParam, ScalarConst, ScalarOp]
 
 
+#: CopyForm kinds: a concatenation that lays its pieces end to end; a broadcast that may copy.
+CONCAT_FLAT = "concat_flat"
+SAME_SHAPE_COPY = "same_shape_copy"
+
+
 @dataclass(frozen=True)
 class CopyForm:
     """A kernel that only moves data (``kernels/copies.py``): ``kind`` and, per piece of the
@@ -477,7 +482,7 @@ class Kernel:
     #: ... and, per Relay parameter, what it reads of it (bits of kernels.shape_funcs.NEED_DATA,
     #: NEED_SHAPE).
     shape_states: tuple[int, ...] = ()
-    #: For a kernel with ``?`` dimensions that only moves data: how (C++ moves it with memcpy).
+    #: For a kernel that only moves data: how (C++ moves it with memcpy, or has it written in place).
     copy: Optional[CopyForm] = None
 
 

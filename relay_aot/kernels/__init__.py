@@ -175,7 +175,7 @@ class KernelTable:
             else:
                 self._shape_funcs[index] = made
                 shape_func, states = symbol + "_shape", made.states
-        copy = copy_form(func, result) if shape_func is not None else None
+        copy = copy_form(func, result, dynamic=shape_func is not None)
         kernel = ir.Kernel(index, symbol, tuple(param_types), tuple(inputs), tuple(outputs), result, ops, scalar,
                            shape_func, states, copy)
         self.kernels.append(kernel)

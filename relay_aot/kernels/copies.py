@@ -1,14 +1,18 @@
-"""Kernels that only move data, recognised so that compiled code can move it with ``memcpy``.
+"""Kernels that only move data, recognised so that compiled code can move it with ``memcpy``,
+or not at all.
 
 A kernel over ``?`` dimensions computes every index with divisions by shape variables; for a
 kernel that only copies, that is most of its time (the scan output of an ONNX ``Loop`` is
-concatenated with one more row at every step). Two forms are recognised:
+concatenated with one more row at every step). A static concatenation costs a copy of its
+pieces, which their kernels can avoid by writing their slices of it (``ir/in_place.py``). Two
+forms are recognised:
 
 * :data:`CONCAT_FLAT` -- ``concatenate`` along an axis before which every output dimension is
   1, of parameters reached through layout-preserving operators only (``copy``, ``reshape``,
   ``expand_dims``, ``squeeze``): the output is the parameters' bytes one after another;
-* :data:`SAME_SHAPE_COPY` -- ``broadcast_to``/``dyn.broadcast_to`` of a parameter: when the
-  shape computed at run time is the parameter's own, the output is a copy of it.
+* :data:`SAME_SHAPE_COPY` -- ``broadcast_to``/``dyn.broadcast_to`` of a parameter, in a kernel
+  with ``?`` dimensions: when the shape computed at run time is the parameter's own, the output
+  is a copy of it.
 
 ``Kernel.copy`` holds the form and the parameter index of each piece. The C++ backend moves the
 bytes itself (``shape.h``) and calls the kernel only when a form does not apply at run time; the
@@ -23,9 +27,7 @@ import tvm
 from tvm import relay
 
 from .. import ir
-
-CONCAT_FLAT = "concat_flat"
-SAME_SHAPE_COPY = "same_shape_copy"
+from ..ir import CONCAT_FLAT, SAME_SHAPE_COPY
 
 #: Operators whose output holds the input's elements in the same order.
 _LAYOUT_PRESERVING = {"copy", "reshape", "expand_dims", "squeeze"}
@@ -41,8 +43,9 @@ def _param_through_views(expr: relay.Expr, params: list) -> Optional[int]:
     return None
 
 
-def copy_form(func: relay.Function, result: ir.Type) -> Optional[ir.CopyForm]:
-    """The data-movement form of primitive function ``func`` (result type ``result``), if any."""
+def copy_form(func: relay.Function, result: ir.Type, dynamic: bool) -> Optional[ir.CopyForm]:
+    """The data-movement form of primitive function ``func`` (result type ``result``; ``dynamic``:
+    the kernel has ``?`` dimensions), if any."""
     body = func.body
     if not (isinstance(body, relay.Call) and isinstance(body.op, tvm.ir.Op) and isinstance(result, ir.TensorType)):
         return None
@@ -58,7 +61,7 @@ def copy_form(func: relay.Function, result: ir.Type) -> Optional[ir.CopyForm]:
         if None in pieces:
             return None
         return ir.CopyForm(CONCAT_FLAT, tuple(pieces))
-    if name in ("broadcast_to", "dyn.broadcast_to"):
+    if name in ("broadcast_to", "dyn.broadcast_to") and dynamic:
         sources = [i for i, p in enumerate(params) if body.args[0].same_as(p)]  # the parameter itself
         return ir.CopyForm(SAME_SHAPE_COPY, (sources[0],)) if sources else None
     return None

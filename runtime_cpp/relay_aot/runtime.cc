@@ -1328,6 +1328,12 @@ RELAY_AOT_RUNTIME_LINKAGE void free_tensor_block(tvm::runtime::Object* obj) {
   block_cache().Give(container, bytes);
 }
 
+RELAY_AOT_RUNTIME_LINKAGE void free_tensor_header(tvm::runtime::Object* obj) {
+  auto* container = static_cast<NDArray::Container*>(obj);
+  container->~Container();
+  block_cache().Give(container, rounded(sizeof(NDArray::Container)));
+}
+
 RELAY_AOT_RUNTIME_LINKAGE void free_inline_shape(tvm::runtime::Object* obj) {
   auto* shape = static_cast<InlineShape*>(obj);
   size_t bytes = InlineShape::block_bytes(shape->size);
@@ -1361,6 +1367,14 @@ RELAY_AOT_RUNTIME_LINKAGE NDArray alloc_tensor(const ShapeTuple& shape, DLDataTy
   char* data = static_cast<char*>(block) + detail::data_offset(probe);
   NDArray::Container* container = detail::ContainerAccess::make(block, data, shape, dtype);
   container->SetDeleter(&detail::free_tensor_block);
+  return own<NDArray>(container);
+}
+
+RELAY_AOT_RUNTIME_LINKAGE NDArray view_tensor(const NDArray& whole, const ShapeTuple& shape, DLDataType dtype, size_t offset) {
+  void* block = detail::block_cache().Take(detail::rounded(sizeof(NDArray::Container)));
+  char* data = static_cast<char*>(whole->data) + offset;
+  NDArray::Container* container = detail::ContainerAccess::make(block, data, shape, dtype);
+  container->SetDeleter(&detail::free_tensor_header);
   return own<NDArray>(container);
 }
 

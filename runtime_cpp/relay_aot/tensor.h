@@ -55,6 +55,8 @@ inline size_t data_offset(const DLTensor& t) {
 
 /*! \brief The deleter of tensors in cached blocks (out of line: only its address is taken). */
 void free_tensor_block(tvm::runtime::Object* obj);
+/*! \brief The deleter of a view_tensor: its block holds the header only. */
+void free_tensor_header(tvm::runtime::Object* obj);
 
 /*!
  * \brief Bytes of the block of \p container, a tensor of a cached block: block_bytes of its
@@ -152,6 +154,13 @@ inline ShapeTuple make_shape(const int64_t* dims, int rank) {
  *        one more than a tenth of its compile time.
  */
 NDArray alloc_tensor(const ShapeTuple& shape, DLDataType dtype);
+
+/*!
+ * \brief A tensor of \p shape and \p dtype whose data is \p whole's from byte \p offset (a
+ *        multiple of 64): a piece of a concatenation that its kernel writes in place
+ *        (ir/in_place.py). It does not hold \p whole: the generated code lets it go before.
+ */
+NDArray view_tensor(const NDArray& whole, const ShapeTuple& shape, DLDataType dtype, size_t offset);
 
 /*!
  * \brief A new tensor with the contents of \p tensor (a constant of the program that may reach

@@ -28,6 +28,7 @@ import tvm
 
 from ... import ir, names
 from ...dispatch import dispatch
+from ...ir.in_place import InPlace, Slice, concat_in_place
 from ...ir.liveness import liveness
 from ...ir.profile import ProfileTable
 from ...ir.typetable import TypeTable
@@ -202,6 +203,8 @@ class CppEmitter:
         #: captures, shared constants: the caller, the closure or the program owns them), as
         #: far as it is printed
         self.borrowed: set[int] = set()
+        #: the printed function's concatenations written in place (ir/in_place.py)
+        self.in_place = InPlace()
         self.types = TypeTable(program.adts)
         self.shapes: dict[tuple[int, ...], int] = {}
         #: C++ signatures of the typed closure entries, numbered (see ClosureObj::signature)
@@ -373,6 +376,7 @@ class CppEmitter:
         e = self.out
         self.func = f
         self.last, self.used = liveness(f)
+        self.in_place = concat_in_place(f, self.program)
         self.borrowed = {c.id for c in f.captures} | {p.id for p in f.params if self.by_reference(f, p)}
         e.comment(f.signature or f.hint)
         e.line(self.prototype(f) + " {")
@@ -584,6 +588,10 @@ class CppEmitter:
             self.alias_or_copy(kernel, rhs.args[kernel.copy.params[0]], inputs, v)
             self.drop_dead_tensors(stmt, rhs.args)
             return
+        if stmt.uid in self.in_place.concats:
+            e.line("// its pieces' kernels wrote it in place (ir/in_place.py)")
+            self.drop_dead_tensors(stmt, rhs.args)
+            return
         grown = self.grown_in_place(kernel, rhs, stmt)
         out_args = []
         for name, out in zip(outputs, kernel.outputs):
@@ -597,7 +605,10 @@ class CppEmitter:
                     shape = f"{name}_shape.shape({self.shape_check(kernel, out)})"
                 allocated = self.counted(f"alloc_tensor({shape}, {dtype_literal(out.dtype)})")
                 described = str(out.shape) if out.is_static else ir.format_type(out, ())
-                if grown is not None:
+                piece = self.in_place.slices.get(v.id) if single else None
+                if piece is not None:
+                    self.slice_of_concatenation(piece, name, out)
+                elif grown is not None:
                     rest = ", ".join(per_param[i][0] for i in kernel.copy.params[1:])
                     e.line(f"NDArray {name} = append_in_place({var(grown)}, {shape}, {dtype_literal(out.dtype)}, {{{rest}}});",
                            comment=f"{described}: in {var(grown)}'s block if it has room")
@@ -620,6 +631,16 @@ class CppEmitter:
             rest = iter(zip(outputs, kernel.outputs))
             e.line(f"ADT {var(v)} = {self.counted(self.rebuild(kernel.result, rest))};")
         self.drop_dead_tensors(stmt, rhs.args)
+
+    def slice_of_concatenation(self, piece: Slice, name: str, out: ir.TensorType) -> None:
+        """Output ``name`` of a kernel as its slice of the concatenation it is a piece of, which
+        the first piece's kernel allocates (``ir/in_place.py``)."""
+        whole = piece.concat
+        if piece.first:
+            allocated = self.counted(f"alloc_tensor(shapes()[{self.shapes[whole.type.shape]}], {dtype_literal(whole.type.dtype)})")
+            self.out.line(f"NDArray {var(whole)} = {allocated};", comment=f"{whole.type.shape}: its pieces write it")
+        self.out.line(f"NDArray {name} = view_tensor({var(whole)}, shapes()[{self.shapes[out.shape]}], "
+                      f"{dtype_literal(out.dtype)}, {piece.offset});", comment=f"{out.shape}: a slice of {var(whole)}")
 
     def grown_in_place(self, kernel: ir.Kernel, rhs: ir.KernelCall, stmt: ir.Let) -> Optional[ir.Var]:
         """The first piece of a concatenation with `?` dimensions that may become its result
