@@ -66,8 +66,10 @@ def _use_counts(func: ir.Function) -> Counter:
                 counts[stmt.cond.id] += 1
             elif isinstance(stmt, ir.Match):
                 counts[stmt.scrutinee.id] += 1
-        result = block.result
-        counts.update(a.id for a in result.args) if isinstance(result, ir.TailCall) else counts.update([result.id])
+        if isinstance(block.result, ir.TailCall):
+            counts.update(a.id for a in block.result.args)
+        else:
+            counts[block.result.id] += 1
     return counts
 
 

@@ -26,29 +26,19 @@ process-wide one relay_aot lowers with).
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 from tvm import te
 from tvm.topi.x86 import conv2d_avx_1x1, conv2d_avx_common
 
-_state = threading.local()
-_lock = threading.Lock()
-#: TVM's two schedule functions, once replaced: (common, 1x1).
-_originals: Optional[tuple[Callable, Callable]] = None
-
-
-def _active() -> bool:
-    return getattr(_state, "depth", 0) > 0
-
+from .gate import Gate
 
 def _fused_output(s: te.Schedule, data_vec: te.Tensor, kernel_vec: te.Tensor, conv_out: te.Tensor,
                   last: te.Tensor) -> Optional[tuple[int, te.Stage]]:
     """For a convolution fused with later operators into a packed (5-D) output: the input channel
     block and the accumulator stage, with the pad stage scheduled as TVM does and the
     convolution's own stage inlined into ``last``. None where TVM's schedule applies."""
-    if not _active() or conv_out == last or len(s[last].op.axis) != 5:
+    if not _GATE.active() or conv_out == last or len(s[last].op.axis) != 5:
         return None
     if isinstance(kernel_vec.op, te.ComputeOp) and kernel_vec.name == "kernel_vec":
         return None  # TVM's unpacked conv2d_nchw (tests only) packs in the kernel
@@ -81,12 +71,24 @@ def _blocked_output(s: te.Schedule, last: te.Tensor, rows: Optional[int], column
     return ow_outer
 
 
-def _schedule_common(s, cfg, data_vec, kernel_vec, conv_out, last):
-    """``conv2d_avx_common._schedule_conv_NCHWc`` with the fused epilogue in registers."""
-    fused = _fused_output(s, data_vec, kernel_vec, conv_out, last)
-    if fused is None:
-        return _originals[0](s, cfg, data_vec, kernel_vec, conv_out, last)
-    ic_bn, cc = fused
+def _fused_variant(module, accumulators: Callable) -> Callable:
+    """``module``'s ``_schedule_conv_NCHWc``, where the convolution is fused into a packed output
+    with ``accumulators(s, cfg, last, ic_bn, stage)`` scheduling the accumulator stage; TVM's
+    own elsewhere."""
+    original = module._schedule_conv_NCHWc
+
+    def schedule(s, cfg, data_vec, kernel_vec, conv_out, last):
+        fused = _fused_output(s, data_vec, kernel_vec, conv_out, last)
+        if fused is None:
+            return original(s, cfg, data_vec, kernel_vec, conv_out, last)
+        accumulators(s, cfg, last, *fused)
+        return s
+
+    return schedule
+
+
+def _common_accumulators(s, cfg, last, ic_bn: int, cc: te.Stage) -> None:
+    """The accumulators of ``conv2d_avx_common``'s schedule, at the output's block of columns."""
     reg_n, unroll_kw = cfg["tile_ow"].size[-1], cfg["unroll_kw"].val
     cc.compute_at(s[last], _blocked_output(s, last, None, reg_n))
     # The accumulators' loops exactly as TVM's schedule orders them.
@@ -101,18 +103,13 @@ def _schedule_common(s, cfg, data_vec, kernel_vec, conv_out, last):
         cc.reorder(oc_chunk, oh, ow_chunk, ic_chunk, kh, kw, ic_block, ow_block, oc_block)
     cc.vectorize(oc_block)
     cc.unroll(ow_block)
-    return s
 
 
-def _schedule_1x1(s, cfg, data_vec, kernel_vec, conv_out, last):
-    """``conv2d_avx_1x1._schedule_conv_NCHWc`` with the fused epilogue in registers."""
-    fused = _fused_output(s, data_vec, kernel_vec, conv_out, last)
-    if fused is None:
-        return _originals[1](s, cfg, data_vec, kernel_vec, conv_out, last)
-    ic_bn, cc = fused
+def _1x1_accumulators(s, cfg, last, ic_bn: int, cc: te.Stage) -> None:
+    """The accumulators of ``conv2d_avx_1x1``'s schedule. TVM computes those of a block of rows,
+    all its columns, then copies them out; here those of one register block (rows x columns),
+    at the output's loop over columns."""
     oh_factor, ow_factor = cfg["tile_oh"].val, cfg["tile_ow"].size[-1]
-    # TVM computes the accumulators of a block of rows, all its columns, then copies them out;
-    # here those of one register block (rows x columns), at the output's loop over columns.
     cc.compute_at(s[last], _blocked_output(s, last, oh_factor, ow_factor))
     _, oc_chunk, oh, ow, oc_block = cc.op.axis
     ic, _, _ = cc.op.reduce_axis
@@ -124,27 +121,15 @@ def _schedule_1x1(s, cfg, data_vec, kernel_vec, conv_out, last):
     cc.vectorize(oc_block)
     cc.unroll(ow_inner)
     cc.unroll(oh_inner)
-    return s
 
 
 def _install() -> None:
-    global _originals
-    with _lock:
-        if _originals is not None:
-            return
-        _originals = (conv2d_avx_common._schedule_conv_NCHWc, conv2d_avx_1x1._schedule_conv_NCHWc)
-        # topi.x86.conv2d looks both up on their modules at every call.
-        conv2d_avx_common._schedule_conv_NCHWc = _schedule_common
-        conv2d_avx_1x1._schedule_conv_NCHWc = _schedule_1x1
+    # topi.x86.conv2d looks both up on their modules at every call.
+    for module, accumulators in ((conv2d_avx_common, _common_accumulators), (conv2d_avx_1x1, _1x1_accumulators)):
+        module._schedule_conv_NCHWc = _fused_variant(module, accumulators)
 
 
-@contextlib.contextmanager
-def building() -> Iterator[None]:
-    """Within the block (on this thread), x86 packed convolutions fused with later operators
-    apply them to their accumulators before storing (module docstring)."""
-    _install()
-    _state.depth = getattr(_state, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _state.depth -= 1
+_GATE = Gate(_install)
+#: Within the block (on this thread), x86 packed convolutions fused with later operators apply
+#: them to their accumulators before storing (module docstring).
+building = _GATE.building

@@ -26,12 +26,10 @@ compiler lowered each of those operators: an LSTM's compile took 45% longer.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from typing import Iterator
-
 import tvm
 from tvm import tir
+
+from .gate import Gate
 
 #: Cephes' expf: log2(e), ln 2 in two parts (the first exact in few bits), the polynomial's
 #: coefficients from the highest degree.
@@ -42,8 +40,6 @@ _EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.16657958
 #: Beyond these exp is inf or 0 in float32; inside them 2^n splits into two normal powers of 2.
 _EXP_MIN, _EXP_MAX = -104.0, 89.0
 
-_state = threading.local()
-_lock = threading.Lock()
 _original = None
 
 
@@ -82,26 +78,17 @@ def _lower_exp(call: tir.Call) -> tir.PrimExpr:
     """The ``llvm.FLowerIntrinsic`` of ``tir.exp``: :func:`vector_exp` for float32 inside
     :func:`building`, else TVM's own rule."""
     dtype = str(call.dtype)
-    if getattr(_state, "depth", 0) and (dtype == "float32" or dtype.startswith("float32x")):
+    if _GATE.active() and (dtype == "float32" or dtype.startswith("float32x")):
         return vector_exp(call.args[0])
     return _original(call)
 
 
 def _register() -> None:
     global _original
-    with _lock:
-        if _original is not None:
-            return
-        _original = tvm.ir.Op.get("tir.exp").get_attr("llvm.FLowerIntrinsic")
-        tvm.ir.register_intrin_lowering("tir.exp", target="llvm", f=_lower_exp, level=99)
+    _original = tvm.ir.Op.get("tir.exp").get_attr("llvm.FLowerIntrinsic")
+    tvm.ir.register_intrin_lowering("tir.exp", target="llvm", f=_lower_exp, level=99)
 
 
-@contextlib.contextmanager
-def building() -> Iterator[None]:
-    """Within the block (on this thread), LLVM kernels compute float32 ``exp`` in vectors."""
-    _register()
-    _state.depth = getattr(_state, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _state.depth -= 1
+_GATE = Gate(_register)
+#: Within the block (on this thread), LLVM kernels compute float32 ``exp`` in vectors.
+building = _GATE.building
