@@ -30,3 +30,17 @@ def test_a_kernel_tvm_cannot_lower_is_reported_every_time(backend):
     assert folded(np.float64(0)).numpy().tolist() == [True, True]
     # 0-d, the same cast is native arithmetic and never reaches TVM's TE compiler
     assert bool(relay_aot.compile(SCALAR_CAST, backend=backend, opt_level=1)(np.float64(0)).numpy()) is True
+
+
+GRID_SAMPLE_LINEAR = tvm.relay.parse("""
+#[version = "0.0.5"]
+def @main(%d: Tensor[(1, 1, 3, 2), float32], %g: Tensor[(1, 2, 2, 4), float32]) { image.grid_sample(%d, %g, method="linear") }
+""")
+
+
+def test_a_python_exception_inside_tvms_lowering_is_what_the_error_names(backend):
+    """TOPI's grid_sample asserts its method. The error names that exception (as the VM's does),
+    not the last line of the failing function's text, where TVM's message ends."""
+    with pytest.raises(relay_aot.UnsupportedError, match=r"could not lower the fused kernel of image.grid_sample: "
+                                                         r"AssertionError: linear is not supported$"):
+        relay_aot.compile(GRID_SAMPLE_LINEAR, backend=backend)

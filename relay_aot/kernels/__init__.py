@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import tempfile
 from typing import Callable, Optional
 
@@ -437,10 +438,14 @@ def _fused_kernel(ops) -> str:
 
 
 def _lowering_error(err: Exception) -> str:
-    """The failed check of a TE lowering error (its last line is the failing function's text)."""
+    """What failed in a TE lowering error (its last line is the failing function's text): TVM's
+    failed check, else the Python exception a TOPI function raised inside TVM."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     for line in lines:
-        if "Check failed" in line or line.startswith(("ValueError", "TypeError")):
+        if "Check failed" in line:
+            return line
+    for line in lines:
+        if re.match(r"[A-Za-z_.]*(Error|Exception): ", line):
             return line
     return _first_line(err)
 
