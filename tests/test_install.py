@@ -202,6 +202,9 @@ def test_the_wheel_installs_and_works_outside_the_checkout(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("RELAY_AOT_")}
     env["TOPHUB_LOCATION"] = "NONE"
+    # pip byte-compiles every module it installs (TVM's thousands, three times: the build
+    # environment and the two installs below); imports compile what they use.
+    env["PIP_NO_COMPILE"] = "1"
 
     # The sdist, built in this environment (setuptools and pybind11 come with the test extra),
     # and the wheel from it in pip's isolated build environment, which also prebuilds.
