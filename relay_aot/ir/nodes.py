@@ -439,9 +439,11 @@ class ScalarOp:
 ScalarExpr = Union[ScalarParam, ScalarConst, ScalarOp]
 
 
-#: CopyForm kinds: a concatenation that lays its pieces end to end; a broadcast that may copy.
+#: CopyForm kinds: a concatenation that lays its pieces end to end; a broadcast that may copy;
+#: a reshape, whose output is its input's bytes as they are.
 CONCAT_FLAT = "concat_flat"
 SAME_SHAPE_COPY = "same_shape_copy"
+VIEW = "view"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from ..errors import RelayAotError, UnsupportedError
 from .te_compiler_speed import faster_te_compiler, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
 from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic, vector_math
+from .layouts import preserves_order
 from .bounds import numpy_slice_begin, static_pad_width, unpacked_dynamic_dense
 from .exact_int8 import exact_int8_products
 from .walk import ChainMutator
@@ -201,7 +202,7 @@ def _runtime_transform_elements(mod: tvm.IRModule) -> int:
     """Elements moved per call by ``mod``'s ``layout_transform`` calls of non-constant tensors.
 
     A transform whose input is a constant folds away at compile time and costs nothing at run
-    time. A ``?`` extent counts as 1: the shape is not known, and the rule below should not
+    time; one that moves nothing (``layouts.preserves_order``) is a view of its input. A ``?`` extent counts as 1: the shape is not known, and the rule below should not
     take a risk on it.
     """
     total = 0
@@ -213,6 +214,7 @@ def _runtime_transform_elements(mod: tvm.IRModule) -> int:
             and isinstance(node.op, tvm.ir.Op)
             and node.op.name == "layout_transform"
             and not isinstance(node.args[0], relay.Constant)
+            and not preserves_order(node)  # it moves nothing (an image's NCHW as NCHW1c)
         ):
             extents = [int(d) if isinstance(d, tvm.tir.IntImm) else 1 for d in node.args[0].checked_type.shape]
             total += int(np.prod(extents, dtype=np.int64))

@@ -10,7 +10,8 @@
  *
  * Kernels with `?` dimensions that only move data are done here with memcpy when they can be
  * (concat_flat, append_in_place, copy_if_same_shape), or not at all (ShapeOutput::is_shape_of, for a result no
- * caller can see): their TVM kernels divide by shape variables per element.
+ * caller can see): their TVM kernels divide by shape variables per element. A static kernel that
+ * only reshapes shares its input's bytes (view_of).
  */
 #ifndef RELAY_AOT_SHAPE_H_
 #define RELAY_AOT_SHAPE_H_
@@ -193,6 +194,16 @@ inline bool copy_if_same_shape(DLTensor* out, const DLTensor* in) {
   size_t bytes = tvm::runtime::GetDataSize(*in);
   if (bytes != 0) std::memcpy(out->data, in->data, bytes);
   return true;
+}
+
+/*!
+ * \brief \p in's bytes as a tensor of \p shape, sharing (and keeping alive) its memory: a kernel
+ *        that only reshapes (kernels/copies.py's VIEW), whose result no caller sees. An
+ *        undefined tensor when \p in is not compact: then the kernel runs.
+ */
+inline NDArray view_of(const NDArray& in, const ShapeTuple& shape) {
+  if (!detail::is_compact(in.operator->())) return NDArray();
+  return NDArray(in).CreateView(shape, in->dtype);
 }
 
 }  // namespace relay_aot

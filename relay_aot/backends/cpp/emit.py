@@ -33,7 +33,7 @@ from ...ir.liveness import liveness
 from ...ir.profile import ProfileTable
 from ...ir.typetable import TypeTable
 from ...kernels.scalar_ops import SCALAR_OPS, spelling
-from ...kernels.copies import CONCAT_FLAT, SAME_SHAPE_COPY
+from ...kernels.copies import CONCAT_FLAT, SAME_SHAPE_COPY, VIEW
 from ...kernels.shape_funcs import shape_function_args
 from ...kernels.scalars import NATIVE_DTYPES, hex_literal, is_native_scalar, scalar_operand_dtype
 from ...ir.signature import Signature
@@ -588,6 +588,11 @@ class CppEmitter:
             self.alias_or_copy(kernel, rhs.args[kernel.copy.params[0]], inputs, v)
             self.drop_dead_tensors(stmt, rhs.args)
             return
+        viewed = rhs.args[kernel.copy.params[0]] if kernel.copy is not None and kernel.copy.kind == VIEW else None
+        if rhs.may_alias and viewed is not None and ctype(viewed.type) == "NDArray":
+            self.view_or_copy(kernel, var(viewed), inputs, v)
+            self.drop_dead_tensors(stmt, rhs.args)
+            return
         if stmt.uid in self.in_place.concats:
             e.line("// its pieces' kernels wrote it in place (ir/in_place.py)")
             self.drop_dead_tensors(stmt, rhs.args)
@@ -621,8 +626,8 @@ class CppEmitter:
         conditions = [] if kernel.shape_func is None else [self.not_all_empty(outputs)]
         if kernel.copy is not None:  # data movement: memcpy where the form applies at run time, else the kernel
             pieces = [per_param[i][0] for i in kernel.copy.params]
-            copied = (f"concat_flat({out_args[0]}, {{{', '.join(pieces)}}})" if kernel.copy.kind == CONCAT_FLAT
-                      else f"copy_if_same_shape({out_args[0]}, {pieces[0]})")
+            copied = (f"copy_if_same_shape({out_args[0]}, {pieces[0]})" if kernel.copy.kind == SAME_SHAPE_COPY
+                      else f"concat_flat({out_args[0]}, {{{', '.join(pieces)}}})")  # a view's bytes: one piece
             conditions.append(f"!{copied}")
         e.line(f"if ({' && '.join(conditions)}) {call}" if conditions else call)
         if grown is not None:
@@ -680,6 +685,19 @@ class CppEmitter:
         e.line("} else {")
         e.line(f"{name} = {self.counted(f'alloc_tensor({name}_shape.shape({check}), {dtype_literal(out.dtype)})')};")
         e.line(f"if ({self.not_all_empty([name])}) {self.kernel_call(kernel, inputs + [f'arg({name})'])};")
+        e.line("}")
+
+    def view_or_copy(self, kernel: ir.Kernel, source: str, inputs: list[str], v: ir.Var) -> None:
+        """A reshape whose result no caller sees: the input's bytes under the output's shape,
+        shared with the input; the kernel's result where the input is not compact."""
+        out = kernel.outputs[0]
+        name = var(v)
+        shape = f"shapes()[{self.shapes[out.shape]}]"
+        e = self.out
+        e.line(f"NDArray {name} = {self.counted(f'view_of({source}, {shape})')};", comment=f"{out.shape}: its input's bytes")
+        e.line(f"if (!{name}.defined()) {{")
+        e.line(f"{name} = {self.counted(f'alloc_tensor({shape}, {dtype_literal(out.dtype)})')};")
+        e.line(f"{self.kernel_call(kernel, inputs + [f'arg({name})'])};")
         e.line("}")
 
     @staticmethod
