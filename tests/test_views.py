@@ -49,7 +49,16 @@ def _layout_transforms():
     return module, expected
 
 
-CASES = {"reshapes": (_reshapes, {"(6, 4)"}), "layout_transforms": (_layout_transforms, {"(1, 4, 1, 1, 16)"})}
+def _zero_dimensional():
+    """Reshapes to and from 0-d values, which the C++ code holds unboxed: copied, not viewed."""
+    x = relay.var("x", shape=(1,))
+    scalar = relay.exp(relay.reshape(relay.exp(x), ()))
+    module = _module(relay.Tuple([scalar, relay.exp(relay.reshape(scalar, (1, 1)))]), x)
+    return module, lambda a: [np.exp(np.exp(a[0])), np.exp(np.exp(np.exp(a[0]))).reshape(1, 1)]
+
+
+CASES = {"reshapes": (_reshapes, {"(6, 4)"}), "layout_transforms": (_layout_transforms, {"(1, 4, 1, 1, 16)"}),
+         "zero_dimensional": (_zero_dimensional, set())}
 
 
 @pytest.mark.parametrize("case", CASES)

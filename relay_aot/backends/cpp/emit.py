@@ -589,7 +589,7 @@ class CppEmitter:
             self.drop_dead_tensors(stmt, rhs.args)
             return
         viewed = rhs.args[kernel.copy.params[0]] if kernel.copy is not None and kernel.copy.kind == VIEW else None
-        if rhs.may_alias and viewed is not None and ctype(viewed.type) == "NDArray":
+        if rhs.may_alias and viewed is not None and ctype(viewed.type) == "NDArray" and ctype(v.type) == "NDArray":
             self.view_or_copy(kernel, var(viewed), inputs, v)
             self.drop_dead_tensors(stmt, rhs.args)
             return
