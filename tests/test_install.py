@@ -204,7 +204,7 @@ def test_the_wheel_installs_and_works_outside_the_checkout(tmp_path):
     env["TOPHUB_LOCATION"] = "NONE"
     # pip byte-compiles every module it installs (TVM's thousands, three times: the build
     # environment and the two installs below); imports compile what they use.
-    env["PIP_NO_COMPILE"] = "1"
+    env["PIP_COMPILE"] = "0"  # pip --no-compile; PIP_NO_COMPILE=1 would mean the opposite
 
     # The sdist, built in this environment (setuptools and pybind11 come with the test extra),
     # and the wheel from it in pip's isolated build environment, which also prebuilds.
