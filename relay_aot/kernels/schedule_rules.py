@@ -12,7 +12,9 @@ depthwise twin (``depthwise_conv2d_NCHWc.x86``) too. On AVX2 the rule also block
 two vectors where they divide (``NCHW16c``), which AutoTVM's records for SqueezeNet chose for
 most layers; TVM's fallback blocks one. With AVX-512's 32 registers TVM's blocks fit, and only
 two cases are ruled (:func:`_avx512_convolution`): rows whose width has no wide divisor, and a
-classifier's pointwise convolution over one row.
+classifier's pointwise convolution over one row. On both, an input of fewer channels than a
+vector (an image's) is blocked one channel per block, which is its own layout
+(:func:`_conv2d_nchwc_config`).
 
 :class:`ShapeRules` is an AutoTVM dispatch context that answers, for the templates it has a
 rule for, with a configuration chosen by the shapes and the target's vector registers; every
