@@ -694,7 +694,8 @@ class CppEmitter:
         name = var(v)
         shape = f"shapes()[{self.shapes[out.shape]}]"
         e = self.out
-        e.line(f"NDArray {name} = {self.counted(f'view_of({source}, {shape})')};", comment=f"{out.shape}: its input's bytes")
+        # not counted: a view allocates no tensor memory
+        e.line(f"NDArray {name} = view_of({source}, {shape});", comment=f"{out.shape}: its input's bytes")
         e.line(f"if (!{name}.defined()) {{")
         e.line(f"{name} = {self.counted(f'alloc_tensor({shape}, {dtype_literal(out.dtype)})')};")
         e.line(f"{self.kernel_call(kernel, inputs + [f'arg({name})'])};")
