@@ -64,9 +64,9 @@ def copy_form(func: relay.Function, result: ir.Type, dynamic: bool) -> Optional[
         if None in pieces:
             return None
         return ir.CopyForm(CONCAT_FLAT, tuple(pieces))
-    if not dynamic and result.is_static and preserves_order(body):
-        source = _param_through_views(body, params)
-        return ir.CopyForm(VIEW, (source,)) if source is not None else None
+    source = _param_through_views(body, params) if not dynamic and result.is_static else None
+    if source is not None:  # body (a call) reaches a parameter through order-preserving operators
+        return ir.CopyForm(VIEW, (source,))
     if name in ("broadcast_to", "dyn.broadcast_to") and dynamic:
         sources = [i for i, p in enumerate(params) if body.args[0].same_as(p)]  # the parameter itself
         return ir.CopyForm(SAME_SHAPE_COPY, (sources[0],)) if sources else None

@@ -202,8 +202,8 @@ def _runtime_transform_elements(mod: tvm.IRModule) -> int:
     """Elements moved per call by ``mod``'s ``layout_transform`` calls of non-constant tensors.
 
     A transform whose input is a constant folds away at compile time and costs nothing at run
-    time; one that moves nothing (``layouts.preserves_order``) is a view of its input. A ``?`` extent counts as 1: the shape is not known, and the rule below should not
-    take a risk on it.
+    time; one that moves nothing (``layouts.preserves_order``) is a view of its input. A ``?``
+    extent counts as 1: the shape is not known, and the rule below should not take a risk on it.
     """
     total = 0
 
