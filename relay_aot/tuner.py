@@ -136,9 +136,23 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
     found = tasks(mod, params, target, opt_level)
     measured = _measured(log)
     result = TuneResult(log)
-    option = autotvm.measure_option(
-        builder=autotvm.LocalBuilder(timeout=timeout),
-        runner=autotvm.LocalRunner(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout=timeout))
+    runner = _LocalRunner(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout=timeout)
+    option = autotvm.measure_option(builder=autotvm.LocalBuilder(timeout=timeout), runner=runner)
+    try:
+        _tune_tasks(found, measured, option, log, trials, tuner, progress, result)
+    finally:
+        runner.close()
+    if layouts and any(task.name.startswith(GRAPH_TUNED_TEMPLATE) for task in found):
+        if progress is not None:
+            progress("graph tuner: the convolutions' layouts, with the transforms between them")
+        result.graph_log = tune_layouts(mod, log, params, target, opt_level=opt_level, timeout=timeout,
+                                        progress=progress)
+    return result
+
+
+def _tune_tasks(found: list, measured: dict, option: dict, log: Path, trials: int, tuner: str,
+                progress: Optional[Callable[[str], None]], result: TuneResult) -> None:
+    """:func:`tune`'s kernel tuning, task by task, into ``result``."""
     for index, task in enumerate(found, 1):
         key = _key(task.target, task.workload)
         before = measured.get(key, [])
@@ -165,12 +179,6 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
         with _quiet_autotvm():
             chosen.tune(n_trial=left, measure_option=option, callbacks=callbacks)
         result.tasks.append((task.name, left + seeded, len(before)))
-    if layouts and any(task.name.startswith(GRAPH_TUNED_TEMPLATE) for task in found):
-        if progress is not None:
-            progress("graph tuner: the convolutions' layouts, with the transforms between them")
-        result.graph_log = tune_layouts(mod, log, params, target, opt_level=opt_level, timeout=timeout,
-                                        progress=progress)
-    return result
 
 
 #: Convolutions up to which the graph tuner's exact dynamic programming is used.
@@ -196,7 +204,7 @@ def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Option
     as TVM's x86 tutorial advises for large graphs.
 
     :param progress: called with a line of text every 25 layout transforms measured (SqueezeNet
-        needs about 600, which took 25 minutes on a busy 2-core machine).
+        needs about 600: 3 minutes here, one RPC tracker and server measuring them all).
     :returns: the output (by default :func:`graph_log_path` of ``log``), or None when the module
         has no convolution for it (then compile with ``log`` itself).
     :raises ValueError: a convolution has no record in ``log`` (tune it first).
@@ -229,7 +237,10 @@ def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Option
         except KeyError as err:
             raise ValueError(f"{log}: no record for a convolution of the module ({err}): tune its kernels first") from None
         runner = _CountingRunner(progress, number=100, repeat=1, timeout=timeout)
-        tuner.benchmark_layout_transform(timeout=timeout, layout_records=layout_records, runner=runner)
+        try:
+            tuner.benchmark_layout_transform(timeout=timeout, layout_records=layout_records, runner=runner)
+        finally:
+            runner.close()
         if progress is not None:
             progress(f"graph tuner: {runner.count} layout transforms measured, "
                      f"{len(layout_records or [])} read from {layout_log}")
@@ -245,7 +256,33 @@ def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Option
     return output
 
 
-class _CountingRunner(autotvm.LocalRunner):
+class _LocalRunner(autotvm.LocalRunner):
+    """AutoTVM's local runner, with one RPC tracker and server for all the tasks it measures.
+
+    TVM's starts a tracker and a server (two processes that import TVM: 1.5-2 s here) for each
+    task, which is each layout transform for the graph tuner (hundreds of one-trial tasks).
+    :meth:`close` stops them."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._rpc = None
+
+    def set_task(self, task):
+        if self._rpc is None:
+            self._rpc = super().set_task(task)  # (server, tracker), stopped when dropped
+        else:
+            self.task = task  # the device checked for the first task is still there
+        return self._rpc
+
+    def close(self) -> None:
+        """Stop the tracker and the server."""
+        if self._rpc is not None:
+            for process in reversed(self._rpc):  # the tracker first: the server's going is no error
+                process.terminate()
+            self._rpc = None
+
+
+class _CountingRunner(_LocalRunner):
     """AutoTVM's local runner, reporting how many measurements it made: the graph tuner measures
     its layout transforms one at a time, hundreds of them, for minutes."""
 

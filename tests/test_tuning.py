@@ -203,11 +203,17 @@ def _packed(workload, config):
             strides, padding, dilation, f"NCHW{ic_bn}c", f"NCHW{oc_bn}c", out_dtype)
 
 
-def test_graph_tuner_chooses_the_convolutions_layouts_together(tmp_path):
+def test_graph_tuner_chooses_the_convolutions_layouts_together(tmp_path, monkeypatch):
     mod = _conv_module()
     log = tmp_path / "records.json"
     lines = []
+    # One RPC tracker and server for the kernels' tasks, one for the layout transforms (TVM's
+    # runner starts both for each task: each transform is one).
+    started = []
+    set_task = autotvm.LocalRunner.set_task
+    monkeypatch.setattr(autotvm.LocalRunner, "set_task", lambda self, task: (started.append(task), set_task(self, task))[1])
     result = relay_aot.tune(mod, log, trials=4, tuner="random", progress=lines.append)
+    assert len(started) == 2, started
     assert result.graph_log == tmp_path / "records.graph.json" and result.records == result.graph_log
     assert any("layout transforms measured, 0 read from" in line for line in lines), lines
     chosen = list(autotvm.record.load_from_file(str(result.graph_log)))
