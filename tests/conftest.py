@@ -19,3 +19,26 @@ BACKENDS = [b for b in os.environ.get("RELAY_AOT_TEST_BACKENDS", "cpp,python").s
 def backend(request):
     """Each relay_aot backend under test."""
     return request.param
+
+
+def pytest_collection_modifyitems(items):
+    """Each test's backend variants run next to each other (pytest puts the ``backend``
+    parameter outermost: every C++ variant of a file, then every Python one). With ``-n 2``,
+    workers take neighbouring tests, so both variants usually share a worker, and what they have
+    in common -- the reference run (``oracle.evaluate`` remembers it), the kernel cache's
+    entries -- is computed once."""
+    first: dict = {}
+    for index, item in enumerate(items):
+        first.setdefault(_without_backend(item), index)
+    order = {id(item): (first[_without_backend(item)], index) for index, item in enumerate(items)}
+    items.sort(key=lambda item: order[id(item)])
+
+
+def _without_backend(item) -> tuple:
+    spec = getattr(item, "callspec", None)
+    if spec is None or "backend" not in spec.params:
+        return (item.nodeid,)
+    # the variants share their other parameters' objects (not their indices, which pytest counts
+    # across the whole parametrization)
+    others = tuple(sorted((name, id(value)) for name, value in spec.params.items() if name != "backend"))
+    return (item.path, item.originalname, item.cls.__name__ if item.cls else None, others)

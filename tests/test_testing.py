@@ -159,3 +159,28 @@ def test_any_name_reaches_the_isolated_oracle():
             outcome = isolated.run(mod, (np.ones(2, dtype="float32"),), "interpreter")
             assert outcome.kind == "value", (name, outcome.detail)
             testing.assert_same(outcome.value, np.full(2, 2, dtype="float32"))
+
+
+def test_a_reference_outcome_is_remembered_for_the_same_module_and_arguments(monkeypatch):
+    """Each backend's test of a program compares with the same reference run: it runs once."""
+    made = []
+    executor = oracle._executor
+    monkeypatch.setattr(oracle, "_executor", lambda mod, kind: (made.append(kind), executor(mod, kind))[1])
+    monkeypatch.setattr(oracle, "_remembered", type(oracle._remembered)())
+    text = 'def @main(%x: Tensor[(3), float32], %n: int32) { multiply(%x, cast(%n, dtype="float32")) }'
+    mod = parse(text)
+    x = np.array([1, 2, 3], "float32")
+    first = testing.check_equivalence(mod, (x, 2), backends=["cpp"])
+    again = testing.check_equivalence(parse(text), (x.copy(), 2), backends=["python"])  # parsed again
+    assert made == ["interpreter", "vm"]
+    np.testing.assert_array_equal(first, again)
+    # other arguments (another value, another type), another module: run again
+    testing.check_equivalence(mod, (x, 3), references=("interpreter",), backends=[])
+    testing.check_equivalence(mod, (x.astype("float64"), 2), references=("interpreter",), backends=[])
+    other = parse(text.replace("multiply", "add"))
+    testing.check_equivalence(other, (x, 2), references=("interpreter",), backends=[])
+    assert made == ["interpreter", "vm", "interpreter", "interpreter", "interpreter"]
+    # what a caller does to a returned value does not change the remembered one
+    first[...] = 0
+    np.testing.assert_array_equal(testing.check_equivalence(mod, (x, 2), backends=[]), x * 2)
+    assert len(made) == 5
