@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 import tvm
 
+from tvm.relay.prelude import Prelude
+
 import relay_aot
 from relay_aot import testing
 from relay_aot.testing import oracle
@@ -184,3 +186,22 @@ def test_a_reference_outcome_is_remembered_for_the_same_module_and_arguments(mon
     first[...] = 0
     np.testing.assert_array_equal(testing.check_equivalence(mod, (x, 2), backends=[]), x * 2)
     assert len(made) == 5
+
+
+def test_a_long_list_from_a_reference_is_compared_not_remembered():
+    """A value nested deeper than a copy of it can be (copy.deepcopy recurses more per level than
+    normalize) is returned, not remembered."""
+    mod = tvm.IRModule()
+    Prelude(mod)
+    mod = tvm.relay.parse("""#[version = "0.0.5"]
+def @make(%n: int32, %acc: List[int32]) -> List[int32] {
+  if (equal(%n, 0)) { %acc } else { @make(subtract(%n, 1), Cons(%n, %acc)) }
+}
+def @main(%n: int32) -> List[int32] { @make(%n, Nil) }
+""", init_module=mod)
+    before = len(oracle._remembered)
+    value = testing.check_equivalence(mod, (2500,), references=("vm",), backends=[])
+    length = 0
+    while value[2]:  # Cons(head, tail); Nil has no fields
+        value, length = value[2][1], length + 1
+    assert length == 2500 and len(oracle._remembered) == before

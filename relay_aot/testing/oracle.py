@@ -176,19 +176,38 @@ def evaluate(mod: tvm.IRModule, args: Sequence[Any], executor: str, runner=None)
     key = _outcome_key(mod, args, executor) if runner is None and executor in REFERENCES else None
     if key is not None and key in _remembered and tvm.ir.structural_equal(_remembered[key][0], mod):
         _remembered.move_to_end(key)
-        return copy.deepcopy(_remembered[key][1])
+        remembered = _copy(_remembered[key][1])
+        if remembered is not None:
+            return remembered
     outcome = _evaluate(mod, args, executor, runner)
     if key is not None and _nbytes(outcome.value) <= REMEMBERED_BYTES:
-        _remembered[key] = (mod, copy.deepcopy(outcome))
-        while len(_remembered) > REMEMBERED_OUTCOMES:
-            _remembered.popitem(last=False)
+        remembered = _copy(outcome)
+        if remembered is not None:
+            _remembered[key] = (mod, remembered)
+            while len(_remembered) > REMEMBERED_OUTCOMES:
+                _remembered.popitem(last=False)
     return outcome
 
 
+def _copy(outcome: Outcome) -> Optional[Outcome]:
+    """A copy no caller's change reaches; None for a value nested too deeply to copy (a long
+    Relay list: ``copy.deepcopy`` takes more Python frames per level than ``normalize``)."""
+    try:
+        return copy.deepcopy(outcome)
+    except RecursionError:
+        return None
+
+
 def _nbytes(value) -> int:
-    if isinstance(value, (tuple, list)):
-        return sum(_nbytes(v) for v in value)
-    return value.nbytes if isinstance(value, np.ndarray) else 0
+    """The bytes of a normalized value's tensors (without recursion: a long list nests deeply)."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (tuple, list)):
+            stack.extend(item)
+        elif isinstance(item, np.ndarray):
+            total += item.nbytes
+    return total
 
 
 def _outcome_key(mod: tvm.IRModule, args: Sequence[Any], executor: str) -> Optional[tuple]:
