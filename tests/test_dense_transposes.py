@@ -126,6 +126,7 @@ def test_mlp_gradient_runs_no_transpose_kernel():
     assert not any("dense" in k and "transpose" in k for k in ops), ops
 
 
+@pytest.mark.early
 def test_a_deeply_nested_program_compiles():
     """The rewrite walks expressions recursively; a dataflow chain 1,200 deep, inlined into one
     expression before fusion, needs more Python frames than the default limit (1,000) allows."""

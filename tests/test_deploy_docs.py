@@ -20,6 +20,7 @@ from doc_examples import blocks, check_shown_output
 DOC = ROOT / "docs" / "deployment.md"
 
 
+@pytest.mark.early
 def test_documented_commands_run_as_shown(tmp_path):
     pytest.importorskip("onnx")
     bindir = Path(sys.executable).parent

@@ -52,11 +52,13 @@ def check_batches(reference, examples: int, fixed_seed=None, dynamic: bool = Fal
     return totals
 
 
+@pytest.mark.early
 @pytest.mark.parametrize("part", [1, 2])
 def test_generated_programs_agree(reference, part):
     check_batches(reference, BATCHES, fixed_seed=part)
 
 
+@pytest.mark.early
 def test_generated_dynamic_programs_agree(reference):
     """Programs whose variables have ``?`` dimensions: dynamic kernels, shape functions and
     entry checks on both backends, against the interpreter."""

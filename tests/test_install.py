@@ -196,6 +196,7 @@ def _module_name(path: str) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@pytest.mark.early
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="lists the checkout's files with git")
 def test_the_wheel_installs_and_works_outside_the_checkout(tmp_path):
     assert not tmp_path.resolve().is_relative_to(ROOT)

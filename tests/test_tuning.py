@@ -203,6 +203,7 @@ def _packed(workload, config):
             strides, padding, dilation, f"NCHW{ic_bn}c", f"NCHW{oc_bn}c", out_dtype)
 
 
+@pytest.mark.early
 def test_graph_tuner_chooses_the_convolutions_layouts_together(tmp_path, monkeypatch):
     mod = _conv_module()
     log = tmp_path / "records.json"

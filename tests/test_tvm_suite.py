@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import tvm
 
 from relay_aot.testing import tvm_suite
@@ -18,6 +19,7 @@ ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "tvm_suite.json"
 
 
+@pytest.mark.early
 def test_every_executor_runs_relay_aot_and_the_summary_names_what_fails_only_there():
     runs = {mode: tvm_suite.run_file(ROOT / "tvm_suite_sample", "executors_sample.py", mode, 1, 300)
             for mode in ("tvm", "aot")}
