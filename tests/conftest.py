@@ -24,12 +24,13 @@ def backend(request):
 def pytest_collection_modifyitems(items):
     """Tests marked ``early`` (a minute or more each) come first: ``-n 2`` splits the collection
     in halves, one per worker, and the wheel's install test, in the middle, began as the first
-    worker's half ended, the other worker then idle for minutes. Each test's backend variants
-    run next to each other (pytest puts the ``backend``
-    parameter outermost: every C++ variant of a file, then every Python one). With ``-n 2``,
-    workers take neighbouring tests, so both variants usually share a worker, and what they have
-    in common -- the reference run (``oracle.evaluate`` remembers it), the kernel cache's
-    entries -- is computed once."""
+    worker's half ended, the other worker then idle for minutes.
+
+    Each test's backend variants run next to each other (pytest puts the ``backend`` parameter
+    outermost: every C++ variant of a file, then every Python one). Workers take neighbouring
+    tests, so both variants usually share a worker, and what they have in common -- the
+    reference run (``oracle.evaluate`` remembers it), the kernel cache's entries -- is computed
+    once."""
     first: dict = {}
     for index, item in enumerate(items):
         first.setdefault(_without_backend(item), index)

@@ -211,27 +211,13 @@ def _nbytes(value) -> int:
 
 
 def _outcome_key(mod: tvm.IRModule, args: Sequence[Any], executor: str) -> Optional[tuple]:
-    """What an outcome depends on, or None for arguments that are not plain values."""
-    digest = hashlib.sha256()
-
-    def add(value) -> bool:
-        if isinstance(value, tvm.nd.NDArray):
-            value = value.numpy()
-        if isinstance(value, (tuple, list)):
-            digest.update(f"({len(value)}".encode())
-            return all(add(v) for v in value)
-        if isinstance(value, (np.ndarray, np.generic)):
-            array = np.ascontiguousarray(value)
-            digest.update(f"{type(value).__name__} {array.dtype.str} {array.shape}".encode() + array.tobytes())
-            return True
-        if isinstance(value, (bool, int, float)):
-            digest.update(f"{type(value).__name__} {value!r}".encode())
-            return True
-        return False
-
-    if not add(list(args)):
+    """What an outcome depends on (the arguments as an isolated run sends them), or None for
+    arguments that are not plain values."""
+    try:
+        plain = pickle.dumps(_portable(tuple(args)))
+    except TypeError:
         return None
-    return tvm.ir.structural_hash(mod), executor, digest.hexdigest()
+    return tvm.ir.structural_hash(mod), executor, hashlib.sha256(plain).hexdigest()
 
 
 def _evaluate(mod: tvm.IRModule, args: Sequence[Any], executor: str, runner=None) -> Outcome:
