@@ -135,6 +135,43 @@ def test_avx512_widths_without_a_wide_divisor_get_a_partial_last_block(width, co
     assert (ruled["tile_ic"].size[-1], ruled["tile_oc"].size[-1]) == (16, 16)  # TVM's blocks
 
 
+def _packed(workload, blocks):
+    """``workload`` as the packed kernel's lowering asks for it, after the layout pass packed its
+    channels to ``blocks`` (input, output)."""
+    name, data, kernel, strides, padding, dilation, _, _, out_dtype = workload
+    n, channels, height, width = data[1]
+    filters, _, kh, kw = kernel[1]
+    ic, oc = blocks
+    return (name, ("TENSOR", (n, channels // ic, height, width, ic), data[2]),
+            ("TENSOR", (filters // oc, channels // ic, kh, kw, ic, oc), kernel[2]),
+            strides, padding, dilation, f"NCHW{ic}c", f"NCHW{oc}c", out_dtype)
+
+
+@pytest.mark.parametrize("target, channels, filters, width, kernel, stride, padding", [
+    (AVX512, 3, 64, 224, 3, 2, 0),                # SqueezeNet's first layer: an image, 111 wide, 14 columns
+    (AVX512, 3, 64, 224, 7, 2, 3),                # ResNet's: an image, 112 wide, TVM's columns
+    (AVX512, 16, 32, 113, 3, 1, 0),               # 111 wide: 14 columns, TVM's blocks
+    ("llvm -mcpu=haswell", 3, 64, 224, 3, 2, 0),  # an image on AVX2
+    ("llvm -mcpu=haswell", 16, 32, 29, 3, 1, 1),
+])
+def test_packed_kernel_gets_the_configuration_it_was_packed_to(target, channels, filters, width, kernel, stride, padding):
+    """The layout pass asks for a convolution's configuration to pick its packed layout; the
+    packed kernel's lowering asks again, by the packed workload: both answers must be the same
+    configuration (an image's kernel, blocked one channel per block, once got TVM's fallback
+    there: 3 columns of SqueezeNet's 111, 593 against 313 us in the network)."""
+    with tvm.target.Target(target):
+        data = tvm.te.placeholder((1, channels, width, width))
+        weight = tvm.te.placeholder((filters, channels, kernel, kernel))
+        workload = autotvm.task.get_workload(tvm.topi.x86.conv2d_nchw(data, weight, (stride, stride), (padding, padding), (1, 1),
+                                                                       "float32"))
+    with ShapeRules():
+        chosen = autotvm.task.DispatchContext.current.query(tvm.target.Target(target), workload)
+        packed = _packed(workload, (chosen["tile_ic"].size[-1], chosen["tile_oc"].size[-1]))
+        lowered = autotvm.task.DispatchContext.current.query(tvm.target.Target(target), packed)
+    assert not chosen.is_fallback and not lowered.is_fallback
+    assert {knob: str(lowered[knob]) for knob in chosen._entity_map} == {knob: str(chosen[knob]) for knob in chosen._entity_map}
+
+
 def _row_workload(target, channels, filters, width):
     with tvm.target.Target(target):
         data = tvm.te.placeholder((1, channels, 1, width))
