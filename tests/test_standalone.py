@@ -239,6 +239,26 @@ def test_only_workspace_sized_allocations_become_scratch_parameters():
     assert scratch.to_params(asserting)[1].fallible
 
 
+def test_host_kernels_keep_workspace_sized_buffers_on_the_stack():
+    """A host library's kernels keep buffers of 1-16 KiB on the stack (softmax's 4 KB row of
+    exponentials), where TVM calls the workspace each time; a standalone package's call it (its
+    hooks, or its planned scratch), a microcontroller's stack being small."""
+    from relay_aot.request import Request
+
+    x = relay.var("x", shape=(4, 1000))
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.softmax(x)))
+    calls = {}
+    for standalone in (False, True):
+        request = Request.make(mod, target="llvm")
+        _, table = (request.standalone() if standalone else request).lower()
+        calls[standalone] = "TVMBackendAllocWorkspace" in table.build().get_source("ll")
+    assert calls == {False: False, True: True}
+    data = np.random.default_rng(0).uniform(-5, 5, (4, 1000)).astype("float32")
+    expected = np.exp(data - data.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(relay_aot.compile(mod)(data).numpy(), expected / expected.sum(axis=1, keepdims=True),
+                               rtol=1e-5, atol=1e-7)
+
+
 ARENA_MAIN = r"""
 #include <stdio.h>
 #include <string.h>

@@ -250,6 +250,8 @@ class KernelTable:
                 name = kernel.symbol if gvar.same_as(cached.prim_fn_var) else f"{kernel.symbol}_{gvar.name_hint}"
                 if dynamic:  # it divides by extents only known at run time
                     prim = guard_divisions(prim)
+                if not self.config.standalone:
+                    prim = scratch.on_stack(prim)
                 merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim, self._parallel_threshold()).with_attr("global_symbol", name)
             if kernel.shape_func is not None:
                 prim = self._shape_funcs[kernel.index].prim_func

@@ -53,6 +53,40 @@ def _workspace_bytes(node: tir.Allocate):
     return 0 if 0 < nbytes < MAX_STACK_ALLOCA else nbytes
 
 
+#: Bytes up to which a kernel's constant-size buffer is an array on its stack in a library for
+#: the host (:func:`on_stack`), where TVM's limit is :data:`MAX_STACK_ALLOCA`.
+STACK_ALLOCA_LIMIT = 16 * 1024
+
+#: TVM's annotation (``tir::transform::kDisableLowerTVMBuiltin``) that keeps an allocation from
+#: LowerTVMBuiltin: LLVM's code generator then makes it an array on the stack.
+_KEEP_ON_STACK = "disable_lower_builtin"
+
+
+def on_stack(func: tir.PrimFunc, limit: int = STACK_ALLOCA_LIMIT) -> tir.PrimFunc:
+    """``func`` with its workspace allocations of constant size up to ``limit`` bytes on the
+    stack instead.
+
+    TVM serves every buffer of 1 KiB or more from ``TVMBackendAllocWorkspace``, a call to
+    allocate and one to free each time its scope is entered: the accumulators of a
+    convolution's register block (27 AVX-512 vectors, 1.7 KiB) once per output row, a thousand
+    times per SqueezeNet inference, and behind a pointer the compiler cannot keep in registers.
+    On the stack, LLVM allocates them once, at the function's entry (a parallel loop's body is
+    a function of its own: each thread has its own). A standalone package keeps TVM's rule: a
+    microcontroller's stack is small, and its scratch is planned (:func:`to_params`)."""
+    changed = [False]
+
+    def post(node):
+        nbytes = _workspace_bytes(node)
+        if not nbytes or nbytes > limit or _KEEP_ON_STACK in node.annotations:
+            return None
+        changed[0] = True
+        annotations = {**node.annotations, _KEEP_ON_STACK: tvm.tir.const(True, "bool")}
+        return tir.Allocate(node.buffer_var, node.dtype, node.extents, node.condition, node.body, annotations, node.span)
+
+    body = tir.stmt_functor.ir_transform(func.body, None, post, ["tir.Allocate"])
+    return func.with_body(body) if changed[0] else func
+
+
 def to_params(func: tir.PrimFunc) -> tuple[tir.PrimFunc, Scratch]:
     """``func`` with each workspace allocation of constant size turned into a parameter."""
     moved: list[tuple[tir.Allocate, int]] = []
