@@ -293,8 +293,18 @@ RELAY_AOT_RUNTIME_LINKAGE ObjectRef object_from_arg(const TVMArgValue& arg, cons
     case kTVMPackedFuncHandle:
       return arg.operator ObjectRef();
     case kTVMDLTensorHandle: {
+      // A view of the caller's data (a numpy array): copied into a block of the program's own
+      // allocator, which keeps it for the next call. TVM's (NDArray::NewFromDLTensor) asks the
+      // system for every copy, and the pages of a large one fault in again each time: 300 us
+      // of an image's 600 KB per call.
       DLTensor* tensor = arg.operator DLTensor*();
-      return NDArray::NewFromDLTensor(tensor, tensor->device);
+      if (tensor->device.device_type != kDLCPU || !tvm::runtime::IsContiguous(*tensor)) {
+        return NDArray::NewFromDLTensor(tensor, tensor->device);
+      }
+      NDArray copy = alloc_tensor(ShapeTuple(tensor->shape, tensor->shape + tensor->ndim), tensor->dtype);
+      std::memcpy(const_cast<DLTensor*>(copy.operator->())->data, static_cast<const char*>(tensor->data) + tensor->byte_offset,
+                  tvm::runtime::GetDataSize(*tensor));
+      return copy;
     }
     case kTVMNullptr:
       // None where the type says nothing (a type variable, a tensor with no element type): the
