@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import statistics
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Union
 
@@ -30,6 +31,7 @@ from tvm.relay.backend import te_compiler
 
 from . import passes
 from .kernels import schedule_rules
+from .kernels.tuning import median_costs
 from .request import Request
 
 #: Tuners by name; "auto" is XGBoost's cost model where xgboost is installed, else the genetic one.
@@ -72,6 +74,7 @@ class TuneResult:
     log: Path
     tasks: list = dataclasses.field(default_factory=list)
     graph_log: Optional[Path] = None
+    confirmed: int = 0  #: measurements made again of the tasks' best configurations
 
     @property
     def records(self) -> Path:
@@ -81,6 +84,8 @@ class TuneResult:
     def __str__(self) -> str:
         lines = [f"{self.log}: {len(self.tasks)} task{'s' if len(self.tasks) != 1 else ''}"]
         lines += [f"  {name}: {now} trials measured, {before} in the log before" for name, now, before in self.tasks]
+        if self.confirmed:
+            lines.append(f"  {self.confirmed} measurements again of the tasks' best configurations")
         if self.graph_log is not None:
             lines.append(f"{self.graph_log}: the graph tuner's choice of one record per convolution")
         lines.append(f"compile with tuning_records={str(self.records)!r}")
@@ -101,7 +106,8 @@ def _beside(path: Path, part: str) -> Path:
 def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mapping[str, object]] = None,
          target=None, *, trials: int = 200, opt_level: int = 3, tuner: str = "auto",
          number: int = 4, repeat: int = 3, min_repeat_ms: int = 50, timeout: float = 10.0,
-         layouts: bool = True, progress: Optional[Callable[[str], None]] = None) -> TuneResult:
+         layouts: bool = True, measurements: int = 3,
+         progress: Optional[Callable[[str], None]] = None) -> TuneResult:
     """Tune the kernels of ``relay_aot.compile(mod, target, params, opt_level=...)`` with
     AutoTVM and append every measured configuration to ``log``.
 
@@ -117,6 +123,14 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
     :param tuner: ``"auto"`` (XGBoost's cost model when xgboost is installed, else ``"ga"``),
         ``"xgb"``, ``"ga"``, ``"random"`` or ``"grid"``.
     :param number, repeat, min_repeat_ms, timeout: AutoTVM's local runner's settings.
+    :param measurements: then measure each task's best configurations (by median, the
+        :data:`CONFIRM_CANDIDATES` best, and the untuned one) again, interleaved, until each has
+        this many measurements; a configuration measured more than once costs the median of its
+        measurements, in the graph tuner and in a compile (:func:`.kernels.tuning.median_costs`).
+        The best of hundreds of single measurements is mostly the luckiest: on a machine whose
+        speed varies by 10-20% from one second to the next, SqueezeNet's best configurations
+        measured again came out 7% slower on average (docs/performance.md, "Tuned kernels").
+        1 keeps AutoTVM's single measurements.
     :param layouts: then run TVM's graph tuner (:func:`tune_layouts`) where it applies (x86
         convolutions of a dataflow graph): each layer's best record picks its own data layout,
         and the layout transforms between layers can cost more than tuning saved. Its choice
@@ -124,10 +138,12 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
     :param progress: called with a line of text as each task starts (the CLI prints it); AutoTVM's
         progress bar shows the trials when stdout is a terminal.
     :returns: the tasks tuned, with the trials measured now and found in the log before.
-    :raises ValueError: a bad ``trials`` or ``tuner``.
+    :raises ValueError: a bad ``trials``, ``measurements`` or ``tuner``.
     """
     if not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer, got {trials!r}")
+    if not isinstance(measurements, int) or measurements < 1:
+        raise ValueError(f"measurements must be a positive integer, got {measurements!r}")
     if tuner not in TUNERS:
         raise ValueError(f"tuner must be one of {', '.join(TUNERS)}, got {tuner!r}")
     log = Path(log)
@@ -140,6 +156,8 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
     option = autotvm.measure_option(builder=autotvm.LocalBuilder(timeout=timeout), runner=runner)
     try:
         _tune_tasks(found, measured, option, log, trials, tuner, progress, result)
+        if measurements > 1:
+            result.confirmed = _confirm(found, _measured(log), option, log, measurements, progress)
     finally:
         runner.close()
     if layouts and any(task.name.startswith(GRAPH_TUNED_TEMPLATE) for task in found):
@@ -160,13 +178,14 @@ def _tune_tasks(found: list, measured: dict, option: dict, log: Path, trials: in
         name = f"[{index}/{len(found)}] {task.name} {task.args}"
         # The untuned build's configuration is the first trial (also of a task tuned before).
         have = before + _measure_untuned(task, option, log, before)
-        seeded = len(have) - len(before)
-        if len(have) >= wanted:
-            result.tasks.append((task.name, seeded, len(before)))
+        # Trials are configurations: those measured again (tune's measurements) count once.
+        tried, seeded = _configurations(before), len(have) - len(before)
+        if _configurations(have) >= wanted:
+            result.tasks.append((task.name, seeded, tried))
             if progress is not None:
-                progress(f"{name}: {len(before)} trials in the log, skipped")
+                progress(f"{name}: {tried} trials in the log, skipped")
             continue
-        left = wanted - len(have)
+        left = wanted - _configurations(have)
         if progress is not None:
             progress(f"{name}: {left} trials")
         chosen = _tuner(task, tuner)
@@ -178,7 +197,55 @@ def _tune_tasks(found: list, measured: dict, option: dict, log: Path, trials: in
             callbacks.append(autotvm.callback.progress_bar(left, prefix=f"[{index}/{len(found)}]"))
         with _quiet_autotvm():
             chosen.tune(n_trial=left, measure_option=option, callbacks=callbacks)
-        result.tasks.append((task.name, left + seeded, len(before)))
+        result.tasks.append((task.name, left + seeded, tried))
+
+
+def _configurations(records: list) -> int:
+    """How many distinct configurations ``records`` measured."""
+    return len({str(inp.config) for inp, _ in records})
+
+
+#: Configurations per task that :func:`tune` measures again (its best by median), besides the
+#: untuned one.
+CONFIRM_CANDIDATES = 4
+
+#: Rankings per task :func:`_confirm` measures for: a configuration measured again may fall
+#: behind one measured once, which is then measured too.
+CONFIRM_PASSES = 3
+
+
+def _confirm(found: list, measured: dict, option: dict, log: Path, measurements: int,
+             progress: Optional[Callable[[str], None]]) -> int:
+    """Measure each task's best configurations and its untuned one again (appended to ``log``)
+    until each has ``measurements``; how many measurements that took. Each round measures each
+    configuration once, so that the machine's slow and quiet moments fall on all of them."""
+    done = 0
+    for index, task in enumerate(found, 1):
+        have = list(measured.get(_key(task.target, task.workload), []))
+        untuned = untuned_config(task)
+        measure = None
+        for _ in range(CONFIRM_PASSES):
+            costs: dict = {}
+            for inp, res in have:
+                costs.setdefault(str(inp.config), (inp.config, []))[1].append(float(sum(res.costs) / len(res.costs)))
+            ranked = sorted(costs.values(), key=lambda entry: statistics.median(entry[1]))[:CONFIRM_CANDIDATES]
+            if untuned is not None and str(untuned) in costs and all(str(c) != str(untuned) for c, _ in ranked):
+                ranked.append(costs[str(untuned)])
+            short = [(config, measurements - len(values)) for config, values in ranked if len(values) < measurements]
+            if not short:
+                break
+            if progress is not None:
+                progress(f"[{index}/{len(found)}] {task.name}: {sum(n for _, n in short)} measurements again "
+                         f"of its best configurations")
+            measure = measure or autotvm.measure.create_measure_batch(task, option)
+            for round_ in range(max(n for _, n in short)):
+                inputs = [autotvm.MeasureInput(task.target, task, config) for config, n in short if n > round_]
+                with _quiet_autotvm():
+                    results = measure(inputs)
+                autotvm.callback.log_to_file(str(log))(None, inputs, results)
+                have += [(inp, res) for inp, res in zip(inputs, results) if res.error_no == 0]
+                done += len(inputs)
+    return done
 
 
 #: Convolutions up to which the graph tuner's exact dynamic programming is used.
@@ -224,7 +291,7 @@ def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Option
     convolutions = _count_calls(graph, conv2d)
     if not convolutions or len(dtypes) > 1:
         return None
-    records = [(inp, res) for inp, res in autotvm.record.load_from_file(str(log))
+    records = [(inp, res) for inp, res in median_costs(autotvm.record.load_from_file(str(log)))
                if res.error_no == 0 and inp.task.name == GRAPH_TUNED_TEMPLATE]
     output = Path(output) if output is not None else graph_log_path(log)
     layout_log = _beside(output, "layouts")

@@ -354,9 +354,12 @@ def cmd_tune(args) -> int:
         raise CliError(f"-o {args.output}: directory {out.parent} does not exist")
     if args.trials < 1:
         raise CliError(f"--trials {args.trials}: must be at least 1", 2)
+    if args.measurements < 1:
+        raise CliError(f"--measurements {args.measurements}: must be at least 1", 2)
     mod, params = _model_and_params(args)
     result = relay_aot.tune(mod, out, params=params, target=args.target, trials=args.trials,
-                            opt_level=args.opt_level, tuner=args.tuner, layouts=args.layouts, progress=print)
+                            opt_level=args.opt_level, tuner=args.tuner, layouts=args.layouts,
+                            measurements=args.measurements, progress=print)
     measured = sum(now for _, now, _ in result.tasks)
     graph = f" and {result.graph_log} (the graph tuner's choice)" if result.graph_log else ""
     print(f"wrote {out}: {len(result.tasks)} tasks, {measured} trials measured now{graph}; "
@@ -514,6 +517,10 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--trials", type=int, default=200, help="configurations per kernel at most (default: %(default)s)")
     tune.add_argument("--tuner", choices=("auto", "xgb", "ga", "random", "grid"), default="auto",
                       help="AutoTVM's tuner (default: %(default)s: xgb if xgboost is installed, else ga)")
+    tune.add_argument("--measurements", type=int, default=3,
+                      help="then measure each kernel's best configurations again, interleaved, until each has "
+                           "this many measurements, and compare them by their medians (default: %(default)s; "
+                           "1: AutoTVM's single measurements)")
     tune.add_argument("--no-layouts", dest="layouts", action="store_false",
                       help="skip TVM's graph tuner (which otherwise chooses x86 convolutions' records together, "
                            "with the layout transforms between them, into LOG's .graph.json)")
