@@ -31,7 +31,6 @@ from tvm.relay.backend import te_compiler
 
 from . import passes
 from .kernels import schedule_rules
-from .kernels.tuning import median_costs
 from .request import Request
 
 #: Tuners by name; "auto" is XGBoost's cost model where xgboost is installed, else the genetic one.
@@ -123,14 +122,15 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
     :param tuner: ``"auto"`` (XGBoost's cost model when xgboost is installed, else ``"ga"``),
         ``"xgb"``, ``"ga"``, ``"random"`` or ``"grid"``.
     :param number, repeat, min_repeat_ms, timeout: AutoTVM's local runner's settings.
-    :param measurements: then measure each task's best configurations (by median, the
-        :data:`CONFIRM_CANDIDATES` best, and the untuned one) again, interleaved, until each has
-        this many measurements; a configuration measured more than once costs the median of its
-        measurements, in the graph tuner and in a compile (:func:`.kernels.tuning.median_costs`).
+    :param measurements: before the graph tuner, measure the best configurations of each
+        convolution it chooses for (by median, the :data:`CONFIRM_CANDIDATES` best, and the
+        untuned one) again, interleaved, until each has this many measurements; the graph tuner
+        compares a configuration measured more than once by its median (:func:`median_costs`).
         The best of hundreds of single measurements is mostly the luckiest: on a machine whose
         speed varies by 10-20% from one second to the next, SqueezeNet's best configurations
         measured again came out 7% slower on average (docs/performance.md, "Tuned kernels").
-        1 keeps AutoTVM's single measurements.
+        1 keeps AutoTVM's single measurements. (A compile with the log itself, for the other
+        kernels, takes AutoTVM's choice, as ``autotvm.apply_history_best`` does.)
     :param layouts: then run TVM's graph tuner (:func:`tune_layouts`) where it applies (x86
         convolutions of a dataflow graph): each layer's best record picks its own data layout,
         and the layout transforms between layers can cost more than tuning saved. Its choice
@@ -156,8 +156,9 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
     option = autotvm.measure_option(builder=autotvm.LocalBuilder(timeout=timeout), runner=runner)
     try:
         _tune_tasks(found, measured, option, log, trials, tuner, progress, result)
-        if measurements > 1:
-            result.confirmed = _confirm(found, _measured(log), option, log, measurements, progress)
+        chosen_together = [task for task in found if task.name.startswith(GRAPH_TUNED_TEMPLATE)]
+        if layouts and measurements > 1 and chosen_together:
+            result.confirmed = _confirm(chosen_together, _measured(log), option, log, measurements, progress)
     finally:
         runner.close()
     if layouts and any(task.name.startswith(GRAPH_TUNED_TEMPLATE) for task in found):
@@ -200,6 +201,33 @@ def _tune_tasks(found: list, measured: dict, option: dict, log: Path, trials: in
         result.tasks.append((task.name, left + seeded, tried))
 
 
+def measured_cost(result) -> float:
+    """The cost of one AutoTVM measurement: the mean of its repeats (as AutoTVM compares them)."""
+    return float(sum(result.costs) / len(result.costs))
+
+
+def median_costs(found) -> list:
+    """AutoTVM records ``(MeasureInput, MeasureResult)``, one per configuration: one measured
+    more than once (:func:`tune` measures the best ones again) costs the median of its
+    measurements. The lowest of several is the luckiest: on a machine whose speed varies it is
+    the configuration measured in a quiet moment (the winner's curse); AutoTVM itself compares
+    single measurements. Failed measurements are kept as they are."""
+    grouped: dict = {}
+    out = []
+    for inp, res in found:
+        if res.error_no != 0:
+            out.append((inp, res))
+            continue
+        grouped.setdefault((str(inp.target), repr(inp.task.workload), str(inp.config)), []).append((inp, res))
+    for measured in grouped.values():
+        inp, res = measured[-1]
+        if len(measured) > 1:
+            cost = statistics.median(measured_cost(r) for _, r in measured)
+            res = autotvm.MeasureResult((cost,), 0, res.all_cost, res.timestamp)
+        out.append((inp, res))
+    return out
+
+
 def _configurations(records: list) -> int:
     """How many distinct configurations ``records`` measured."""
     return len({str(inp.config) for inp, _ in records})
@@ -227,7 +255,7 @@ def _confirm(found: list, measured: dict, option: dict, log: Path, measurements:
         for _ in range(CONFIRM_PASSES):
             costs: dict = {}
             for inp, res in have:
-                costs.setdefault(str(inp.config), (inp.config, []))[1].append(float(sum(res.costs) / len(res.costs)))
+                costs.setdefault(str(inp.config), (inp.config, []))[1].append(measured_cost(res))
             ranked = sorted(costs.values(), key=lambda entry: statistics.median(entry[1]))[:CONFIRM_CANDIDATES]
             if untuned is not None and str(untuned) in costs and all(str(c) != str(untuned) for c, _ in ranked):
                 ranked.append(costs[str(untuned)])

@@ -518,9 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--tuner", choices=("auto", "xgb", "ga", "random", "grid"), default="auto",
                       help="AutoTVM's tuner (default: %(default)s: xgb if xgboost is installed, else ga)")
     tune.add_argument("--measurements", type=int, default=3,
-                      help="then measure each kernel's best configurations again, interleaved, until each has "
-                           "this many measurements, and compare them by their medians (default: %(default)s; "
-                           "1: AutoTVM's single measurements)")
+                      help="before the graph tuner, measure each convolution's best configurations again, "
+                           "interleaved, until each has this many measurements, and compare them by their medians "
+                           "(default: %(default)s; 1: AutoTVM's single measurements)")
     tune.add_argument("--no-layouts", dest="layouts", action="store_false",
                       help="skip TVM's graph tuner (which otherwise chooses x86 convolutions' records together, "
                            "with the layout transforms between them, into LOG's .graph.json)")

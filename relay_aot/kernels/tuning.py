@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import statistics
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
@@ -78,9 +77,7 @@ def captured() -> Callable[[], contextlib.AbstractContextManager]:
 
 
 def records(path: Union[str, os.PathLike, None]):
-    """The context a compile reads ``path``'s AutoTVM records in (nothing for None): each
-    workload's configuration of the lowest cost, a configuration measured more than once
-    counting at its median (:func:`median_costs`).
+    """The context a compile reads ``path``'s AutoTVM records in (nothing for None).
 
     :raises FileNotFoundError: ``path`` does not exist.
     :raises ValueError: a line of it is not an AutoTVM record.
@@ -91,36 +88,9 @@ def records(path: Union[str, os.PathLike, None]):
     if not path.is_file():
         raise FileNotFoundError(f"tuning records {path}: no such file")
     try:
-        return autotvm.apply_history_best(median_costs(autotvm.record.load_from_file(str(path))))
+        return autotvm.apply_history_best(str(path))
     except (ValueError, KeyError, IndexError, TypeError, tvm.error.TVMError) as err:
         raise ValueError(f"tuning records {path}: not an AutoTVM log ({type(err).__name__}: {err})") from None
-
-
-def config_key(inp) -> tuple:
-    """What identifies a measured configuration: its target, workload and knobs."""
-    return (str(inp.target), repr(inp.task.workload), str(inp.config))
-
-
-def median_costs(found) -> list:
-    """AutoTVM records ``(MeasureInput, MeasureResult)``, one per configuration: one measured
-    more than once (``relay_aot.tune`` measures the best ones again) costs the median of its
-    measurements. The lowest of several is the luckiest, and on a machine whose speed varies
-    it picks a configuration that was measured in a quiet moment (the winner's curse); AutoTVM
-    itself compares single measurements. Failed measurements are kept as they are."""
-    grouped: dict = {}
-    out = []
-    for inp, res in found:
-        if res.error_no != 0:
-            out.append((inp, res))
-            continue
-        grouped.setdefault(config_key(inp), []).append((inp, res))
-    for measured in grouped.values():
-        inp, res = measured[-1]
-        if len(measured) > 1:
-            cost = statistics.median(float(sum(r.costs) / len(r.costs)) for _, r in measured)
-            res = autotvm.MeasureResult((cost,), 0, res.all_cost, res.timestamp)
-        out.append((inp, res))
-    return out
 
 
 class Untuned:
