@@ -245,6 +245,8 @@ def _network_times(mod, params, target, opt_level: int, records: Path) -> Option
     rng = np.random.default_rng(0)
     args = []
     for param in main.params:
+        if params is not None and param.name_hint in params:
+            continue  # bound by the compile
         ty = param.checked_type
         if not (isinstance(ty, tvm.relay.TensorType) and ty.dtype.startswith("float")
                 and all(isinstance(d, tvm.tir.IntImm) for d in ty.shape)):
