@@ -221,16 +221,16 @@ def _check_in_the_network(mod, params, target, opt_level: int, found: list, resu
 def _untuned_records(found: list, log: Path) -> dict:
     """Per workload (repr) of ``found``'s tasks, the record of its untuned configuration in
     ``log`` (its median cost), where it was measured."""
-    wanted = {}
+    measured = _measured(log)
+    records = {}
     for task in found:
         config = untuned_config(task)
-        if config is not None:
-            wanted[(str(task.target), repr(task.workload))] = config_key(config)
-    records = {}
-    for inp, res in median_costs(autotvm.record.load_from_file(str(log))):
-        key = (str(inp.target), repr(inp.task.workload))
-        if res.error_no == 0 and wanted.get(key) == config_key(inp.config):
-            records[key[1]] = (inp, res)
+        if config is None:
+            continue
+        mine = [(inp, res) for inp, res in measured.get(_key(task.target, task.workload), [])
+                if config_key(inp.config) == config_key(config)]
+        if mine:
+            records[repr(task.workload)] = median_costs(mine)[0]
     return records
 
 
@@ -318,7 +318,7 @@ def median_costs(found) -> list:
         if res.error_no != 0:
             out.append((inp, res))
             continue
-        grouped.setdefault((str(inp.target), repr(inp.task.workload), config_key(inp.config)), []).append((inp, res))
+        grouped.setdefault((*_key(inp.target, inp.task.workload), config_key(inp.config)), []).append((inp, res))
     for measured in grouped.values():
         inp, res = measured[-1]
         if len(measured) > 1:
