@@ -74,6 +74,10 @@ class Config:
     parallel_threshold: int = setting(
         "RELAY_AOT_PARALLEL_THRESHOLD", str(1 << 15), _count("RELAY_AOT_PARALLEL_THRESHOLD"), True,
         "kernels with fewer loop iterations run without TVM's thread pool")
+    winograd: bool = setting(
+        "RELAY_AOT_WINOGRAD", "1", _flag, True,
+        "compute 3x3 convolutions with constant weights by Winograd's algorithm on AVX-512 (fewer "
+        "multiplications, float32 results within a few ulps of the largest output; 0 turns it off)")
     cxx: str = setting("CXX", "g++", lambda text: text or "g++", True, "the C++ compiler")
     cxxflags: tuple = setting(
         "RELAY_AOT_CXXFLAGS", "", lambda text: tuple(shlex.split(text)), True,

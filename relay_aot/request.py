@@ -86,7 +86,10 @@ class Request:
             # Layout passes ask AutoTVM for schedules too: its raw messages are held back here;
             # the build reports untuned kernels once (kernels/tuning.py).
             with tvm.transform.PassContext(opt_level=self.opt_level), tuning.watch():
-                prepared, extents = passes.prepare_with_extents(mod, self.params, self.opt_level, self.target, layouts)
+                # a standalone package keeps direct convolutions: their scratch is small, and planned
+                winograd = self.config.winograd and not self.config.standalone
+                prepared, extents = passes.prepare_with_extents(mod, self.params, self.opt_level, self.target, layouts,
+                                                                winograd=winograd)
                 lowered.append(lower_program(prepared, self.name, self.target, self.config, extents))
             return prepared
 

@@ -34,7 +34,7 @@ from .copies import copy_form
 from .divisions import explicit_asserts, guard_divisions
 from .llvm_debug_info import for_llvm
 from .shape_funcs import ShapeFunc, make_shape_func
-from . import conv_epilogue, extents, isolated, scratch, tuning
+from . import conv_epilogue, extents, isolated, scratch, tuning, winograd  # noqa: F401 (winograd: its strategy)
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
 

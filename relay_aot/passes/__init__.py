@@ -29,7 +29,7 @@ from .. import ir
 from ..errors import RelayAotError, UnsupportedError
 from .te_compiler_speed import faster_te_compiler, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
-from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic, vector_math
+from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic, vector_math, winograd
 from .layouts import preserves_order
 from .bounds import numpy_slice_begin, static_pad_width, unpacked_dynamic_dense
 from .exact_int8 import exact_int8_products
@@ -339,6 +339,12 @@ def _dense_of_transposes(pack: bool) -> tvm.transform.Pass:
     return tvm.transform.module_pass(apply, opt_level=0, name="DenseOfTransposes")
 
 
+@tvm.transform.module_pass(opt_level=0, name="WinogradConvolutions")
+def winograd_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`winograd.rewrite` as a pass, for the current target (see that module)."""
+    return winograd.rewrite(mod, tvm.target.Target.current(allow_none=True))
+
+
 @tvm.transform.module_pass(opt_level=0, name="PooledPointwiseConvolutions")
 def pooled_pointwise_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:func:`pooled_pointwise.rewrite` as a pass (see that module)."""
@@ -470,6 +476,7 @@ def prepare_with_extents(
     target: Optional[tvm.target.Target] = None,
     layouts: bool = True,
     until_layouts: bool = False,
+    winograd: bool = True,
 ) -> tuple[tvm.IRModule, tuple[ir.SharedExtent, ...]]:
     """Run the pass pipeline: type check, bind params, legalize, simplify, fuse, A-normal form.
 
@@ -485,6 +492,8 @@ def prepare_with_extents(
     AutoTVM's tasks are the kernels before that choice, which reads their records.
     ``until_layouts=True`` stops where the layout choice would run: the dataflow graph whose
     operators become those kernels, which TVM's graph tuner reads (see :func:`layout_graph`).
+    ``winograd``: after the layout choice, 3x3 convolutions with constant weights on AVX-512
+    become Winograd's (:mod:`.winograd`; ``RELAY_AOT_WINOGRAD``).
     """
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"expected a tvm.IRModule, got {type(mod).__name__}")
@@ -515,6 +524,8 @@ def prepare_with_extents(
         return _run_sequence(sequence, mod, opt_level, target), extents
     if alters_layout:
         sequence += [alter_layout, relay.transform.InferType()]
+        if winograd:
+            sequence += [winograd_convolutions, relay.transform.InferType()]
     sequence += [relay.transform.ToANormalForm(), inline_pure_lets, relay.transform.InferType()]
     if opt_level >= 2:
         # after inlining: a transpose bound by a let is then an argument of the product again

@@ -1,0 +1,116 @@
+"""Choose Winograd for packed 3x3 convolutions on AVX-512 (the kernel: ``kernels.winograd``).
+
+After the layout choice, a convolution ``nn.contrib_conv2d_NCHWc`` with constant weights, a 3x3
+window, stride 1, padding 1, no dilation or groups, float32, one image, and input and output
+blocks of whole AVX-512 vectors (16 or 32 channels) becomes
+``nn.contrib_conv2d_winograd_without_weight_transform`` in the same data layouts, whose weights
+are the packed weights unpacked and transformed by Relay's
+``contrib_conv2d_winograd_weight_transform``, laid out as the kernel reads them, and folded
+into one constant here. Its output blocks, and so every layout around it, stay as they were.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import tvm
+from tvm import relay
+
+_NCHWC = tvm.ir.Op.get("nn.contrib_conv2d_NCHWc")
+
+#: float32 lanes of an AVX-512 vector.
+LANES = 16
+
+#: Rows and columns below this keep the direct convolution (a tile pads a small map by much).
+MIN_EXTENT = 8
+
+
+def tile_size(height: int, width: int) -> int:
+    """Outputs per tile side: 4 on rows of 20 and more, else 2 (on 13-wide rows a tile of 4
+    computes 16 columns for 13, and measured slower than 2 on SqueezeNet's 13 x 13 layers)."""
+    return 4 if min(height, width) >= 20 else 2
+
+
+def _block(layout: str, prefix: str) -> Optional[int]:
+    if layout.startswith(prefix) and layout.endswith("c") and layout[len(prefix):-1].isdigit():
+        return int(layout[len(prefix):-1])
+    return None
+
+
+def _replacement(call: relay.Call) -> Optional[relay.Expr]:
+    attrs = call.attrs
+    data, weight = call.args
+    if not isinstance(weight, relay.Constant):
+        return None
+    if (tuple(attrs.kernel_size) != (3, 3) or tuple(attrs.strides) != (1, 1) or tuple(attrs.dilation) != (1, 1)
+            or tuple(attrs.padding) != (1, 1, 1, 1) or int(attrs.groups) != 1):
+        return None
+    cb = _block(str(attrs.data_layout), "NCHW")
+    kb = _block(str(attrs.out_layout or attrs.data_layout), "NCHW")
+    if cb is None or kb is None or cb % LANES or kb % LANES:
+        return None
+    if str(attrs.kernel_layout) != f"OIHW{cb}i{kb}o":
+        return None
+    ty = data.checked_type
+    if not isinstance(ty, relay.TensorType) or ty.dtype != "float32" or weight.data.dtype != "float32":
+        return None
+    if str(attrs.out_dtype) not in ("", "float32"):
+        return None
+    shape = [d for d in ty.shape]
+    if not all(isinstance(d, tvm.tir.IntImm) for d in shape):
+        return None
+    n, _, height, width, _ = (int(d) for d in shape)
+    if n != 1 or min(height, width) < MIN_EXTENT:
+        return None
+    m = tile_size(height, width)
+    filters = int(weight.data.shape[0]) * kb
+    alpha = m + 2
+    plain = relay.layout_transform(weight, f"OIHW{cb}i{kb}o", "OIHW")
+    transformed = relay.nn.contrib_conv2d_winograd_weight_transform(plain, tile_size=m)  # (a, a, K, C)
+    transformed = relay.reshape(transformed, (alpha * alpha, filters // kb, kb, -1))
+    transformed = relay.transpose(transformed, (0, 1, 3, 2))
+    return relay.nn.contrib_conv2d_winograd_without_weight_transform(
+        data, transformed, tile_size=m, kernel_size=(3, 3), padding=(1, 1), channels=filters,
+        data_layout=f"NCHW{cb}c", kernel_layout="OIHW", out_layout=f"NCHW{kb}c", out_dtype="float32")
+
+
+class _Rewrite(relay.ExprMutator):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def visit_call(self, call):
+        new = super().visit_call(call)
+        if isinstance(new, relay.Call) and new.op == _NCHWC:
+            replacement = _replacement(call)  # the original call: it has the types
+            if replacement is not None:
+                self.count += 1
+                return relay.Call(replacement.op, [new.args[0], replacement.args[1]], replacement.attrs)
+        return new
+
+
+def _avx512(target: Optional[tvm.target.Target]) -> bool:
+    """Whether ``target`` is x86 with AVX-512 (the kernel was measured there only)."""
+    if target is None or target.kind.name != "llvm":
+        return False
+    with target:
+        return tvm.target.x86.get_simd_32bit_lanes() == LANES
+
+
+def rewrite(mod: tvm.IRModule, target: Optional[tvm.target.Target]) -> tvm.IRModule:
+    """``mod`` with its qualifying convolutions Winograd's (the module docstring), or ``mod``."""
+    if not _avx512(target):
+        return mod
+    changed = False
+    for gv, func in list(mod.functions.items()):
+        if not isinstance(func, relay.Function):
+            continue
+        rewriter = _Rewrite()
+        new = rewriter.visit(func)
+        if rewriter.count:
+            mod[gv] = new
+            changed = True
+    if not changed:
+        return mod
+    mod = relay.transform.InferType()(mod)
+    return relay.transform.FoldConstant()(mod)
