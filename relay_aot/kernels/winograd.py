@@ -14,7 +14,7 @@ relay_aot's own, in the layout the convolutions around it already use (``NCHW{c}
    its zeros and ones cost nothing);
 2. ``M[e, k/kb, p, kb] = sum_c V[e, p, c] U[e, k/kb, c, kb]``: (m+2)^2 matrix products, tiles by
    output channels, a register block of tiles by one vector of channels, the weights ``U``
-   transformed once when compiling (Relay's ``contrib_conv2d_winograd_weight_transform``, folded);
+   transformed once when compiling (``passes.winograd.transformed_weights``);
 3. each output tile ``A^T M A``, then the fused operators (bias, activation) and one store.
 
 The three stages run per row of tiles, so a row's transformed tiles stay in cache between them.
@@ -47,9 +47,8 @@ TAG = "relay_aot_winograd_nchwc"
 
 
 def _matrices(m: int):
-    """TVM's transform matrices A (m+2 x m), B (m+2 x m+2) as numpy (the weight transform's G,
-    which Relay's ``contrib_conv2d_winograd_weight_transform`` applies, comes from the same
-    points)."""
+    """TVM's transform matrices A (m+2 x m), B (m+2 x m+2) as numpy (the weights' G, which
+    ``passes.winograd`` applies, comes from the same points)."""
     points = winograd_util._interpolation_points(m + 2)
     a, b, _ = winograd_util._cook_toom_convolution(points, m, 3)
     return np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)

@@ -4,17 +4,18 @@ After the layout choice, a convolution ``nn.contrib_conv2d_NCHWc`` with constant
 window, stride 1, padding 1, no dilation or groups, float32, one image, and input and output
 blocks of whole AVX-512 vectors (16 or 32 channels) becomes
 ``nn.contrib_conv2d_winograd_without_weight_transform`` in the same data layouts, whose weights
-are the packed weights unpacked and transformed by Relay's
-``contrib_conv2d_winograd_weight_transform``, laid out as the kernel reads them, and folded
-into one constant here. Its output blocks, and so every layout around it, stay as they were.
+are the packed weights transformed here, once (:func:`transformed_weights`), and laid out as
+the kernel reads them. Its output blocks, and so every layout around it, stay as they were.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import tvm
 from tvm import relay
+from tvm.topi.nn import winograd_util
 
 _NCHWC = tvm.ir.Op.get("nn.contrib_conv2d_NCHWc")
 
@@ -29,6 +30,21 @@ def tile_size(height: int, width: int) -> int:
     """Outputs per tile side: 4 on rows of 20 and more, else 2 (on 13-wide rows a tile of 4
     computes 16 columns for 13, and measured slower than 2 on SqueezeNet's 13 x 13 layers)."""
     return 4 if min(height, width) >= 20 else 2
+
+
+def transformed_weights(packed: np.ndarray, m: int) -> np.ndarray:
+    """Winograd's ``G g G^T`` of packed weights (``K/kb x C/cb x 3 x 3 x cb x kb``, x86's
+    ``OIHW{cb}i{kb}o``), laid out as the kernel reads them: ``(m+2)^2 x K/kb x C x kb``.
+    Computed here in float64 (Relay's ``contrib_conv2d_winograd_weight_transform`` folded by
+    ``FoldConstant`` took 5 s of SqueezeNet's compile); G is TVM's, as the kernel's A and B."""
+    k_blocks, c_blocks, _, _, cb, kb = packed.shape
+    plain = packed.astype(np.float64).transpose(0, 5, 1, 4, 2, 3).reshape(k_blocks * kb, c_blocks * cb, 3, 3)
+    _, _, g = winograd_util._cook_toom_convolution(winograd_util._interpolation_points(m + 2), m, 3)
+    g = np.asarray(g, dtype=np.float64)
+    u = np.einsum("ei,kcij,nj->enkc", g, plain, g)  # (a, a, K, C)
+    alpha = m + 2
+    u = u.reshape(alpha * alpha, k_blocks, kb, c_blocks * cb).transpose(0, 1, 3, 2)
+    return np.ascontiguousarray(u, dtype=np.float32)
 
 
 def _block(layout: str, prefix: str) -> Optional[int]:
@@ -64,11 +80,7 @@ def _replacement(call: relay.Call) -> Optional[relay.Expr]:
         return None
     m = tile_size(height, width)
     filters = int(weight.data.shape[0]) * kb
-    alpha = m + 2
-    plain = relay.layout_transform(weight, f"OIHW{cb}i{kb}o", "OIHW")
-    transformed = relay.nn.contrib_conv2d_winograd_weight_transform(plain, tile_size=m)  # (a, a, K, C)
-    transformed = relay.reshape(transformed, (alpha * alpha, filters // kb, kb, -1))
-    transformed = relay.transpose(transformed, (0, 1, 3, 2))
+    transformed = relay.const(transformed_weights(weight.data.numpy(), m), "float32")
     return relay.nn.contrib_conv2d_winograd_without_weight_transform(
         data, transformed, tile_size=m, kernel_size=(3, 3), padding=(1, 1), channels=filters,
         data_layout=f"NCHW{cb}c", kernel_layout="OIHW", out_layout=f"NCHW{kb}c", out_dtype="float32")
@@ -112,5 +124,4 @@ def rewrite(mod: tvm.IRModule, target: Optional[tvm.target.Target]) -> tvm.IRMod
             changed = True
     if not changed:
         return mod
-    mod = relay.transform.InferType()(mod)
-    return relay.transform.FoldConstant()(mod)
+    return relay.transform.InferType()(mod)
