@@ -61,7 +61,11 @@ def test_results_equal_the_graph_executors(case):
     got = relay_aot.compile(mod, target=target)(*args.values())
     got = list(got) if isinstance(got, (list, tuple, tvm.runtime.container.ADT)) else [got]
     for i, value in enumerate(got):
-        np.testing.assert_allclose(value.numpy(), graph.get_output(i).numpy(), rtol=1e-5, atol=1e-5)
+        expected = graph.get_output(i).numpy()
+        # relay_aot computes the 3x3 convolutions by Winograd's algorithm on AVX-512: a few ulps
+        # of the largest output apart from the graph executor's direct ones (a misplaced piece
+        # is off by whole values)
+        np.testing.assert_allclose(value.numpy(), expected, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(expected).max()))
 
 
 @pytest.mark.parametrize("case,in_place", CASES.items())

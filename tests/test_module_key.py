@@ -137,7 +137,7 @@ def test_every_output_setting_changes_the_key(monkeypatch):
     """Each setting that changes what is built is in the key; the others are not."""
     alternative = {"RELAY_AOT_TARGET": "llvm", "RELAY_AOT_SCALAR_FAST_PATH": "0", "RELAY_AOT_PARALLEL_THRESHOLD": "7", "CXX": "c++",
                    "RELAY_AOT_CXXFLAGS": "-DRELAY_AOT_TEST_FLAG", "RELAY_AOT_PCH": "0", "RELAY_AOT_PREBUILT": "0", "RELAY_AOT_PROFILE": "1",
-                   "RELAY_AOT_STANDALONE": "1", "RELAY_AOT_JOBS": "3",
+                   "RELAY_AOT_STANDALONE": "1", "RELAY_AOT_WINOGRAD": "0", "RELAY_AOT_JOBS": "3",
                    "RELAY_AOT_CACHE_DIR": "/tmp/elsewhere", "RELAY_AOT_LOCK_TIMEOUT": "5", "RELAY_AOT_PROGRESS": "1"}
     fields = dataclasses.fields(config.Config)
     assert {f.metadata["env"] for f in fields} == set(alternative), "a setting without a test value"
