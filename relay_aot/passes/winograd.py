@@ -17,6 +17,8 @@ import tvm
 from tvm import relay
 from tvm.topi.nn import winograd_util
 
+from .walk import calls_any, rewrite_functions
+
 _NCHWC = tvm.ir.Op.get("nn.contrib_conv2d_NCHWc")
 
 #: float32 lanes of an AVX-512 vector.
@@ -89,14 +91,14 @@ def _replacement(call: relay.Call) -> Optional[relay.Expr]:
 class _Rewrite(relay.ExprMutator):
     def __init__(self):
         super().__init__()
-        self.count = 0
+        self.changed = False
 
     def visit_call(self, call):
         new = super().visit_call(call)
         if isinstance(new, relay.Call) and new.op == _NCHWC:
             replacement = _replacement(call)  # the original call: it has the types
             if replacement is not None:
-                self.count += 1
+                self.changed = True
                 return relay.Call(replacement.op, [new.args[0], replacement.args[1]], replacement.attrs)
         return new
 
@@ -113,15 +115,4 @@ def rewrite(mod: tvm.IRModule, target: Optional[tvm.target.Target]) -> tvm.IRMod
     """``mod`` with its qualifying convolutions Winograd's (the module docstring), or ``mod``."""
     if not _avx512(target):
         return mod
-    changed = False
-    for gv, func in list(mod.functions.items()):
-        if not isinstance(func, relay.Function):
-            continue
-        rewriter = _Rewrite()
-        new = rewriter.visit(func)
-        if rewriter.count:
-            mod[gv] = new
-            changed = True
-    if not changed:
-        return mod
-    return relay.transform.InferType()(mod)
+    return rewrite_functions(mod, lambda func: _Rewrite() if calls_any(func, {_NCHWC.name}) else None)
