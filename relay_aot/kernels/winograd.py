@@ -29,15 +29,14 @@ kernel, every other call TVM's strategy as before.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
-import tvm
 from tvm import te, tir, topi
 from tvm.relay.op import op as _op
 from tvm.relay.op.strategy import generic as _generic, x86 as _x86
 from tvm.topi.nn import winograd_util
 from tvm.topi.utils import get_const_tuple
+
+from ..passes.winograd import packed_block
 
 #: Tiles per register block of the matrix products (times one vector of output channels).
 TILES_PER_BLOCK = 8
@@ -173,8 +172,7 @@ def schedule(outs) -> te.Schedule:
     ht, hi = s[last].split(h, m)
     wt, wi = s[last].split(w, m)
     s[last].reorder(b, ht, ko, wt, hi, wi, ki)
-    row = ht
-    s[last].parallel(row)
+    s[last].parallel(ht)
     s[last].unroll(wi)
     s[last].vectorize(ki)
 
@@ -192,7 +190,7 @@ def schedule(outs) -> te.Schedule:
     s[rows_done].unroll(eps2)
     s[rows_done].unroll(rb2)
     s[rows_done].vectorize(ci2)
-    s[transformed].compute_at(s[last], row)
+    s[transformed].compute_at(s[last], ht)
 
     products = stages["winograd_products"]
     e, ko3, p3, ki3 = s[products].op.axis
@@ -201,7 +199,7 @@ def schedule(outs) -> te.Schedule:
     s[products].reorder(e, ko3, po, rc, pi, ki3)
     s[products].unroll(pi)
     s[products].vectorize(ki3)
-    s[products].compute_at(s[last], row)
+    s[products].compute_at(s[last], ht)
 
     for name in ("winograd_output_rows", "winograd_output"):
         stage = stages[name]
@@ -211,13 +209,6 @@ def schedule(outs) -> te.Schedule:
         s[stage].unroll(axes[3])
         s[stage].vectorize(axes[4])
     return s
-
-
-def _packed(layout: str) -> Optional[int]:
-    """The block of a packed data layout ``NCHW{c}c``, else None."""
-    if layout.startswith("NCHW") and layout.endswith("c") and layout[4:-1].isdigit():
-        return int(layout[4:-1])
-    return None
 
 
 def _compute(attrs, inputs, out_type):
@@ -233,7 +224,7 @@ _TVM_CPU_STRATEGY = _x86.conv2d_winograd_without_weight_transform_strategy_cpu
 
 
 def _cpu_strategy(attrs, inputs, out_type, target):
-    if _packed(attrs.data_layout) is None:
+    if packed_block(str(attrs.data_layout)) is None:
         return _TVM_CPU_STRATEGY(attrs, inputs, out_type, target)
     strategy = _op.OpStrategy()
     strategy.add_implementation(_compute, _schedule, name="winograd_nchwc.relay_aot", plevel=20)

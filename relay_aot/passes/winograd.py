@@ -49,9 +49,10 @@ def transformed_weights(packed: np.ndarray, m: int) -> np.ndarray:
     return np.ascontiguousarray(u, dtype=np.float32)
 
 
-def _block(layout: str, prefix: str) -> Optional[int]:
-    if layout.startswith(prefix) and layout.endswith("c") and layout[len(prefix):-1].isdigit():
-        return int(layout[len(prefix):-1])
+def packed_block(layout: str) -> Optional[int]:
+    """The channel block of a packed data layout ``NCHW{c}c``, else None."""
+    if layout.startswith("NCHW") and layout.endswith("c") and layout[4:-1].isdigit():
+        return int(layout[4:-1])
     return None
 
 
@@ -63,8 +64,8 @@ def _replacement(call: relay.Call) -> Optional[relay.Expr]:
     if (tuple(attrs.kernel_size) != (3, 3) or tuple(attrs.strides) != (1, 1) or tuple(attrs.dilation) != (1, 1)
             or tuple(attrs.padding) != (1, 1, 1, 1) or int(attrs.groups) != 1):
         return None
-    cb = _block(str(attrs.data_layout), "NCHW")
-    kb = _block(str(attrs.out_layout or attrs.data_layout), "NCHW")
+    cb = packed_block(str(attrs.data_layout))
+    kb = packed_block(str(attrs.out_layout or attrs.data_layout))
     if cb is None or kb is None or cb % LANES or kb % LANES:
         return None
     if str(attrs.kernel_layout) != f"OIHW{cb}i{kb}o":
