@@ -132,3 +132,53 @@ def test_wrong_input_is_refused_at_run(library):
     executor["set_input"]("y", tvm.nd.array(np.zeros(3, "float32")))
     with pytest.raises(ArgumentValueError, match=r"argument 0 \(%x\): expected Tensor\[\(2, 3\), float32\]"):
         executor["run"]()
+
+
+@pytest.mark.parametrize("out", [None, 5, "x"])
+def test_get_output_into_a_non_tensor_is_a_type_error(library, out):
+    """``get_output(0, None)`` copied into a null DLTensor and killed the process."""
+    a, b = _inputs()
+    executor = library["default"](tvm.cpu())
+    executor["set_input"]("x", tvm.nd.array(a))
+    executor["set_input"]("y", tvm.nd.array(b))
+    executor["run"]()
+    with pytest.raises(TypeError):
+        executor["get_output"](0, out)
+
+
+def test_one_module_shared_between_threads():
+    """A run racing get_output on one executor module: every output read is a whole, finished
+    run's (the module serialises its callers), never "there is no output 63" (run clears the
+    outputs, then fills them again: 64 of them widen that window)."""
+    import threading
+    import time
+
+    x = relay.var("x", shape=(4,))
+    outputs = [x + relay.const(float(i)) for i in range(64)]
+    library = relay_aot.compile(tvm.IRModule.from_expr(relay.Function([x], relay.Tuple(outputs)))).module
+    data = np.arange(4, dtype="float32")
+    executor = library["default"](tvm.cpu())
+    executor["set_input"]("x", tvm.nd.array(data))
+    executor["run"]()
+    errors, stop = [], threading.Event()
+
+    def runner():
+        while not stop.is_set():
+            executor["run"]()
+
+    def reader():
+        deadline = time.monotonic() + 3
+        try:
+            while time.monotonic() < deadline:
+                np.testing.assert_allclose(executor["get_output"](63).numpy(), data + 63)
+        except Exception as error:  # noqa: BLE001 - collected for the assertion below
+            errors.append(error)
+        finally:
+            stop.set()
+
+    threads = [threading.Thread(target=runner), threading.Thread(target=reader)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <string>
 
 // Empty when this file is compiled as the runtime object. A build that has no runtime object
@@ -653,24 +654,28 @@ class ExecutorNode final : public tvm::runtime::ModuleNode {
     if (name == "set_input" || name == "set_input_zero_copy") {
       const bool copy = name == "set_input";
       return PackedFunc([self, this, copy](TVMArgs args, TVMRetValue*) {
+        const Lock lock(mutex_);
         arity(args, 2, "set_input(key, value)");
         set_input(input_index(args[0]), args[1], copy);
       });
     }
     if (name == "get_input") {
       return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        const Lock lock(mutex_);
         arity(args, 1, "get_input(key)");
         *rv = get_input(input_index(args[0]));
       });
     }
     if (name == "get_input_index") {
       return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        const Lock lock(mutex_);
         arity(args, 1, "get_input_index(name)");
         *rv = find_input(args[0].operator std::string());
       });
     }
     if (name == "get_input_name") {
       return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        const Lock lock(mutex_);
         arity(args, 1, "get_input_name(index)");
         *rv = String(signature_.names[checked_index(args[0].operator int64_t(), signature_.arity, "input")]);
       });
@@ -686,6 +691,7 @@ class ExecutorNode final : public tvm::runtime::ModuleNode {
     }
     if (name == "run") {
       return PackedFunc([self, this](TVMArgs args, TVMRetValue*) {
+        const Lock lock(mutex_);
         arity(args, 0, "run()");
         run();
       });
@@ -693,6 +699,7 @@ class ExecutorNode final : public tvm::runtime::ModuleNode {
     if (name == "run_from_inputs") {
       // The graph executor's end-to-end benchmark: (device type, device id, name, value, ...).
       return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        const Lock lock(mutex_);
         if (args.size() < 2 || args.size() % 2 != 0) {
           throw Error("ArgumentValueError", "run_from_inputs(device_type, device_id, name, value, ...) takes pairs");
         }
@@ -703,12 +710,19 @@ class ExecutorNode final : public tvm::runtime::ModuleNode {
     }
     if (name == "get_output") {
       return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        const Lock lock(mutex_);
         if (args.size() != 1 && args.size() != 2) throw Error("ArgumentValueError", "get_output(index[, out]) takes 1 or 2 arguments");
         if (!ran_) throw Error("ArgumentValueError", "get_output: the program has not run yet (run() first)");
         const ObjectRef& value = outputs_[checked_index(args[0].operator int64_t(), outputs_.size(), "output")];
         if (args.size() == 2) {
           if (value.as<NDArray::Container>() == nullptr) {
             throw Error("ArgumentValueError", "get_output(index, out): that output is not a tensor");
+          }
+          // None converts to a null DLTensor*, which CopyTo would write through.
+          const int code = args[1].type_code();
+          if (code != kTVMDLTensorHandle && code != kTVMNDArrayHandle) {
+            raise_type_error(std::string("get_output(index, out): out must be a tensor (tvm.nd.array), got ") +
+                             tvm::runtime::ArgTypeCode2Str(code));
           }
           tvm::runtime::Downcast<NDArray>(value).CopyTo(args[1].operator DLTensor*());
           return;
@@ -720,6 +734,7 @@ class ExecutorNode final : public tvm::runtime::ModuleNode {
       // Saved parameters (tvm.runtime.save_param_dict): those that name an input set it, the
       // others are ignored, as by the graph executor.
       return PackedFunc([self, this](TVMArgs args, TVMRetValue*) {
+        const Lock lock(mutex_);
         arity(args, 1, "load_params(bytes)");
         const PackedFunc* load = tvm::runtime::Registry::Get("runtime.LoadParams");
         ICHECK(load != nullptr) << "TVM's runtime.LoadParams is not registered";
@@ -738,6 +753,7 @@ class ExecutorNode final : public tvm::runtime::ModuleNode {
     if (name == "invoke") {
       // The VM's invoke(function name), on the inputs set: relay_aot compiles @main only.
       return PackedFunc([self, this](TVMArgs args, TVMRetValue* rv) {
+        const Lock lock(mutex_);
         if (args.size() != 1 || args[0].operator std::string() != "main") {
           throw Error("ArgumentValueError", "invoke: a relay_aot library runs @main only: invoke(\"main\")");
         }
@@ -894,6 +910,11 @@ class ExecutorNode final : public tvm::runtime::ModuleNode {
   std::vector<bool> owned_;  //!< inputs_[i] is a buffer of the module's own (set_input copies into it)
   std::vector<ObjectRef> outputs_;
   bool ran_ = false;
+  // One caller at a time: TVM's graph executor is not safe to share between threads, but a run
+  // racing get_output must not see half-replaced outputs. Recursive: a callable input that calls
+  // back into the module on the same thread must not deadlock.
+  std::recursive_mutex mutex_;
+  using Lock = std::lock_guard<std::recursive_mutex>;
 };
 
 }  // namespace detail
