@@ -8,6 +8,8 @@ name (the C API's with ``tvmgen_<model>_``) so that several compiled models can 
 process or one binary.
 """
 
+import functools
+import os
 import re
 
 VAR = "v"  #: local variables: v0, v1, ...
@@ -90,12 +92,68 @@ def is_model_name(name) -> bool:
     return isinstance(name, str) and bool(_IDENTIFIER.match(name)) and len(name) <= 64
 
 
+#: The shared libraries a relay_aot library is loaded next to or linked with (the C library,
+#: libm, the C++ and compiler runtimes, TVM's runtime): a model name one of them defines would
+#: be exported twice, and the library's entry would replace the C library's function for the
+#: whole process (``memcpy``, ``strlen``: a crash while compiling; ``malloc``: a C program
+#: linking the library dies before its first ``printf``).
+_SYSTEM_LIBRARIES = ("c", "m", "stdc++", "gcc_s", "pthread", "dl", "rt")
+
+
+@functools.lru_cache(maxsize=None)
+def _system_libraries() -> tuple:
+    import ctypes
+    import ctypes.util
+
+    found = []
+    for short in _SYSTEM_LIBRARIES:
+        path = ctypes.util.find_library(short)
+        if path:
+            try:
+                found.append((path, ctypes.CDLL(path)))
+            except OSError:
+                pass
+    try:
+        # libtvm.so, already loaded: its C symbols include those of libtvm_runtime.so, which a C
+        # or C++ program links, and which must not be loaded next to it (it would register
+        # TVM's functions twice and abort).
+        from tvm._ffi import base
+
+        found.append((base._LIB._name, base._LIB))
+    except (ImportError, AttributeError):
+        pass
+    return tuple(found)
+
+
+def symbol_collision(name: str):
+    """What already defines the symbol ``name`` that a library of model ``name`` would export
+    (a library's basename), or None.
+
+    Names beginning with ``_`` are reserved to the C implementation at file scope (C17 7.1.3:
+    newlib's ``_write``, ``_sbrk``, the compiler runtime's ``__aeabi_*``), so a standalone
+    package's cannot be checked against a library on this machine: they are all refused.
+    """
+    if name.startswith("_"):
+        return "the C implementation (names beginning with '_' are reserved to it)"
+    for path, library in _system_libraries():
+        if hasattr(library, name):
+            return os.path.basename(path)
+    return None
+
+
 def check_model_name(name: str) -> str:
-    """Validate a model name (the prefix of every exported symbol) and return it."""
+    """Validate a model name (the prefix of every exported symbol, and the entry's own symbol)
+    and return it."""
     if not is_model_name(name):
         raise ValueError(
             f"model name {name!r} is not usable as a symbol prefix: use 1-64 letters, digits and "
             "underscores, not starting with a digit"
+        )
+    owner = symbol_collision(name)
+    if owner is not None:
+        raise ValueError(
+            f"model name {name!r} is a symbol of {owner}: a library exports its entry under the model "
+            "name, which would replace that function in every program loading it; choose another name"
         )
     return name
 

@@ -177,6 +177,12 @@ def test_compile_errors_name_the_problem():
     for bad in ("", "9lives", "a-b", "x" * 65, "a b"):
         with pytest.raises(ValueError, match="model name"):
             relay_aot.compile(fib, name=bad)
+    # The entry is exported under the model name: "memcpy" crashed the compiling process, and
+    # "malloc" replaced libc's in a C program linking the library.
+    for taken, owner in (("memcpy", "libc"), ("malloc", "libc"), ("strlen", "libc"), ("expf", "libm"),
+                         ("TVMFuncCall", "libtvm"), ("_sbrk", "C implementation")):
+        with pytest.raises(ValueError, match=f"model name '{taken}' is a symbol of .*{owner}"):
+            relay_aot.compile(fib, name=taken)
     no_main = tvm.IRModule({relay.GlobalVar("f"): fib["fib"]})
     with pytest.raises(relay_aot.RelayAotError, match="no @main"):
         relay_aot.compile(no_main)
