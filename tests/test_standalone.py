@@ -441,3 +441,27 @@ Linker script and memory map
  *fill*         0x000028e8        0x8
 """)
     assert micro.model_sizes(map_file, lambda origin: "libtvmgen_m.a" in origin)["text"] == 0x20
+
+
+def test_export_refuses_anything_but_a_regular_file_in_the_packages_place(tmp_path):
+    """export_standalone followed a symlink at DIR/Makefile and overwrote its target, and a FIFO
+    there blocked it: the policy of export_library, per file of the package."""
+    mod = tvm.IRModule.from_expr(relay.Function([x := relay.var("x", shape=(3,))], relay.abs(x)))
+    target = tmp_path / "target.txt"
+    target.write_text("keep me")
+    special = {"symbolic link": lambda p: p.symlink_to(target), "FIFO": os.mkfifo, "directory": Path.mkdir}
+    for index, (kind, make) in enumerate(special.items()):
+        for victim in ("Makefile", "entry.cc", "tvmgen_m.h"):
+            package = tmp_path / f"pkg{index}_{victim}"
+            package.mkdir()
+            make(package / victim)
+            with pytest.raises(ValueError, match=f"export_standalone: .*{victim} is a {kind}, not a regular file"):
+                relay_aot.export_standalone(mod, package, name="m")
+            assert sorted(p.name for p in package.iterdir()) == [victim], "nothing is written"
+    assert target.read_text() == "keep me"
+    # a regular file in the way is replaced
+    package = tmp_path / "ok"
+    package.mkdir()
+    (package / "Makefile").write_text("old")
+    relay_aot.export_standalone(mod, package, name="m")
+    assert "libtvmgen_m.a" in (package / "Makefile").read_text()

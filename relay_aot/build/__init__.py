@@ -57,6 +57,7 @@ from .cache import (
     subdir,
     cache_root,
     sweep_tmp,
+    check_replaceable,
     write_atomic,
 )
 from . import prebuilt
@@ -102,6 +103,7 @@ __all__ = [
     "source_hook",
     "unit_inputs",
     "stats",
+    "check_replaceable",
     "write_atomic",
 ]
 

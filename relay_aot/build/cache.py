@@ -99,6 +99,26 @@ def write_atomic(path: Path, content: Union[bytes, str, Path], mode: int = 0o600
     return path
 
 
+def check_replaceable(path: Path, what: str) -> None:
+    """Refuse, with ``ValueError`` naming ``what`` (the caller), to replace anything at ``path``
+    but a regular file: :func:`write_atomic` would replace a symbolic link, not write through
+    it, but a caller that opened the path would follow it, and a FIFO would block it."""
+    try:
+        mode = Path(path).lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{what}: {path} is {file_kind(mode)}, not a regular file; "
+                         "give a new path or a regular file to replace")
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is, in words: "a symbolic link", "a FIFO", ..."""
+    kinds = [(stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
 def _untrusted(path: Path, why: str) -> CompileError:
     return CompileError(
         f"the relay_aot cache directory {path} {why}; libraries from it would be loaded into this "

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import stat
 import struct
 import warnings
 from pathlib import Path
@@ -23,7 +22,7 @@ from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 
 from .. import ir, names
 from ..backends.cpp.capi import c_api, header_text
-from ..build.cache import write_atomic
+from ..build.cache import check_replaceable, write_atomic
 from ..errors import ArgumentTypeError
 from . import fastcall, profiling
 from ..ir.signature import Signature
@@ -281,9 +280,9 @@ class CompiledModule:
             raise ValueError(f"the {self.backend} backend does not produce a shared library")
         header = None if c_header is None else self.c_header()
         path = Path(path)
-        _check_replaceable(path)
+        check_replaceable(path, "export_library")
         if header is not None:
-            _check_replaceable(Path(c_header))
+            check_replaceable(Path(c_header), "export_library")
         loaded_here = _held_file(os.path.realpath(path)) is not None
         written = write_atomic(path, Path(self.library_path), mode=0o644)
         if loaded_here:
@@ -315,23 +314,6 @@ def _profile_function(module: tvm.runtime.Module, name: str):
         return module.get_function(names.profile_symbol(name))
     except (AttributeError, tvm.error.TVMError):
         return None
-
-
-def _check_replaceable(path: Path) -> None:
-    """Refuse to replace anything but a regular file (``ValueError``)."""
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(mode):
-        raise ValueError(f"export_library: {path} is {_file_kind(mode)}, not a regular file; "
-                         "give a new path or a regular file to replace")
-
-
-def _file_kind(mode: int) -> str:
-    kinds = [(stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
-    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def read_signature(module: tvm.runtime.Module, name: str) -> Signature:

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
+import tempfile
 from pathlib import Path
 from typing import Mapping, Optional
 
 import tvm
 
 from ... import names
+from ...build.cache import check_replaceable, file_kind, write_atomic
 from ...build.toolchain import runtime_include_dir, tvm_include_dirs
 from ...errors import CompileError, UnsupportedError
 from ...ir.signature import Signature
@@ -119,23 +120,23 @@ def export_standalone(
     emitter = StandaloneEmitter(program, name, api, row.alignment, kernels.scratch_plan(c_target) if planned else {},
                                 kernels.extent_plan(c_target))
     out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in ("kernels.o", "kernels.c"):
-        if (out / stale).exists():
-            (out / stale).unlink()
+    # Every file's content is made before anything is written (a failed build leaves the
+    # directory as it was), then each is checked and written atomically: the package's place
+    # holds regular files only, as export_library's does.
+    contents: dict[str, object] = {}
     kernel_file, asks_workspace = None, False
     if row.kernel_c_target:
         source = kernels.build_c(row.kernel_c_target, scratch_params=planned)
         if source is not None:
             kernel_file = "kernels.c"
-            (out / kernel_file).write_text(source)
+            contents[kernel_file] = source
             asks_workspace = "TVMBackendAllocWorkspace(" in source
-            _copy_tvm_headers(out / TVM_HEADERS_DIR)
+            contents.update(_tvm_headers())
     else:
         module = kernels.build(scratch_params=planned)
         if module is not None:
             kernel_file = "kernels.o"
-            module.save(str(out / kernel_file))
+            contents[kernel_file] = _saved(module)
             asks_workspace = _asks_workspace(module)
     if emitter.plan is not None:
         size = _kernel_workspace(kernels, row.alignment, c_target) if asks_workspace else 0
@@ -159,9 +160,11 @@ def export_standalone(
              f" * lib{names.c_api(name)}.a alone (no TVM, no C++ library); one run at a time.")
     files[api.header_name] = header_text(api, usage, tuple(standalone_header_extra(api, size, emitter.plan)))
     files["Makefile"] = makefile(name, units + ["constants.cc", "entry.cc"], kernel_file)
-    for file_name, text in files.items():
-        (out / file_name).write_text(text)
-    shutil.copyfile(runtime_include_dir() / "standalone" / RUNTIME_HEADER, out / RUNTIME_HEADER)
+    contents.update(files)
+    contents[RUNTIME_HEADER] = runtime_include_dir() / "standalone" / RUNTIME_HEADER
+    # the other kernel file of an earlier package in this directory would be linked too
+    stale = [out / other for other in ("kernels.o", "kernels.c") if other != kernel_file]
+    _write_package(out, contents, stale)
     written = tuple(sorted([*files, RUNTIME_HEADER] + ([kernel_file] if kernel_file else [])))
     return Package(out, name, row, size, emitter.plan.size if emitter.plan else 0, written, api)
 
@@ -171,17 +174,52 @@ TVM_HEADERS_DIR = "tvm_include"
 _TVM_HEADERS = ("tvm/runtime/c_runtime_api.h", "tvm/runtime/c_backend_api.h", "dlpack/dlpack.h")
 
 
-def _copy_tvm_headers(directory: Path) -> None:
-    """Copy the headers TVM's C kernels include (declarations only: no TVM library is linked)."""
+def _tvm_headers() -> dict:
+    """The headers TVM's C kernels include (declarations only: no TVM library is linked), by
+    their path in the package."""
+    found = {}
     for header in _TVM_HEADERS:
         for root in tvm_include_dirs():
             source = Path(root) / header
             if source.is_file():
-                (directory / header).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, directory / header)
+                found[f"{TVM_HEADERS_DIR}/{header}"] = source
                 break
         else:
             raise CompileError(f"TVM's header {header} is missing from the installation")
+    return found
+
+
+def _saved(module) -> bytes:
+    """The object file of the kernels' module, as bytes (TVM writes it to a path)."""
+    with tempfile.TemporaryDirectory(prefix="relay_aot-kernels-") as tmp:
+        path = Path(tmp) / "kernels.o"
+        module.save(str(path))
+        return path.read_bytes()
+
+
+def _write_package(out: Path, contents: Mapping[str, object], stale) -> None:
+    """Write each file of ``contents`` (text, bytes, or a ``Path`` to copy) under ``out``
+    atomically, after checking that no path of the package (nor a stale file to remove) is a
+    symbolic link, a directory, a FIFO or a device: ``ValueError`` names it, nothing is written."""
+    what = "export_standalone"
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{what}: {out} exists and is not a directory")
+    targets = [out / relative for relative in contents]
+    for path in [*targets, *stale]:
+        check_replaceable(path, what)
+    # the package's own subdirectories (tvm_include/...): real directories, or new
+    inner = {out.joinpath(*Path(relative).parts[:depth]) for relative in contents
+             for depth in range(1, len(Path(relative).parts))}
+    for directory in sorted(inner):
+        if directory.is_symlink() or directory.exists() and not directory.is_dir():
+            raise ValueError(f"{what}: {directory} is {file_kind(directory.lstat().st_mode)}, not a directory")
+    for directory in sorted(inner | {out}):
+        directory.mkdir(parents=True, exist_ok=True)
+    for path in stale:
+        if path.exists():
+            path.unlink()
+    for path, content in zip(targets, contents.values()):
+        write_atomic(path, content, mode=0o644)
 
 
 def _asks_workspace(module) -> bool:
