@@ -7,7 +7,8 @@ of every cache key -- says exactly which instructions the kernels may use. ``tar
 is the portable build (any x86-64).
 
 Every library records what its kernels need (:class:`CpuRequirement`: the target, and the
-LLVM names of the features it enables that a CPU can lack, those LLVM detects on a host) in
+LLVM names of the features it enables that a CPU can lack, those LLVM detects on a host and
+whose instructions generated code can contain) in
 its metadata and in its entries, which check the running CPU before anything runs
 (``runtime_cpp/relay_aot/cpu.h``).
 """
@@ -77,13 +78,32 @@ def host_target() -> str:
     return f"{target} -mattr={','.join(changes)}" if changes else target
 
 
+#: The x86 features whose instructions LLVM's code generator emits in ordinary code -- vector,
+#: matrix, FMA, bit-manipulation, conversion, crypto and APX's register extensions (prefixes, or
+#: whole names) -- and so the only ones a library can need. A CPU model's other features are
+#: system instructions no kernel contains (``enqcmd``, ``pconfig``, ``ptwrite``, ``uintr``,
+#: ``waitpkg``, ``sgx``, cache control, random numbers, transactional memory, XSAVE...), which a
+#: hypervisor often hides: requiring them refused libraries built for the machine's own CPU name.
+CODE_FEATURE_PREFIXES = ("sse", "ssse3", "avx", "amx", "fma", "f16c", "xop", "bmi", "tbm", "lzcnt", "popcnt", "movbe",
+                         "adx", "aes", "vaes", "pclmul", "vpclmulqdq", "gfni", "sha", "sm3", "sm4", "crc32", "cmov",
+                         "cx8", "cx16", "sahf", "mmx", "prfchw", "64bit", "egpr", "ndd", "ccmp", "nf", "cf", "zu",
+                         "ppx", "push2pop2")
+
+
+def used_by_code(feature: str) -> bool:
+    """Whether kernels compiled with ``feature`` enabled can contain its instructions (see
+    :data:`CODE_FEATURE_PREFIXES`)."""
+    return feature.startswith(CODE_FEATURE_PREFIXES)
+
+
 @functools.lru_cache(maxsize=None)
 def _requirement(target: str) -> CpuRequirement:
     if not _is_x86():
         # The runtime's check knows x86 only: elsewhere nothing is recorded (docs/deployment.md).
         return CpuRequirement(target, ())
     enabled = codegen.llvm_get_cpu_features(tvm.target.Target(target))
-    return CpuRequirement(target, tuple(sorted(set(enabled) & set(host_features()))))
+    checkable = set(enabled) & set(host_features())
+    return CpuRequirement(target, tuple(sorted(f for f in checkable if used_by_code(f))))
 
 
 def requirement(target: tvm.target.Target) -> CpuRequirement:
