@@ -45,6 +45,20 @@ def _dense():
     return [x, w], relay.nn.dense(x, w)
 
 
+def _matmul(transpose_a, transpose_b):
+    def build():
+        x, y = _var("x", (A, A)), _var("y", (A, A))
+        return [x, y], relay.nn.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b)
+    return build
+
+
+def _squeeze(axis):
+    def build():
+        x = _var("x", (A, A))
+        return [x], relay.squeeze(x, axis=axis)
+    return build
+
+
 def _arange(dtype):
     def build():
         a, b, s = _var("a", (), dtype), _var("b", (), dtype), _var("s", (), dtype)
@@ -282,6 +296,15 @@ CASES = [
     ("dyn.tile by 0", _dyn_tile, (_f32(2, 3), np.array([0])), np.zeros((2, 0), "float32")),
     ("dense with a ? number of rows, 4 of them", _dense, (_f32(1, 4), _f32(4, 4) - 7), _f32(1, 4) @ (_f32(4, 4) - 7).T),
     ("dense with a ? number of rows, 9 of them", _dense, (_f32(2, 3), _f32(9, 3) / 4), _f32(2, 3) @ (_f32(9, 3) / 4).T),
+    ("matmul of a transposed (3, 2) and a (3, 5) (campaign seed 43)", _matmul(True, False), (_f32(3, 2), _f32(3, 5)),
+     _f32(3, 2).T @ _f32(3, 5)),
+    ("matmul of a transposed (3, 2) and a transposed (5, 3)", _matmul(True, True), (_f32(3, 2), _f32(5, 3)),
+     _f32(3, 2).T @ _f32(5, 3).T),
+    ("matmul of a transposed (3, 2) and a (4, 5)", _matmul(True, False), (_f32(3, 2), _f32(4, 5)),
+     (KernelError, "matmul: the inner dimensions differ")),
+    ("squeeze of a (1, 1) tensor to a scalar (campaign seed 43)", _squeeze([0, 1]), (_f32(1, 1) + 3,), np.float32(3)),
+    ("squeeze of a (1, 2) tensor to a scalar", _squeeze([0, -1]), (_f32(1, 2),),
+     (KernelError, "squeeze: a removed dimension is not 1")),
     ("take a row of an empty (?, 2) tensor", _take(0, "clip", data_shape=(A, 2)), (_f32(0, 2), np.int32(0)),
      (KernelError, "take: indices into an empty axis")),
 ]

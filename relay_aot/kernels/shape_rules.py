@@ -359,8 +359,51 @@ def _resize2d_dynamic(attrs, inputs, out_ndims):
     return [_resize2d(inputs[0], inputs[1], convert(axes[0]), convert(axes[1]))]
 
 
+@script
+def _matmul(a, b, transpose_a, transpose_b):
+    out = output_tensor((a.shape[0],), "int64")
+    for i in const_range(a.shape[0] - 2):
+        out[i] = a[i]
+    out[a.shape[0] - 2] = a[a.shape[0] - 2]
+    if transpose_a:
+        out[a.shape[0] - 2] = a[a.shape[0] - 1]
+    out[a.shape[0] - 1] = b[1]
+    if transpose_b:
+        out[a.shape[0] - 1] = b[0]
+    return out
+
+
+def _matmul_static(attrs, inputs, out_ndims):
+    """``nn.matmul``'s rows are ``a``'s last dimension when it is transposed: TVM's copies the
+    output's own last extent there before writing it (an uninitialised value: 0 rows, or -2)."""
+    flags = [tvm.tir.IntImm("bool", bool(attrs.transpose_a)), tvm.tir.IntImm("bool", bool(attrs.transpose_b))]
+    return [_matmul(inputs[0], inputs[1], *flags)]
+
+
+@script
+def _squeeze_all(data_shape, remove_axes):
+    out = output_tensor((0,), "int64")
+    for i in const_range(len(remove_axes)):
+        assert data_shape[remove_axes[i]] == 1, "squeeze: a removed dimension is not 1"
+    return out
+
+
+def _squeeze(attrs, inputs, out_ndims):
+    """A ``squeeze`` of every axis to a 0-d tensor: its shape is an empty vector, and the removed
+    extents are checked to be 1. TVM's makes a 0-d tensor instead of an empty shape (its kernel
+    then refuses the shape buffer) and checks nothing."""
+    if attrs.axis is None or len(attrs.axis) < inputs[0].shape[0].value:
+        return _TVM_SQUEEZE(attrs, inputs, out_ndims)
+    ndim = inputs[0].shape[0].value
+    return [_squeeze_all(inputs[0], convert(sorted({int(a) + ndim if int(a) < 0 else int(a) for a in attrs.axis})))]
+
+
+_TVM_SQUEEZE = tvm.ir.Op.get("squeeze").get_attr("FShapeFunc")
+
 #: Relay operator -> its shape function, replacing TVM's (see the module docstring).
 REPLACED = {
+    "nn.matmul": _matmul_static,
+    "squeeze": _squeeze,
     "dyn.nn.pad": _pad_dynamic,
     "dyn.image.resize2d": _resize2d_dynamic,
     "arange": _arange,
