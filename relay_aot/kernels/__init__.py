@@ -34,7 +34,7 @@ from .copies import copy_form
 from .divisions import explicit_asserts, guard_divisions
 from .llvm_debug_info import for_llvm
 from .shape_funcs import ShapeFunc, make_shape_func
-from . import conv_epilogue, extents, isolated, scratch, tuning, winograd  # noqa: F401 (winograd: its strategy)
+from . import c_intrinsics, conv_epilogue, extents, isolated, scratch, tuning, winograd  # noqa: F401 (winograd: its strategy)
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
 
@@ -331,9 +331,10 @@ class KernelTable:
         merged = tvm.IRModule(funcs).with_attr("executor", _UNPACKED)
         with tempfile.TemporaryDirectory(prefix="relay_aot-kernels-") as tmp:
             path = os.path.join(tmp, "kernels.c")
-            self._build_isolated(merged, path, tvm.target.Target(target))
+            with c_intrinsics.building():
+                self._build_isolated(merged, path, tvm.target.Target(target))
             with open(path) as source:
-                return source.read()
+                return c_intrinsics.portable(source.read())
 
     def scratch_plan(self, c_target: Optional[str] = None) -> dict[str, scratch.Scratch]:
         """Per kernel symbol, the scratch parameters ``build(scratch_params=True)`` (or

@@ -29,7 +29,7 @@ _MEMORY = {"memcpy", "memmove", "memset", "memcmp", "memchr", "strlen", "strcmp"
 _MATH = {base + suffix for base in (
     "sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh exp exp2 expm1 log log2 log10 log1p pow "
     "sqrt cbrt hypot erf erfc lgamma tgamma ceil floor trunc round lround nearbyint rint fmod remainder fabs fmin "
-    "fmax fma copysign ldexp frexp").split() for suffix in ("", "f")}
+    "fmax fma copysign ldexp frexp sincos").split() for suffix in ("", "f")}
 #: The compiler runtime: libgcc's helpers (soft arithmetic, conversions, bit counts) and the ARM EABI's.
 _COMPILER_RUNTIME = re.compile(
     r"__(aeabi_\w+|(add|sub|mul|div|mod|udiv|umod|udivmod|divmod|neg|cmp|ucmp|ashl|ashr|lshr|fix|fixuns|float|"
