@@ -194,6 +194,14 @@ MISTAKES = [
     (["run", "{lstm}", "--inputs", "{dir}/good.relay"], 2, r"--inputs takes one \.npz file or one \.npy file per"),
     (["run", "{lstm}", "--inputs", *["{dir}/fake.npy"] * 4], 1, r"fake\.npy: not a NumPy"),
     (["run", "{lstm}", "--name", "other"], 1, r"holds no relay_aot model named 'other' \(models: lstm\)"),
+    # a path that exists but is not a regular file is named for what it is (a FIFO is not opened)
+    (["compile", "{dir}/fifo.relay", "-o", "{dir}/x.so"], 1, r"fifo\.relay: is a FIFO, not a regular file$"),
+    (["show", "{dir}"], 1, r": is a directory, not a regular file$"),
+    (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--tuning-records", "{dir}"], 1,
+     r"--tuning-records .*: is a directory, not a regular file$"),
+    (["run", "{dir}/fifo.relay"], 1, r"fifo\.relay is a FIFO, not a library file$"),
+    (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--input-shapes", '{{"x": [1.5]}}'], 2,
+     r"--input-shapes .*a JSON object"),
 ]
 
 
@@ -204,6 +212,7 @@ def test_mistakes(argv, status, message, lstm_so, tmp_path, capsys):
     (tmp_path / "badtypes.relay").write_text(_BAD_TYPES)
     (tmp_path / "nounits.relay").write_text(_NO_UNITS)
     (tmp_path / "fake.npy").write_text("not numpy")
+    os.mkfifo(tmp_path / "fifo.relay")
     np.save(tmp_path / "x.npy", np.zeros(3, dtype="float32"))
     np.savez(tmp_path / "unknown.npz", nope=np.zeros(3, dtype="float32"))
     assert cli.main([a.format(dir=tmp_path, lstm=lstm_so) for a in argv]) == status
@@ -376,6 +385,22 @@ def test_onnx_model_through_the_cli(tmp_path):
         with np.load(tmp_path / "out.npz") as out:
             np.testing.assert_allclose(out["result[0]"], expected[0], rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(out["result[1]"], expected[1], rtol=1e-5, atol=1e-6)
+
+
+def test_input_shapes_name_inputs_with_spaces_and_colons(tmp_path, capsys):
+    """ONNX input names may hold spaces and colons (TensorFlow's exports: "serving_default_x:0"):
+    quoted, or in a JSON object, --input-shapes names them."""
+    onnx = pytest.importorskip("onnx")
+    model = _onnx_model(tmp_path / "plain.onnx")
+    renamed = {"x": "in put:0"}
+    for node in model.graph.node:
+        node.input[:] = [renamed.get(name, name) for name in node.input]
+    model.graph.input[0].name = "in put:0"
+    onnx.save(model, str(tmp_path / "named.onnx"))
+    for shapes in ('"in put:0":[5,4]', "'in put:0':[5,4]", '{"in put:0": [5, 4]}'):
+        argv = ["show", str(tmp_path / "named.onnx"), "--input-shapes", shapes]
+        assert cli.main(argv) == 0, capsys.readouterr().err
+        assert "Tensor[(5, 4), float32]" in capsys.readouterr().out, shapes
 
 
 @pytest.mark.parametrize("shapes,message", [

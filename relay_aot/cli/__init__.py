@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import re
@@ -110,16 +111,30 @@ def _one_line(err: BaseException) -> str:
     return lines[0] if not lines[0].startswith("Traceback") else lines[-1]
 
 
-_SHAPE_ENTRY = re.compile(r"(\S+?):\[([0-9,\s]*)\]")
+#: One entry of --input-shapes: a name, bare (no whitespace) or quoted ("in put", 'x:0'), then
+#: ``:`` and a bracketed list of extents.
+_SHAPE_ENTRY = re.compile(r"""(?:"([^"]*)"|'([^']*)'|(\S+?)):\[([0-9,\s]*)\]""")
 
 
 def _parse_shapes(text: Optional[str]) -> dict[str, list[int]]:
-    """``"x:[1,3,224,224] y:[10]"`` as ``{"x": [1, 3, 224, 224], "y": [10]}``."""
+    """``"x:[1,3,224,224] y:[10]"`` as ``{"x": [1, 3, 224, 224], "y": [10]}``. A name with a space
+    is quoted (``'"in put":[1,3]'``); a JSON object (``'{"in put": [1, 3]}'``) also works."""
     if not text:
         return {}
-    entries = [(m.group(1), m.group(2)) for m in _SHAPE_ENTRY.finditer(text)]
+    usage = f"--input-shapes {text!r}: expected entries like \"x:[1,3,224,224] y:[10]\" (quote a name with spaces: " \
+            "'\"in put\":[1,3]'), or a JSON object {\"x\": [1, 3, 224, 224]}"
+    if text.lstrip().startswith("{"):
+        try:
+            shapes = json.loads(text)
+        except ValueError:
+            raise CliError(usage, status=2) from None
+        if not all(isinstance(dims, list) and all(type(d) is int and d >= 0 for d in dims) for dims in shapes.values()):
+            raise CliError(usage, status=2)
+        return shapes
+    entries = [(m.group(1) if m.group(1) is not None else m.group(2) if m.group(2) is not None else m.group(3),
+                m.group(4)) for m in _SHAPE_ENTRY.finditer(text)]
     if not entries or _SHAPE_ENTRY.sub("", text).strip(" ,;\t"):
-        raise CliError(f"--input-shapes {text!r}: expected entries like \"x:[1,3,224,224] y:[10]\"", status=2)
+        raise CliError(usage, status=2)
     return {name: [int(d) for d in dims.replace(" ", "").split(",") if d] for name, dims in entries}
 
 
@@ -214,11 +229,24 @@ def _read_onnx(path: Path, shapes: dict) -> tuple:
         raise CliError(f"{path}: TVM's ONNX importer failed: {_kind_and_line(err, always=True)}") from None
 
 
+def _not_a_file(path: Path) -> str:
+    """Why ``path``, which is not a regular file, cannot be read as one: missing, or what it is
+    (reading a FIFO would block)."""
+    from ..build.cache import file_kind
+
+    try:
+        return f"is {file_kind(path.stat().st_mode)}, not a regular file"
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as err:
+        return err.strerror or "cannot be read"
+
+
 def read_model(path: str, fmt: Optional[str], input_shapes: Optional[str]) -> tuple:
     """``(IRModule, params)`` for a Relay text or ONNX file."""
     model = Path(path)
     if not model.is_file():
-        raise CliError(f"{path}: no such file")
+        raise CliError(f"{path}: {_not_a_file(model)}")
     fmt = fmt or ("onnx" if model.suffix.lower() == ".onnx" else "relay")
     shapes = _parse_shapes(input_shapes)
     return (_read_onnx if fmt == "onnx" else _read_relay)(model, shapes)
@@ -312,7 +340,7 @@ def _compile_args(args) -> dict:
     mod, params = _model_and_params(args)
     records = getattr(args, "tuning_records", None)
     if records is not None and not Path(records).is_file():
-        raise CliError(f"--tuning-records {records}: no such file")
+        raise CliError(f"--tuning-records {records}: {_not_a_file(Path(records))}")
     return dict(mod=mod, target=args.target, params=params, backend=args.backend, name=args.name,
                 opt_level=args.opt_level, profile=args.profile, **({"tuning_records": records} if records else {}))
 
@@ -439,7 +467,8 @@ def _model_options(parser: argparse.ArgumentParser, library: bool = True) -> Non
     parser.add_argument("--format", choices=FORMATS, help="the MODEL's format (default: by suffix, .onnx is ONNX)")
     parser.add_argument("--params", metavar="P.npz", help="bind parameters of @main to these arrays (by name)")
     parser.add_argument("--input-shapes", metavar="SHAPES",
-                        help='ONNX input shapes, e.g. "x:[1,3,224,224] y:[10]" (needed for dynamic ones)')
+                        help='ONNX input shapes, e.g. "x:[1,3,224,224] y:[10]" (quote a name with spaces: '
+                             '\'"in put":[1,3]\'; or a JSON object); needed for dynamic ones')
     parser.add_argument("--opt-level", type=int, choices=OPT_LEVELS, default=3,
                         help="Relay optimization level (default: %(default)s)")
     parser.add_argument("--target", default=None,

@@ -22,7 +22,7 @@ from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 
 from .. import ir, names
 from ..backends.cpp.capi import c_api, header_text
-from ..build.cache import check_replaceable, write_atomic
+from ..build.cache import check_replaceable, file_kind, write_atomic
 from ..errors import ArgumentTypeError
 from . import fastcall, profiling
 from ..ir.signature import Signature
@@ -394,6 +394,8 @@ def load(path, name: Optional[str] = None) -> CompiledModule:
     """
     path = Path(path)
     if not path.is_file():
+        if path.exists():
+            raise ValueError(f"{path} is {file_kind(path.stat().st_mode)}, not a library file")
         raise FileNotFoundError(f"no such library: {path}")
     models = model_names(path)
     if name is None:
