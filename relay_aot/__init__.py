@@ -21,6 +21,7 @@ from .errors import (  # noqa: E402
     MatchError,
     RecursionDepthError,
     RelayAotError,
+    TypeCheckError,
     UnsupportedError,
 )
 from .runtime import Closure, CompiledModule, load  # noqa: E402
@@ -35,6 +36,7 @@ __all__ = [
     "CompiledModule",
     "Closure",
     "RelayAotError",
+    "TypeCheckError",
     "UnsupportedError",
     "CompileError",
     "CpuFeatureError",

@@ -26,6 +26,11 @@ class RelayAotError(Exception):
     """Base class of relay_aot's compile-time errors."""
 
 
+class TypeCheckError(RelayAotError, tvm.error.DiagnosticError):
+    """The Relay program does not type-check. Also TVM's ``DiagnosticError`` (a ``TVMError``),
+    which ``relay.build`` raises for the same program, so code written for TVM catches it."""
+
+
 class UnsupportedError(RelayAotError):
     """The program uses a Relay construct, type or operator relay_aot cannot compile."""
 

@@ -192,6 +192,10 @@ def test_compile_errors_name_the_problem():
     ill_typed = tvm.IRModule({relay.GlobalVar("main"): relay.Function([y], relay.add(y, relay.const(1, "int32")))})
     with pytest.raises(relay_aot.RelayAotError, match="type-check"):
         relay_aot.compile(ill_typed)
+    # also TVM's DiagnosticError, as relay.build raises (TVM's test_any_broadcast_fail catches TVMError)
+    with pytest.raises(tvm.error.DiagnosticError, match="type-check") as caught:
+        relay_aot.compile(ill_typed)
+    assert isinstance(caught.value, relay_aot.TypeCheckError)
 
 
 def test_argument_errors_are_clean(backend):

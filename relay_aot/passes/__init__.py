@@ -26,7 +26,7 @@ import tvm
 from tvm import relay
 
 from .. import ir
-from ..errors import RelayAotError, UnsupportedError
+from ..errors import RelayAotError, TypeCheckError, UnsupportedError
 from .te_compiler_speed import faster_te_compiler, warm_error_backtraces
 from .gradient_cleanup import static_tensor, cleanup
 from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic, vector_math, winograd
@@ -547,7 +547,7 @@ def _run_sequence(sequence: list, mod: tvm.IRModule, opt_level: int, target) -> 
         try:
             return tvm.transform.Sequential(sequence)(mod)
         except tvm.error.DiagnosticError as err:
-            raise RelayAotError(f"the Relay program does not type-check: {err}") from None
+            raise TypeCheckError(f"the Relay program does not type-check: {err}") from None
 
 
 def layout_graph(
@@ -765,7 +765,7 @@ def gradient(
     try:
         mod = relay.transform.InferType()(mod)
     except tvm.error.DiagnosticError as err:
-        raise RelayAotError(f"the Relay program does not type-check: {err}") from None
+        raise TypeCheckError(f"the Relay program does not type-check: {err}") from None
     func = mod[name]
     if func.type_params:
         raise UnsupportedError(f"@{name} is polymorphic: Relay's gradient takes a function of tensors")
