@@ -20,6 +20,12 @@ themselves -- the same wrong thing relay_aot did. So here the oracle is numpy:
   extents, extents that do not fit together, zero and negative steps, slice bounds and indices
   out of range, ``k`` beyond the axis, NaN and infinite bounds, negative extents, and shapes
   whose element count or byte size is near or beyond 2^63.
+* Three families exercise the kernels relay_aot writes itself rather than shapes: 3x3
+  convolutions (Winograd's on AVX-512), packed dense products (the schedule rules' widths) and
+  int8 products, on static shapes with constant weights, their data ordinary, with infinities
+  and NaNs, or near the dtype's limits. Their reference computes in float64 (int64), with IEEE
+  semantics, so infinities and NaNs land where the direct computation puts them; their float
+  results are compared within RTOL of the largest finite one.
 * :func:`check` runs every argument set on relay_aot's backends and on TVM's references, each
   in an isolated child process (an :class:`~relay_aot.testing.oracle.IsolatedOracle` with a
   memory limit), and judges relay_aot's outcomes by :func:`judge`:
@@ -73,6 +79,8 @@ KINDS = (
     "nan",  # a NaN or infinite bound
     "negative_extent",  # a negative value where an extent or count is given
     "huge",  # a result whose element count or byte size is near or beyond 2^63
+    "non_finite",  # an infinity or NaN in a kernel's input data
+    "huge_value",  # finite input data near the dtype's limits (float32 ~1e36, int8's -128 and 127)
 )
 
 #: Exceptions relay_aot may raise on arguments the reference refuses (docs/guarantees.md),
@@ -261,6 +269,8 @@ class Built:
     draw_args: Callable[[_Args], tuple]
     #: dtype of the result when it is one tensor (None for a tuple): a follow-on step may apply.
     dtype: Optional[str] = None
+    #: float results are compared within RTOL of the largest finite one (not of each value)
+    relative: bool = False
 
 
 # -- program makers -------------------------------------------------------------------------------
@@ -987,6 +997,144 @@ def _pad(c: Choices) -> Built:
     return Built(name, params, body, reference, draw, x.dtype)
 
 
+# -- the kernels relay_aot writes itself, on hostile values -------------------------------------------
+#
+# Static shapes and constant weights, so that relay_aot's own kernels are chosen: Winograd's 3x3
+# convolutions (on AVX-512), the schedule rules' packed convolutions and dense products, the
+# exact int8 products. Their data is drawn ordinary, with infinities and NaNs, or near the
+# dtype's limits (the weights are scaled so that the direct computation stays finite there).
+# Float results are compared relative to the largest finite one (Built.relative): Winograd's
+# rounding is a few ulps of the largest output, not of each.
+
+
+def _float_data(args: _Args, shape: tuple, scale: float) -> np.ndarray:
+    """Float32 data of ``shape``: small values, or (tagged) some infinities and NaNs, or every
+    value near ``scale`` (huge values whose products with the weights stay finite)."""
+    rng = np.random.default_rng(args.c.integers(0, 2**31 - 1))
+    data = rng.uniform(-1, 1, shape).astype("float32")
+    kind = args.c.choose(["plain", "non_finite", "huge_value", "both"])
+    if kind in ("huge_value", "both"):
+        data *= np.float32(scale)
+        args.tag("huge_value")
+    if kind in ("non_finite", "both"):
+        flat = data.reshape(-1)
+        for _ in range(args.c.integers(1, 3)):
+            flat[args.c.integers(0, flat.size - 1)] = args.c.choose([np.inf, -np.inf, np.nan])
+        args.tag("non_finite")
+    return data
+
+
+def _relu_as_tvm(value: np.ndarray) -> np.ndarray:
+    """``nn.relu`` as TVM computes it, ``x > 0 ? x : 0``: NaN becomes 0."""
+    return np.where(value > 0, value, np.float32(0)).astype(value.dtype)
+
+
+def _conv3x3(c: Choices) -> Built:
+    """A 3x3 convolution, stride 1, padding 1, on one image with constant weights, maybe with
+    bias and ReLU fused: Winograd's on AVX-512 (channels of 16 or 32, maps of 8 and more), the
+    packed direct kernel elsewhere."""
+    cin, cout = c.choose([16, 32]), c.choose([16, 32])
+    size = c.choose([8, 13, 20])
+    rng = np.random.default_rng(c.integers(0, 2**31 - 1))
+    weight = (rng.uniform(-1, 1, (cout, cin, 3, 3)) / (9 * cin)).astype("float32")
+    bias = rng.uniform(-1, 1, cout).astype("float32")
+    fused = c.choose(["none", "bias", "bias_relu"])
+    x = relay.var("x", shape=(1, cin, size, size), dtype="float32")
+    body = relay.nn.conv2d(x, relay.const(weight), padding=(1, 1), kernel_size=(3, 3), channels=cout)
+    if fused != "none":
+        body = relay.nn.bias_add(body, relay.const(bias))
+    if fused == "bias_relu":
+        body = relay.nn.relu(body)
+
+    def reference(data):
+        padded = np.pad(data[0].astype("float64"), ((0, 0), (1, 1), (1, 1)))
+        out = np.zeros((cout, size, size), "float64")
+        with np.errstate(all="ignore"):
+            for ky in range(3):
+                for kx in range(3):
+                    window = padded[:, ky:ky + size, kx:kx + size]
+                    out += np.einsum("oc,chw->ohw", weight[:, :, ky, kx].astype("float64"), window)
+            if fused != "none":
+                out += bias[:, None, None]
+        out = out[None].astype("float32")
+        return _relu_as_tvm(out) if fused == "bias_relu" else out
+
+    def draw(args: _Args):
+        # |w| sums to at most 1 per output: inputs of 1e37 keep the direct sum finite
+        return (_float_data(args, (1, cin, size, size), 1e37),)
+
+    return Built("nn.conv2d", [x], body, reference, draw, "float32", relative=True)
+
+
+def _packed_dense(c: Choices) -> Built:
+    """A dense product with constant weights, of widths the schedule rules block (17, 71) and
+    ordinary ones: relay_aot's packed dense kernel."""
+    rows, inner, units = c.choose([1, 4, 16]), c.choose([16, 64, 7]), c.choose([17, 71, 32, 64])
+    rng = np.random.default_rng(c.integers(0, 2**31 - 1))
+    weight = (rng.uniform(-1, 1, (units, inner)) / inner).astype("float32")
+    x = relay.var("x", shape=(rows, inner), dtype="float32")
+    relu = c.flip()
+    body = relay.nn.dense(x, relay.const(weight))
+    body = relay.nn.relu(body) if relu else body
+
+    def reference(data):
+        with np.errstate(all="ignore"):
+            out = (data.astype("float64") @ weight.T.astype("float64")).astype("float32")
+        return _relu_as_tvm(out) if relu else out
+
+    def draw(args: _Args):
+        return (_float_data(args, (rows, inner), 1e37),)
+
+    return Built("nn.dense (packed)", [x], body, reference, draw, "float32", relative=True)
+
+
+def _int8_product(c: Choices) -> Built:
+    """An int8 or uint8 by int8 product into int32 (dense or 1x1/3x3 convolution) with constant
+    weights: the exact int8 kernels (uint8 x int8 on x86 without VNNI's saturation)."""
+    kind = c.choose(["nn.dense", "nn.conv2d"])
+    dtype = c.choose(["uint8", "int8"])
+    rng = np.random.default_rng(c.integers(0, 2**31 - 1))
+    info = np.iinfo(dtype)
+    if kind == "nn.dense":
+        rows, inner, units = c.choose([1, 4]), c.choose([16, 64, 128]), c.choose([16, 17, 64])
+        weight = rng.integers(-128, 128, (units, inner), dtype="int8")
+        x = relay.var("x", shape=(rows, inner), dtype=dtype)
+        body = relay.nn.dense(x, relay.const(weight), out_dtype="int32")
+        shape = (rows, inner)
+
+        def reference(data):
+            return (data.astype("int64") @ weight.T.astype("int64")).astype("int32")
+    else:
+        cin, cout, k, size = c.choose([16, 32]), c.choose([16, 32]), c.choose([1, 3]), c.choose([4, 7])
+        weight = rng.integers(-128, 128, (cout, cin, k, k), dtype="int8")
+        x = relay.var("x", shape=(1, cin, size, size), dtype=dtype)
+        body = relay.nn.conv2d(x, relay.const(weight), padding=(k // 2, k // 2), kernel_size=(k, k), channels=cout,
+                               out_dtype="int32")
+        shape = (1, cin, size, size)
+
+        def reference(data):
+            pad = k // 2
+            padded = np.pad(data[0].astype("int64"), ((0, 0), (pad, pad), (pad, pad)))
+            out = np.zeros((cout, size, size), "int64")
+            for ky in range(k):
+                for kx in range(k):
+                    out += np.einsum("oc,chw->ohw", weight[:, :, ky, kx].astype("int64"),
+                                     padded[:, ky:ky + size, kx:kx + size])
+            return out[None].astype("int32")
+
+    def draw(args: _Args):
+        r = np.random.default_rng(args.c.integers(0, 2**31 - 1))
+        if args.c.flip():
+            # the extremes: products of -128 or 255 with -128 overflow int16 pairs (VNNI's vpdpbusd)
+            data = r.choice(np.array([info.min, info.max], dtype), shape)
+            args.tag("huge_value")
+        else:
+            data = r.integers(info.min, info.max + 1, shape, dtype=dtype)
+        return (data,)
+
+    return Built(f"{kind} ({dtype} x int8)", [x], body, reference, draw, "int32")
+
+
 def _pool(c: Choices) -> Built:
     x = _Tensor("x", 4)
     kind = c.choose(["nn.max_pool2d", "nn.avg_pool2d"])
@@ -1040,6 +1188,9 @@ OPERATORS: dict[str, Callable[[Choices], Built]] = {
     "repeat": _repeat,
     "pad": _pad,
     "pool": _pool,
+    "conv2d_3x3": _conv3x3,
+    "dense_pack": _packed_dense,
+    "int8_product": _int8_product,
 }
 
 
@@ -1079,6 +1230,8 @@ class HostileProgram:
     reference: Callable[..., Any]
     arg_sets: list
     follow_on: Optional[str] = None
+    #: see Built.relative
+    relative: bool = False
 
     def text(self) -> str:
         """The module as Relay text (with a metadata section only if it needs one)."""
@@ -1135,7 +1288,7 @@ def draw_program(c: Choices, arg_sets: int = 8, operators: Optional[Sequence[str
         sets.append(ArgSet(args, frozenset(draw.kinds)))
         if len(sets) == arg_sets:
             break
-    return HostileProgram(built.name, mod, reference, sets, follow_on)
+    return HostileProgram(built.name, mod, reference, sets, follow_on, built.relative)
 
 
 def numbered_program(seed: Any, index: int, arg_sets: int = 8,
@@ -1153,9 +1306,20 @@ def numbered_program(seed: Any, index: int, arg_sets: int = 8,
 # -- judging ----------------------------------------------------------------------------------------
 
 
-def judge(outcome: Outcome, expected: Outcome) -> Optional[tuple[str, str]]:
+def _tolerance(expected: Outcome, relative: bool) -> tuple[float, float]:
+    """``(rtol, atol)``: :data:`RTOL`/:data:`ATOL`, or for ``relative`` programs an absolute
+    tolerance of RTOL times the largest finite value expected."""
+    value = expected.value
+    if not relative or not isinstance(value, np.ndarray) or value.dtype.kind != "f":
+        return RTOL, ATOL
+    finite = np.abs(value[np.isfinite(value)])
+    return RTOL, max(ATOL, RTOL * float(finite.max())) if finite.size else ATOL
+
+
+def judge(outcome: Outcome, expected: Outcome, relative: bool = False) -> Optional[tuple[str, str]]:
     """``(kind, why)`` if relay_aot's ``outcome`` breaks the rule (see the module docstring)
-    against the reference's ``expected``; None if it keeps it."""
+    against the reference's ``expected``; None if it keeps it. ``relative``: see
+    :attr:`Built.relative`."""
     if outcome.kind == "unavailable":
         if outcome.cause != "rejected":
             return "crash", outcome.detail
@@ -1172,7 +1336,7 @@ def judge(outcome: Outcome, expected: Outcome) -> Optional[tuple[str, str]]:
     if expected.kind == "raised":
         return "accepted", f"returned {summary(outcome.value)}, but the reference refuses ({expected.detail})"
     try:
-        assert_same(outcome.value, expected.value, RTOL, ATOL, names=("relay_aot", "reference"))
+        assert_same(outcome.value, expected.value, *_tolerance(expected, relative), names=("relay_aot", "reference"))
     except Mismatch as err:
         return "wrong result", str(err)
     return None
@@ -1240,7 +1404,7 @@ class Tally:
         return "; ".join(parts)
 
 
-def _reference_verdict(outcome: Outcome, expected: Outcome) -> str:
+def _reference_verdict(outcome: Outcome, expected: Outcome, relative: bool = False) -> str:
     """How a TVM reference's outcome compares with the numpy reference (for the tally)."""
     if outcome.kind == "unavailable":
         return outcome.cause or "unavailable"
@@ -1249,7 +1413,7 @@ def _reference_verdict(outcome: Outcome, expected: Outcome) -> str:
     if expected.kind == "raised":
         return "returned where numpy refuses"
     try:
-        assert_same(outcome.value, expected.value, RTOL, ATOL)
+        assert_same(outcome.value, expected.value, *_tolerance(expected, relative))
     except Mismatch:
         return "another value"
     return "same value"
@@ -1270,13 +1434,13 @@ def check(program: HostileProgram, backends_oracle: IsolatedOracle, references_o
         for reference in references if references_oracle is not None else ():
             outcome = references_oracle.run(program.module, arg_set.args, reference)
             seen[reference] = _describe(outcome)
-            tally.outcomes[(reference, _reference_verdict(outcome, expected))] += 1
+            tally.outcomes[(reference, _reference_verdict(outcome, expected, program.relative))] += 1
         for backend in backends:
             outcome = backends_oracle.run(program.module, arg_set.args, backend)
             name = f"relay_aot {backend}"
             seen[name] = _describe(outcome)
             tally.outcomes[(name, outcome.kind if outcome.kind != "unavailable" else outcome.cause)] += 1
-            verdict = judge(outcome, expected)
+            verdict = judge(outcome, expected, program.relative)
             if verdict is not None:
                 text = text or program.text()
                 tally.findings.append(Finding(verdict[0], name, program.operator, verdict[1], text, arg_set.args,
