@@ -67,3 +67,35 @@ def test_a_hostile_campaign_finds_nothing():
     # Judged both ways: values compared with numpy's, and refusals.
     for backend in ("relay_aot cpp", "relay_aot python"):
         assert total.outcomes[(backend, "value")] > 0 and total.outcomes[(backend, "raised")] > 0, total
+
+
+def test_kernel_values_are_judged_relative_to_the_largest_output_and_by_their_non_finite_positions():
+    """The families on relay_aot's own kernels (Built.relative): an error of a few ulps of the
+    largest output passes, a NaN or infinity where the direct computation has none does not."""
+    expected = Outcome("value", np.array([3e36, 1.0, np.inf, np.nan], "float32"))
+    close = Outcome("value", np.array([3e36, 1.0 + 1e30, np.inf, np.nan], "float32"))
+    assert hostile.judge(close, expected, relative=True) is None
+    assert hostile.judge(close, expected)[0] == "wrong result"  # per value, it is not close
+    for wrong in ([3e36, np.nan, np.inf, np.nan], [3e36, 1.0, np.nan, np.nan], [3e36, 1.0, np.inf, 0.0]):
+        found = hostile.judge(Outcome("value", np.array(wrong, "float32")), expected, relative=True)
+        assert found and found[0] == "wrong result", wrong
+
+
+def test_every_kernel_family_draws_non_finite_and_huge_values():
+    kinds = set()
+    for index in range(12):
+        program = hostile.numbered_program(3, index, 6, ["conv2d_3x3", "dense_pack", "int8_product"])
+        kinds.update(*(a.kinds for a in program.arg_sets))
+    assert {"non_finite", "huge_value"} <= kinds
+
+
+def test_surfaces_report_a_crash_and_accept_refusals():
+    """hostile_surfaces: a child that dies is a finding; a refused name is not; an accepted one
+    is checked through the library and a standalone package's C program."""
+    from relay_aot.testing import hostile_surfaces
+
+    died = hostile_surfaces._child("import os; os.abort()")
+    assert len(died) == 1 and "status" in died[0], died
+    assert hostile_surfaces.check_name("malloc") == []  # refused with ValueError
+    assert hostile_surfaces.check_name("main") == []  # accepted: runs from Python and from C
+    assert hostile_surfaces.check_path("standalone", "Makefile", "FIFO") == []

@@ -25,7 +25,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from . import hostile
+from . import hostile, hostile_surfaces
 from .oracle import IsolatedOracle, Outcome, unsupported_reason
 from .strategies import Program
 from . import Mismatch, Report, compare_outcomes, equivalence_report
@@ -262,11 +262,13 @@ def run_hostile_campaign(
     out_dir: Path,
     operators: Optional[Sequence[str]] = None,
     minutes: Optional[float] = None,
+    with_surfaces: bool = True,
 ) -> int:
     """Check ``examples`` hostile programs (``arg_sets`` argument sets each), taking the operator
     families of ``operators`` (default all of ``hostile.OPERATORS``) in turn, for at most
-    ``minutes``. Every finding is printed (the first of each kind as it is found) and all are
-    written to ``out_dir``; returns 1 if there was one."""
+    ``minutes``; then (``with_surfaces``) model names and export places drawn from the seed
+    (``hostile_surfaces``). Every finding is printed (the first of each kind as it is found)
+    and all are written to ``out_dir``; returns 1 if there was one."""
     import random
 
     backends, references = tuple(backends), tuple(references)
@@ -297,16 +299,22 @@ def run_hostile_campaign(
     print(f"relay_aot.testing.fuzz: hostile campaign, {time.time() - start:.0f} s: {total}")
     print("  operators: " + ", ".join(f"{op} {n}" for op, n in sorted(total.operators.items())))
     print("  hostile kinds: " + ", ".join(f"{k} {total.kinds[k]}" for k in hostile.KINDS))
-    if not total.findings:
+    surfaces = hostile_surfaces.run(seed) if with_surfaces else []
+    if with_surfaces:
+        print(f"relay_aot.testing.fuzz: model names and export places: {len(surfaces)} findings")
+    if not total.findings and not surfaces:
         print("relay_aot.testing.fuzz: relay_aot kept the rule on every argument set")
         return 0
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"hostile-{int(time.time())}.txt"
-    path.write_text("\n\n".join(str(f) for f in total.findings))
+    path.write_text("\n\n".join([str(f) for f in total.findings] + surfaces))
     kinds = Counter(f.signature() for f in total.findings)
-    print(f"relay_aot.testing.fuzz: {len(total.findings)} findings ({len(kinds)} kinds), written to {path}")
+    print(f"relay_aot.testing.fuzz: {len(total.findings) + len(surfaces)} findings ({len(kinds)} kinds of program "
+          f"finding), written to {path}")
     for signature, count in kinds.most_common():
         print(f"  {count}x {' / '.join(signature)}")
+    for finding in surfaces:
+        print(f"  {finding}")
     return 1
 
 
@@ -334,7 +342,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run_hostile_campaign(
             args.examples, args.arg_sets, [b for b in args.backends.split(",") if b],
             [r for r in args.references.split(",") if r], args.seed, args.out,
-            [o for o in args.operators.split(",") if o], args.minutes,
+            [o for o in args.operators.split(",") if o], args.minutes, with_surfaces=not args.operators,
         )
     return run_campaign(
         args.examples, args.cases, [b for b in args.backends.split(",") if b],
