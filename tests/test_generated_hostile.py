@@ -18,6 +18,8 @@ from relay_aot.testing.oracle import Outcome
 
 VALUE = Outcome("value", np.arange(3, dtype="float32"))
 REFUSED = Outcome("raised", detail="Refused: topk: k is larger than the axis")
+UNREPRESENTABLE = Outcome("raised", detail="Unrepresentable: numpy cannot represent an array of shape "
+                                           "(1099511627776, 0, 4294967296) and dtype int32")
 
 
 @pytest.mark.parametrize("outcome, expected, verdict", [
@@ -37,6 +39,11 @@ REFUSED = Outcome("raised", detail="Refused: topk: k is larger than the axis")
      "compile error"),
     (Outcome("unavailable", detail="cpp rejected the program: UnsupportedError: TVM could not lower it",
              cause="rejected"), VALUE, None),
+    # an empty (2^40, 0, 2^32) tensor numpy cannot represent, reshaped to (0,) (seed 7102): an
+    # empty result or a clear error are both right; a non-empty one is not
+    (Outcome("value", np.zeros(0, "int32")), UNREPRESENTABLE, None),
+    (Outcome("raised", detail="ShapeError: too big"), UNREPRESENTABLE, None),
+    (Outcome("value", np.zeros(2, "int32")), UNREPRESENTABLE, "accepted"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_the_rule_catches_each_way_of_breaking_it(outcome, expected, verdict):
     found = hostile.judge(outcome, expected)

@@ -107,6 +107,12 @@ class Refused(Exception):
     """The reference semantics refuse these arguments (the message says why)."""
 
 
+class Unrepresentable(Refused):
+    """An empty tensor whose other extents multiply past what numpy can represent: numpy cannot
+    compute on it, but it has no element, so an executor that makes it (and an empty result
+    from it) is right too. :func:`judge` accepts a clear error or an empty value."""
+
+
 class Unsafe(Exception):
     """A result too large to compute here, and too small to be sure that no executor can
     allocate it (:func:`fits`): the generator drops such argument sets."""
@@ -253,7 +259,7 @@ def fits(shape: Sequence[int], dtype: str) -> None:
         raise Refused(f"a result of shape {tuple(shape)} and dtype {dtype} cannot be allocated")
     if math.prod(d for d in shape if d) * np.dtype(dtype).itemsize >= 2**63:
         # numpy's own rule, even for an empty array (relay_aot may make one; it cannot be read)
-        raise Refused(f"numpy cannot represent an array of shape {tuple(shape)} and dtype {dtype}")
+        raise Unrepresentable(f"numpy cannot represent an array of shape {tuple(shape)} and dtype {dtype}")
     if size > MAX_BYTES:
         raise Unsafe(shape)
 
@@ -1250,6 +1256,8 @@ def expect(reference: Callable[..., Any], args: Sequence[Any]) -> Outcome:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             return Outcome("value", normalize(reference(*args)))
+    except Unrepresentable as err:
+        return Outcome("raised", detail=f"{UNREPRESENTABLE}: {err}")
     except (Refused, ValueError, IndexError) as err:
         return Outcome("raised", detail=f"Refused: {err}")
 
@@ -1306,6 +1314,15 @@ def numbered_program(seed: Any, index: int, arg_sets: int = 8,
 # -- judging ----------------------------------------------------------------------------------------
 
 
+#: How :func:`expect` marks a refusal for :class:`Unrepresentable`.
+UNREPRESENTABLE = "Unrepresentable"
+
+
+def _empty(value) -> bool:
+    """Whether a normalized value is a tensor without elements."""
+    return isinstance(value, np.ndarray) and value.size == 0
+
+
 def _tolerance(expected: Outcome, relative: bool) -> tuple[float, float]:
     """``(rtol, atol)``: :data:`RTOL`/:data:`ATOL`, or for ``relative`` programs an absolute
     tolerance of RTOL times the largest finite value expected."""
@@ -1334,6 +1351,8 @@ def judge(outcome: Outcome, expected: Outcome, relative: bool = False) -> Option
             return "spurious error", f"raised {outcome.detail}, but the reference returns {summary(expected.value)}"
         return None
     if expected.kind == "raised":
+        if expected.detail.startswith(UNREPRESENTABLE) and _empty(outcome.value):
+            return None  # no element: numpy's limit, not a wrong result (Unrepresentable)
         return "accepted", f"returned {summary(outcome.value)}, but the reference refuses ({expected.detail})"
     try:
         assert_same(outcome.value, expected.value, *_tolerance(expected, relative), names=("relay_aot", "reference"))
