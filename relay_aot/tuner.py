@@ -12,7 +12,10 @@ appends them to a log, which a compile then reads (``relay_aot.compile(...,
 tuning_records=log)``, :func:`relay_aot.kernels.tuning.records`, or inside
 ``autotvm.apply_history_best(log)``). A task that already has
 its trials in the log for the same target (CPU and features) is skipped, so an interrupted run
-resumes where it stopped.
+resumes where it stopped. The log is read as a compile reads it
+(:func:`relay_aot.kernels.tuning.read`): a last line cut off mid-write is ignored, with a
+warning, and removed from the log before the first record is appended (:func:`end_lines`), so
+that the next record does not continue it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from tvm import autotvm
 from tvm.relay.backend import te_compiler
 
 from . import passes
-from .kernels import schedule_rules
+from .kernels import schedule_rules, tuning
 from .request import Request
 
 #: Tuners by name; "auto" is XGBoost's cost model where xgboost is installed, else the genetic one.
@@ -158,7 +161,10 @@ def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mappi
     :param progress: called with a line of text as each task starts (the CLI prints it); AutoTVM's
         progress bar shows the trials when stdout is a terminal.
     :returns: the tasks tuned, with the trials measured now and found in the log before.
-    :raises ValueError: a bad ``trials``, ``measurements`` or ``tuner``.
+    :raises ValueError: a bad ``trials``, ``measurements`` or ``tuner``; a line of ``log`` that
+        is not a record (but a last one cut off mid-write, which is ignored and removed before
+        the first append: :func:`end_lines`), or a record outside its task's configuration space
+        (:func:`relay_aot.kernels.tuning.read`, which names the line).
     """
     if not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer, got {trials!r}")
@@ -201,7 +207,7 @@ def _check_in_the_network(mod, params, target, opt_level: int, found: list, resu
                           progress: Optional[Callable[[str], None]]) -> None:
     """:func:`tune`'s check of the graph tuner's choice in the network (``network_check``)."""
     untuned = _untuned_records(found, result.log)
-    chosen = list(autotvm.record.load_from_file(str(result.graph_log)))
+    chosen = tuning.read(result.graph_log)
     if any(repr(inp.task.workload) not in untuned for inp, _ in chosen):
         return  # a convolution whose untuned configuration was not measured: nothing to fall back to
     times = _network_times(mod, params, target, opt_level, result.graph_log)
@@ -290,10 +296,10 @@ def _tune_tasks(found: list, measured: dict, option: dict, log: Path, trials: in
         if progress is not None:
             progress(f"{name}: {left} trials")
         chosen = _tuner(task, tuner)
-        in_space = [(inp, res) for inp, res in have if inp.config.index >= 0]  # a cost model indexes the space
+        in_space = [(inp, res) for inp, res in have if _indexed(task, inp.config)]  # a cost model indexes the space
         if in_space:
             chosen.load_history(in_space)
-        callbacks = [autotvm.callback.log_to_file(str(log))]
+        callbacks = [_log_to(log)]
         if os.isatty(1):
             callbacks.append(autotvm.callback.progress_bar(left, prefix=f"[{index}/{len(found)}]"))
         with _quiet_autotvm():
@@ -365,7 +371,7 @@ def _confirm(found: list, measured: dict, option: dict, log: Path, measurements:
                 inputs = [autotvm.MeasureInput(task.target, task, config) for config, n in short if n > round_]
                 with _quiet_autotvm():
                     results = measure(inputs)
-                autotvm.callback.log_to_file(str(log))(None, inputs, results)
+                _log_to(log)(None, inputs, results)
                 have += [(inp, res) for inp, res in zip(inputs, results) if res.error_no == 0]
                 done += len(inputs)
     return done
@@ -414,11 +420,12 @@ def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Option
     convolutions = _count_calls(graph, conv2d)
     if not convolutions or len(dtypes) > 1:
         return None
-    records = [(inp, res) for inp, res in median_costs(autotvm.record.load_from_file(str(log)))
+    records = [(inp, res) for inp, res in median_costs(tuning.read(log))
                if res.error_no == 0 and inp.task.name == GRAPH_TUNED_TEMPLATE]
     output = Path(output) if output is not None else graph_log_path(log)
     layout_log = _beside(output, "layouts")
-    layout_records = list(autotvm.record.load_from_file(str(layout_log))) if layout_log.exists() else None
+    # (records of layout transforms, which have no configuration space to check)
+    layout_records = tuning.read(layout_log, check_spaces=False) if layout_log.exists() else None
     chosen = DPTuner if convolutions <= DP_MAX_CONVOLUTIONS else PBQPTuner
     with _quiet_autotvm(), request.target:
         try:
@@ -549,7 +556,7 @@ def _measure_untuned(task, option, log: Path, before: list) -> list:
     inputs = [autotvm.MeasureInput(task.target, task, config)]
     with _quiet_autotvm():
         results = autotvm.measure.create_measure_batch(task, option)(inputs)
-    autotvm.callback.log_to_file(str(log))(None, inputs, results)  # as tune's own trials are
+    _log_to(log)(None, inputs, results)  # as tune's own trials are
     return [(inp, res) for inp, res in zip(inputs, results) if res.error_no == 0]
 
 
@@ -560,14 +567,82 @@ def _key(target, workload) -> tuple:
 
 
 def _measured(log: Path) -> dict:
-    """The successful records of ``log`` by (target, workload); empty if it does not exist."""
+    """The successful records of ``log`` by (target, workload); empty if it does not exist.
+
+    :raises ValueError: a line of ``log`` is not a record, or a record is outside its task's
+        configuration space (:func:`relay_aot.kernels.tuning.read`).
+    """
     found: dict = {}
     if not log.exists():
         return found
-    for inp, res in autotvm.record.load_from_file(str(log)):
+    for inp, res in tuning.read(log):
         if res.error_no == 0:
             found.setdefault(_key(inp.target, inp.task.workload), []).append((inp, res))
     return found
+
+
+def _indexed(task, config) -> bool:
+    """Whether ``config``'s index is the point of ``task``'s space its knobs are: what a tuner's
+    cost model takes it for (a configuration made outside the space has index -1; one whose
+    index disagrees with its knobs would teach the model another configuration's cost)."""
+    space = task.config_space
+    if not 0 <= config.index < space.range_length:
+        return False
+    try:
+        return config_key(space.get(config.index)) == config_key(config)
+    except IndexError:  # excluded by the space's constraints
+        return False
+
+
+def _log_to(log: Path) -> Callable:
+    """AutoTVM's ``log_to_file`` callback for ``log``, that first ends the log at a line's end
+    (:func:`end_lines`)."""
+    write = autotvm.callback.log_to_file(str(log))
+
+    def append(tuner, inputs, results) -> None:
+        end_lines(log)
+        write(tuner, inputs, results)
+
+    return append
+
+
+def end_lines(log: Path) -> None:
+    """Make ``log`` end with a newline before a record is appended to it, so the record is a
+    line of its own: AutoTVM appends ``record + "\\n"`` to whatever the file ends with.
+
+    A last line cut off mid-write (not JSON: :func:`relay_aot.kernels.tuning.is_cut`) is
+    removed, with a warning naming the file and the line; a complete record that lacks only its
+    newline gets it. Removing the cut line, rather than starting a new line after it, keeps the
+    log a log that TVM's reader reads too (``autotvm.apply_history_best`` refuses a malformed
+    line anywhere) and that :func:`relay_aot.kernels.tuning.read` does not refuse (a malformed
+    line that is not the last one is refused); what is removed never was a record. The file is
+    checked again here, just before the append, not when it was read: the bytes removed are the
+    ones found now. (Two tuners appending to one log at once are not supported: one would take
+    the other's line being written for a cut one.)
+    """
+    try:
+        with log.open("r+b") as out:
+            size = out.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            out.seek(size - 1)
+            if out.read(1) == b"\n":
+                return
+            out.seek(0)
+            data = out.read()
+            start = data.rfind(b"\n") + 1
+            if not data[start:].strip():
+                out.truncate(start)  # blanks after the last record: TVM's reader refuses a blank line
+            elif tuning.is_cut(data[start:]):
+                out.truncate(start)
+                logging.getLogger("relay_aot").warning(
+                    "tuning records %s, line %d: the last line was cut off mid-write (no newline, not a record): "
+                    "removed (%d bytes) before appending", log, data.count(b"\n") + 1, size - start)
+            else:
+                out.seek(size)
+                out.write(b"\n")
+    except FileNotFoundError:
+        return
 
 
 def _tuner(task, name: str):

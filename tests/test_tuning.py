@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import ast
 import collections
+import json
 import logging
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tvm
-from tvm import autotvm, relay
+from tvm import autotvm, relay, te
 
 import relay_aot
+from relay_aot import cli
 from relay_aot.kernels import tuning
 
 
@@ -152,7 +155,7 @@ def test_tuning_records_that_are_not_a_log_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.json"):
         relay_aot.compile(_dense_module(), tuning_records=tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("not a record\n")
-    with pytest.raises(ValueError, match="bad.json: not an AutoTVM log"):
+    with pytest.raises(ValueError, match=r"bad.json, line 1: not an AutoTVM record \(JSONDecodeError: "):
         relay_aot.compile(_dense_module(), tuning_records=tmp_path / "bad.json")
     with pytest.raises(ValueError, match="trials"):
         relay_aot.tune(_dense_module(), tmp_path / "log.json", trials=0)
@@ -308,3 +311,278 @@ def test_a_tuned_modules_profile_is_of_its_tuned_kernels(untuned_reports, tmp_pa
     untuned_profiled = plain.profiled_variant().build_result.key
     assert tuned.profiled_variant().build_result.key == inside_profiled != untuned_profiled
     assert relay_aot.compile(mod).profiled_variant().build_result.key == untuned_profiled
+
+
+# Issue 46: what a log may hold. A record outside its task's configuration space is refused by
+# file, line, workload, knob and value; a last line cut off mid-write is ignored with a warning
+# (and removed before tune appends); any other malformed line is refused by file and line.
+
+
+def _task(mod, name: str, target=None):
+    return next(t for t in relay_aot.tuner.tasks(mod, target=target) if t.name == name)
+
+
+def _line(task, config=None, cost: float = 1e-6, **knobs) -> str:
+    """A record of ``task`` (its space's first configuration, or ``config``) as a log line, with
+    ``knobs`` set: name -> [kind, value] ("sp", "re", "an", "ot"), or None to leave it out."""
+    config = task.config_space.get(0) if config is None else config
+    row = json.loads(autotvm.record.encode(autotvm.MeasureInput(task.target, task, config),
+                                           autotvm.MeasureResult((cost,), 0, 0.0, 1.0)))
+    entities = {name: [name, kind, value] for name, kind, value in row["config"]["entity"]}
+    for name, knob in knobs.items():
+        if knob is None:
+            del entities[name]
+        else:
+            entities[name] = [name, *knob]
+    row["config"]["entity"] = list(entities.values())
+    return json.dumps(row)
+
+
+def _outside(log, line: int, workload, problem: str) -> str:
+    return f"tuning records {log}, line {line}: a record outside its task's configuration space: {workload}, {problem}"
+
+
+def test_a_record_outside_its_tasks_space_is_refused_by_name(tmp_path):
+    """A dense_pack record with tile_x = [-1, 1, 2**40] (the space splits 40 columns) built a
+    library whose output was off by 2e37 (relay.build fails on it at opt_level 3: an invalid
+    packed layout). It is refused, by file, line, workload, knob and value."""
+    mod = _dense_module()
+    task = _task(mod, "dense_pack.x86")
+    log = tmp_path / "records.json"
+    log.write_text(_line(task) + "\n" + _line(task, cost=1e-7, tile_x=["sp", [-1, 1, 2**40]]) + "\n")
+    with pytest.raises(ValueError) as raised:
+        relay_aot.compile(mod, tuning_records=log)
+    assert str(raised.value) == _outside(
+        log, 2, task.workload, "knob tile_x = [-1, 1, 1099511627776]: not one of the 30 splits of 40 its space lists")
+    with pytest.raises(ValueError, match="line 2: a record outside"):
+        relay_aot.tune(mod, log, trials=1)  # before measuring anything
+    # in TVM's own context (docs/performance.md's other way), refused by workload, knob and value
+    with autotvm.apply_history_best(str(log)), pytest.raises(ValueError) as raised:
+        relay_aot.compile(mod)
+    assert str(raised.value) == (
+        "tuning records in scope (autotvm.apply_history_best): a record outside its task's configuration space: "
+        f"{task.workload}, knob tile_x = [-1, 1, 1099511627776]: not one of the 30 splits of 40 its space lists")
+    log.write_text(_line(task) + "\n" + _line(task, cost=1e-7, tile_x=["sp", [-1, 1, 8]]) + "\n")
+    np.testing.assert_allclose(relay_aot.compile(mod, tuning_records=log)(*_args()).numpy(), _expected(*_args()),
+                               rtol=1e-5)
+
+
+def test_a_split_that_does_not_divide_its_axis_blames_the_record(tmp_path):
+    """A dense_pack record whose column block (32) does not divide the 48 columns made the
+    compile say "the Relay program does not type-check": the layout pass packs the weight to it."""
+    mod = _constant_dense_module()
+    task = _task(mod, "dense_pack.x86")
+    log = tmp_path / "records.json"
+    log.write_text(_line(task, tile_x=["sp", [-1, 1, 32]]) + "\n")
+    with pytest.raises(ValueError) as raised:
+        relay_aot.compile(mod, tuning_records=log)
+    assert str(raised.value) == _outside(log, 1, task.workload,
+                                         "knob tile_x = [-1, 1, 32]: not one of the 45 splits of 48 its space lists")
+
+
+@autotvm.template("relay_aot_test.every_knob")
+def _every_knob(n):
+    """A template with a knob of each kind (split, reorder, annotation, option)."""
+    a = te.placeholder((n, n), name="a")
+    b = te.compute((n, n), lambda i, j: a[i, j] * 2, name="b")
+    s = te.create_schedule(b.op)
+    cfg = autotvm.get_config()
+    i, j = s[b].op.axis
+    cfg.define_split("tile_i", i, num_outputs=2)
+    cfg.define_reorder("order", [i, j], policy="all")
+    cfg.define_annotate("ann", [j], policy="try_unroll")
+    cfg.define_knob("step", [1, 2])
+    cfg["tile_i"].apply(s, b, i)
+    return s, [a, b]
+
+
+@pytest.mark.parametrize("knobs, problem", [
+    ({"tile_i": ["sp", [-1, 3]]}, "knob tile_i = [-1, 3]: not one of the 4 splits of 8 its space lists"),
+    ({"tile_i": ["sp", [3, 4]]}, "knob tile_i = [3, 4]: its factors multiply to 12, the axis is 8 long"),
+    ({"tile_i": ["sp", [-1, 2.0]]}, "knob tile_i = [-1, 2.0]: not 2 integer factors, the inner ones positive"),
+    ({"tile_i": ["sp", [-1, 2, 1]]}, "knob tile_i = [-1, 2, 1]: not 2 integer factors, the inner ones positive"),
+    ({"order": ["re", [1, 1]]}, "knob order = [1, 1]: not one of the 2 values its space lists"),
+    ({"ann": ["an", ["vec"]]}, "knob ann = ['vec']: not one of the 2 values its space lists"),
+    ({"step": ["ot", 3]}, "knob step = 3: not one of the 2 values its space lists"),
+    ({"step": ["ot", True]}, "knob step = True: not one of the 2 values its space lists"),
+    ({"step": ["sp", [-1, 1]]}, "knob step = [-1, 1]: a split, where the template's knob is an option"),
+    ({"extra": ["ot", 1]}, "knob extra = 1: the template has no such knob (its knobs: tile_i, order, ann, step)"),
+    ({"step": None}, "knob step: the record has no value for it"),
+])
+def test_every_kind_of_knob_is_checked_against_its_space(knobs, problem, tmp_path):
+    task = autotvm.task.create("relay_aot_test.every_knob", (8,), "llvm")
+    log = tmp_path / "records.json"
+    everything = [_line(task, task.config_space.get(i)) for i in range(len(task.config_space))]
+    log.write_text("\n".join(everything) + "\n")
+    assert len(everything) == 32 and len(tuning.read(log)) == 32  # the whole space is read
+    log.write_text(everything[0] + "\n" + _line(task, **knobs) + "\n")
+    with pytest.raises(ValueError) as raised:
+        tuning.read(log)
+    assert str(raised.value) == _outside(log, 2, task.workload, problem)
+    failed = _line(task, **knobs).replace('"result": [[1e-06], 0', '"result": [[1e+09], 1')
+    log.write_text(everything[0] + "\n" + failed + "\n")
+    assert len(tuning.read(log)) == 2  # a failed measurement is never applied: not checked
+
+
+def _conv13() -> tvm.IRModule:
+    x = relay.var("x", shape=(1, 16, 13, 13), dtype="float32")
+    w = relay.const(np.random.default_rng(4).standard_normal((16, 16, 3, 3)).astype("float32") * 0.1)
+    y = relay.nn.conv2d(x, w, padding=(1, 1), channels=16, kernel_size=(3, 3))
+    return tvm.IRModule.from_expr(relay.Function([x], y))
+
+
+def test_partial_column_blocks_are_read_and_build_right(tmp_path):
+    """tune measures the rule's configuration first, whose block of output columns need not
+    divide the row (13 in blocks of 5 on AVX2: [3, 5]), outside AutoTVM's space (its divisors and
+    powers of two): such records of that knob are read and build the right convolution; a
+    partial block of the channels, which the layout pass packs the tensors to, is refused."""
+    target = "llvm -mcpu=haswell"  # AVX2: the rule's two-vector channel blocks take 5 columns of 13
+    mod = _conv13()
+    task = _task(mod, "conv2d_NCHWc.x86", target)
+    ruled = relay_aot.tuner.untuned_config(task)
+    assert ruled["tile_ow"].size == [3, 5] and ruled.index == -1
+    data = np.random.default_rng(0).standard_normal((1, 16, 13, 13)).astype("float32")
+    expected = relay.create_executor("graph", mod=mod, target="llvm").evaluate()(data).numpy()
+    log = tmp_path / "records.json"
+    for columns in ([3, 5], [-1, 6], [2, 7]):
+        log.write_text(_line(task, ruled, tile_ow=["sp", columns]) + "\n")
+        compiled = relay_aot.compile(mod, target=target, tuning_records=log)
+        np.testing.assert_allclose(compiled(data).numpy(), expected, rtol=1e-4, atol=1e-5)
+    for columns, problem in (([4, 5], "its factors multiply to 20, the axis is 13 long"),
+                             ([1, 14], "not one of the 5 splits of 13 its space lists")):
+        log.write_text(_line(task, ruled, tile_ow=["sp", columns]) + "\n")
+        with pytest.raises(ValueError) as raised:
+            tuning.read(log)
+        assert str(raised.value) == _outside(log, 1, task.workload, f"knob tile_ow = {columns}: {problem}")
+    log.write_text(_line(task, ruled, tile_oc=["sp", [4, 5]]) + "\n")
+    with pytest.raises(ValueError) as raised:
+        relay_aot.compile(mod, target=target, tuning_records=log)
+    assert str(raised.value) == _outside(log, 1, task.workload,
+                                         "knob tile_oc = [4, 5]: not one of the 5 splits of 16 its space lists")
+
+
+def test_a_compile_served_from_the_cache_checks_no_space(untuned_reports, tmp_path, monkeypatch):
+    """The spaces are checked when kernels are built: a compile served from the cache builds
+    nothing, and its library was built after the check."""
+    mod = _dense_module()
+    log = tmp_path / "records.json"
+    log.write_text("".join(_line(t) + "\n" for t in relay_aot.tuner.tasks(mod)))
+    checked = []
+    check_space = tuning.check_space
+    monkeypatch.setattr(tuning, "check_space", lambda inp: checked.append(inp) or check_space(inp))
+    first = relay_aot.compile(mod, tuning_records=log)
+    assert not first.build_result.cached and len(checked) == 2
+    again = relay_aot.compile(mod, tuning_records=log)
+    assert again.build_result.cached and len(checked) == 2
+
+
+_BENCHMARK_LOGS = Path(__file__).parent.parent / "docs" / "benchmarks" / "tuning"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in _BENCHMARK_LOGS.glob("*.json")
+                                         if not p.name.endswith(".layouts.json")))
+def test_the_committed_logs_are_read_whole(name):
+    """The benchmark's logs, tune's own: their untuned records lie outside AutoTVM's spaces (the
+    rule's partial blocks: 13 columns in blocks of 5, 111 in blocks of 14)."""
+    path = _BENCHMARK_LOGS / name
+    assert len(tuning.read(path)) == len(path.read_text().splitlines())
+
+
+def test_a_cut_last_line_is_ignored_with_a_warning(tmp_path, caplog):
+    """A log whose last line was cut off mid-write (a tuner killed, a full disk) made the compile
+    refuse the whole log ("Unterminated string"): the line is ignored, a warning names it."""
+    caplog.set_level(logging.WARNING, logger="relay_aot")
+    mod = _dense_module()
+    tasks = relay_aot.tuner.tasks(mod)
+    complete = tmp_path / "complete.json"
+    complete.write_text("".join(_line(t) + "\n" for t in tasks))
+    cut = tmp_path / "cut.json"
+    last = _line(tasks[-1], tasks[-1].config_space.get(1), cost=1e-7)
+    cut.write_text(complete.read_text() + last[: len(last) // 2])
+    tuned = relay_aot.compile(mod, tuning_records=cut)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "relay_aot" and r.levelno == logging.WARNING]
+    assert warnings == [f"tuning records {cut}, line {len(tasks) + 1}: the last line was cut off mid-write "
+                        "(no newline, not a record): it is ignored"], warnings
+    assert tuned.build_result.key == relay_aot.compile(mod, tuning_records=complete).build_result.key
+    np.testing.assert_allclose(tuned(*_args()).numpy(), _expected(*_args()), rtol=1e-5)
+    # a complete last record without its newline is read
+    cut.write_text(complete.read_text() + last)
+    assert len(tuning.read(cut)) == len(tasks) + 1
+    # what a crash can leave: NUL bytes after the last newline
+    cut.write_bytes(complete.read_bytes() + b"\0" * 4096)
+    assert len(tuning.read(cut)) == len(tasks)
+    assert caplog.records[-1].getMessage().startswith(f"tuning records {cut}, line {len(tasks) + 1}: the last line")
+    # a last line that does not start a record is no cut record (a file that is no log, say)
+    cut.write_text(complete.read_text() + "garbage")
+    with pytest.raises(ValueError, match=f"line {len(tasks) + 1}: not an AutoTVM record \\(JSONDecodeError: "):
+        tuning.read(cut)
+
+
+@pytest.mark.parametrize("damage, detail", [
+    (lambda line: "not json", "JSONDecodeError: Expecting value: line 1 column 1 (char 0)"),
+    (lambda line: line[:12], "JSONDecodeError: Unterminated string starting at: line 1 column 12 (char 11)"),
+    (lambda line: "[1, 2]", "TypeError: list indices must be integers or slices, not str"),
+    (lambda line: line.replace('"sp"', '"xx"', 1), "RuntimeError: Invalid config knob type: xx"),
+    (lambda line: line.replace("[[1e-06], 0", "[[-1.0], 0"), "ValueError: costs [-1.0] are not all finite times"),
+    (lambda line: line.replace("[[1e-06], 0", "[[NaN], 0"), "ValueError: costs [nan] are not all finite times"),
+    (lambda line: line.replace("[[1e-06], 0", "[[true], 0"), "TypeError: costs (True,) are not a list of numbers"),
+    (lambda line: line.replace('"index": 0', '"index": "0"'), "TypeError: index '0' is not an integer"),
+])
+def test_a_malformed_line_is_refused_by_file_and_line(damage, detail, tmp_path):
+    task = _task(_dense_module(), "dense_pack.x86")
+    good = _line(task)
+    log = tmp_path / "records.json"
+    log.write_text(f"{good}\n{damage(good)}\n{good}\n")
+    with pytest.raises(ValueError) as raised:
+        tuning.read(log)
+    assert str(raised.value) == f"tuning records {log}, line 2: not an AutoTVM record ({detail})"
+    # the last line, newline and all: not cut off mid-write, refused as well
+    log.write_text(f"{good}\n{damage(good)}\n")
+    with pytest.raises(ValueError, match="line 2: not an AutoTVM record"):
+        tuning.read(log)
+
+
+@pytest.mark.parametrize("tail, kept", [
+    ("", ""),                                 # ends with a newline: nothing to do
+    ("CUT", ""),                              # a cut record: removed
+    ("GOOD", "GOOD\n"),                       # a complete record without its newline: the newline added
+    ("   ", ""),                              # blanks: removed (TVM's reader refuses a blank line)
+])
+def test_tune_appends_each_record_on_a_line_of_its_own(tail, kept, tmp_path, caplog):
+    """AutoTVM appends ``record + "\\n"`` to whatever the log ends with: after a cut line the next
+    record would continue it, a malformed line for ever after."""
+    caplog.set_level(logging.WARNING, logger="relay_aot")
+    task = _task(_dense_module(), "dense_pack.x86")
+    good = _line(task)
+    tail, kept = ({"CUT": good[:150], "GOOD": good}.get(tail, tail), kept.replace("GOOD", good))
+    log = tmp_path / "records.json"
+    log.write_text(good + "\n" + tail)
+    relay_aot.tuner.end_lines(log)
+    assert log.read_text() == good + "\n" + kept
+    warnings = [r.getMessage() for r in caplog.records if r.name == "relay_aot"]
+    removed = (f"tuning records {log}, line 2: the last line was cut off mid-write (no newline, not a record): "
+               "removed (150 bytes) before appending")
+    assert warnings == ([removed] if tail == good[:150] else [])
+
+
+def test_tune_resumes_a_log_whose_last_line_was_cut(tmp_path, capsys, caplog):
+    """`relay-aot tune` exited with "Unterminated string starting at: line 1 column 196" on a log
+    whose last line a killed run had cut. It now ignores the line, removes it before appending,
+    and measures again what it held; the log is then whole (TVM's own reader reads it)."""
+    caplog.set_level(logging.WARNING, logger="relay_aot")
+    model = tmp_path / "dense.relay"
+    model.write_text('#[version = "0.0.5"]\ndef @main(%x: Tensor[(2, 24), float32], %w: Tensor[(40, 24), float32]) {\n'
+                     "  nn.relu(nn.dense(%x, %w, units=40))\n}\n")
+    tasks = relay_aot.tuner.tasks(_dense_module())
+    first, second = (_line(t, relay_aot.tuner.untuned_config(t)) for t in tasks)  # each task's first trial
+    log = tmp_path / "records.json"
+    log.write_text(first + "\n" + second[:195])
+    assert cli.main(["tune", str(model), "-o", str(log), "--trials", "1", "--tuner", "random", "--no-layouts"]) == 0
+    assert "2 tasks, 1 trials measured now" in capsys.readouterr().out
+    cut = f"tuning records {log}, line 2: the last line was cut off mid-write (no newline, not a record)"
+    assert [r.getMessage() for r in caplog.records if r.name == "relay_aot"] == [
+        f"{cut}: it is ignored", f"{cut}: removed (195 bytes) before appending"]
+    text = log.read_text()
+    assert text.startswith(first + "\n{") and text.endswith("\n") and text.count("\n") == 2
+    records = list(autotvm.record.load_from_file(str(log)))
+    assert [str(inp.task.workload) for inp, _ in records] == [str(t.workload) for t in tasks]
