@@ -64,9 +64,11 @@ def context(workload: workloads_mod.Workload, target: str) -> contextlib.Abstrac
     if path is None:
         raise FileNotFoundError(f"no tuning records in {log_path(workload.tuned_from, target)}: "
                                 f"run python -m benchmarks (it tunes with --tune-trials, default {DEFAULT_TRIALS})")
-    from tvm import autotvm
+    from relay_aot.kernels import tuning
 
-    return autotvm.apply_history_best(str(path))
+    # relay_aot's reader: TVM's context of the records, a cut last line dropped with a warning
+    # (TVM's reader fails on it) and every record checked against its task's space
+    return tuning.records(path)
 
 
 def tune(workload: workloads_mod.Workload, trials: int, env: dict[str, str], target: str,

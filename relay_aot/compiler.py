@@ -70,7 +70,9 @@ def compile(  # noqa: A001 - the name users expect
     :returns: the compiled program; call it like ``mod["main"]``.
     :raises UnsupportedError: the program uses something relay_aot does not compile (a
         non-CPU target, an operator TVM cannot lower, ...).
-    :raises FileNotFoundError, ValueError: ``tuning_records`` is missing or not an AutoTVM log.
+    :raises FileNotFoundError, ValueError: ``tuning_records`` is missing, not an AutoTVM log, or
+        holds a record outside its task's configuration space (named by file, line, workload
+        and knob).
     :raises RelayAotError: the program does not type-check, or ``params`` names no parameter.
     :raises CompileError: the generated C++ did not compile (its output and sources are kept).
     :raises ValueError: a bad model name, backend or target.
