@@ -106,3 +106,5 @@ def test_surfaces_report_a_crash_and_accept_refusals():
     assert hostile_surfaces.check_name("malloc") == []  # refused with ValueError
     assert hostile_surfaces.check_name("main") == []  # accepted: runs from Python and from C
     assert hostile_surfaces.check_path("standalone", "Makefile", "FIFO") == []
+    assert hostile_surfaces.check_log("huge split") == []  # refused by file and line
+    assert hostile_surfaces.check_log("cut", 17) == []  # the cut line dropped; numpy's result
