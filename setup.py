@@ -3,7 +3,7 @@ relay_aot.runtime._fastcall (see its source). The metadata is in pyproject.toml.
 
 The packages are found, not listed: every directory of ``relay_aot/`` with an ``__init__.py``,
 and every directory of ``runtime_cpp/`` (the C++ runtime's headers and sources), installed as
-``relay_aot.runtime_cpp.<directory>``, where ``relay_aot.build.toolchain.runtime_include_dir``
+``relay_aot.runtime_cpp.<directory>``, where ``relay_aot.builder.toolchain.runtime_include_dir``
 finds them. The files in them other than modules are the ones MANIFEST.in puts into the sdist
 (``include_package_data``), so the sdist and the wheel hold the same files;
 ``tests/test_install.py`` checks the wheel against the checkout.
@@ -16,8 +16,8 @@ build requirement, found without importing it), and with the runtime's out-of-li
 (``runtime_cpp/relay_aot/runtime.cc``).
 
 After the extension, the build compiles what every library of the installing toolchain shares
--- the precompiled runtime header and the runtime object -- into ``relay_aot/build/_prebuilt``
-(``relay_aot/build/prebuilt.py``), so that a first compile into an empty cache need not. It
+-- the precompiled runtime header and the runtime object -- into ``relay_aot/builder/_prebuilt``
+(``relay_aot/builder/prebuilt.py``), so that a first compile into an empty cache need not. It
 runs relay_aot's own code for that, in a child process; if it fails, the installation goes on
 and the first compile builds them as before.
 """
@@ -51,7 +51,7 @@ class BuildExtAndToolchain(build_ext):
         editable = self.inplace or getattr(self, "editable_mode", False)
         package_root = _ROOT if editable else os.path.abspath(self.build_lib)
         out = os.path.join(package_root, "relay_aot", "build", "_prebuilt")
-        code = "import sys; from pathlib import Path; from relay_aot.build import prebuilt; prebuilt.build(Path(sys.argv[1]))"
+        code = "import sys; from pathlib import Path; from relay_aot.builder import prebuilt; prebuilt.build(Path(sys.argv[1]))"
         # pip's isolated build finds TVM through PYTHONPATH (its sitecustomize adds the build
         # environment): keep it, behind the package being built.
         path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)

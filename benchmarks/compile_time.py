@@ -10,7 +10,7 @@ the LSTM example (``lstm``: examples/lstm.relay), a generated program of 50 glob
 as constants). Each measurement runs in a fresh process with a private cache directory:
 
 * ``first``: an empty cache -- the kernels and the C++ are built; the precompiled runtime
-  header and the runtime object are the ones ``pip install`` built (``relay_aot/build/prebuilt.py``);
+  header and the runtime object are the ones ``pip install`` built (``relay_aot/builder/prebuilt.py``);
 * ``scratch``: the same with nothing prebuilt (``RELAY_AOT_PREBUILT=0``, as for a toolchain
   other than the installing one): the unit compiles without the precompiled header, which is
   started beside it for the next compiles, and includes the runtime's source;
@@ -135,7 +135,7 @@ def child(program: str, what: str) -> None:
     from tvm import relay
 
     import relay_aot
-    from relay_aot import build
+    from relay_aot import builder
     from relay_aot.cpu import host_target  # relay_aot's default target: the same kernels
 
     t1 = time.perf_counter()
@@ -165,7 +165,7 @@ def child(program: str, what: str) -> None:
         compiled = relay_aot.compile(mod)
         result["cached"] = compiled.build_result.cached
     result["time"], result["cpu"] = time.perf_counter() - start, cpu_seconds() - cpu
-    result["stats"] = {k: v for k, v in vars(build.stats).items() if isinstance(v, int)}
+    result["stats"] = {k: v for k, v in vars(builder.stats).items() if isinstance(v, int)}
     print(json.dumps(result))
 
 

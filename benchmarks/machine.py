@@ -54,11 +54,11 @@ def describe() -> dict[str, Any]:
     import tvm
 
     import relay_aot
-    from relay_aot import build
+    from relay_aot import builder
 
     try:
-        flags = build.BuildFlags.default()
-        compiler = f"{build.compiler_version(flags.cxx)} {' '.join(f for f in flags.cxxflags if f.startswith('-O'))}"
+        flags = builder.BuildFlags.default()
+        compiler = f"{builder.compiler_version(flags.cxx)} {' '.join(f for f in flags.cxxflags if f.startswith('-O'))}"
     except Exception:  # noqa: BLE001 - informational only; the build API may change
         compiler = None
     return {

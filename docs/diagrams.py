@@ -85,22 +85,22 @@ def pipeline() -> str:
     d.box(280, 114, 300, 46, "Relay: fused, A-normal form", ["each operator inside a Primitive=1 function"])
     d.arrow(360, 160, 180, 214, ["Primitive functions"], 190, 190)
     d.arrow(500, 160, 640, 214, ["everything else"], 578, 190)
-    d.box(30, 216, 300, 78, "kernels.py  (+ scalars.py)", ["TVM's TE compiler, one tvm.build (LLVM)",
+    d.box(30, 216, 300, 78, "kernels/  (+ scalars.py)", ["TVM's TE compiler, one tvm.build (LLVM)",
                                                           "symbols <model>_k<i>_<ops>; 0-d elementwise",
                                                           "kernels also get a native scalar form"], **ORANGE)
-    d.box(500, 216, 330, 78, "lower.py  (+ relay_types.py)", ["closure conversion · match compilation",
+    d.box(500, 216, 330, 78, "lower/  (+ types.py)", ["closure conversion · match compilation",
                                                              "self tail calls → loops",
                                                              "kernel calls by symbol"])
     d.arrow(665, 294, 665, 336)
-    d.box(500, 338, 330, 62, "control IR (ir.py)", ["typed statements: Let · If · Match · KernelCall ·",
+    d.box(500, 338, 330, 62, "control IR (ir/)", ["typed statements: Let · If · Match · KernelCall ·",
                                                   "MakeAdt · MakeClosure · CallGlobal · Ref* · TailCall"])
     d.arrow(600, 400, 540, 446)
     d.arrow(730, 400, 760, 446)
-    d.box(400, 448, 230, 46, "emit_cpp.py", ["C++ on runtime_cpp/relay_aot/*.h"])
-    d.box(650, 448, 190, 46, "emit_python.py", ["Python source"], **GREEN)
+    d.box(400, 448, 230, 46, "backends/cpp/emit.py", ["C++ on runtime_cpp/relay_aot/*.h"])
+    d.box(650, 448, 190, 46, "backends/python/emit.py", ["Python source"], **GREEN)
     d.arrow(180, 294, 180, 522, ["kernels.o"], 190, 470)
     d.arrow(515, 494, 420, 522)
-    d.box(30, 524, 450, 46, "build.py: ninja · g++ · content-hash cache",
+    d.box(30, 524, 450, 46, "builder/: ninja · g++ · content-hash cache",
           ["kernels.o + unit*.cc (precompiled header) → one .so, published atomically"], **ORANGE)
     d.arrow(745, 494, 745, 586)
     d.arrow(255, 570, 255, 588)

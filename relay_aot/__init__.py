@@ -12,7 +12,7 @@ _os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
 from .version import __version__  # noqa: E402,F401
 
-from .build import clear_cache  # noqa: E402
+from .builder import clear_cache  # noqa: E402
 from .compiler import compile, export_standalone  # noqa: E402,A001
 from .errors import (  # noqa: E402
     CompileError,

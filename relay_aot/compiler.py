@@ -79,7 +79,7 @@ def compile(  # noqa: A001 - the name users expect
 
     The C++ backend caches libraries (see docs/build.md): a module compiled before with the
     same parameters, options, flags and relay_aot/TVM versions is loaded without running any
-    pass. The result's ``build_result`` (:class:`relay_aot.build.BuildResult`) tells whether
+    pass. The result's ``build_result`` (:class:`relay_aot.builder.BuildResult`) tells whether
     it came from the cache (``.cached``) and its key.
     """
     compile_with, _ = _driver(backend)

@@ -27,7 +27,7 @@ import tvm
 from tvm import relay
 
 import relay_aot
-from relay_aot import build
+from relay_aot import builder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,11 +53,11 @@ exec g++ "$@"
 CHILD = """
 import json, sys
 import numpy as np, tvm, relay_aot
-from relay_aot import build
+from relay_aot import builder
 mod = tvm.relay.parse(sys.argv[1])
 compiled = relay_aot.compile(mod)
 out = compiled(np.arange(4, dtype="float32"), np.int32(1)).numpy().tolist()
-print(json.dumps({"cached": compiled.build_result.cached, "builds": build.stats.builds,
+print(json.dumps({"cached": compiled.build_result.cached, "builds": builder.stats.builds,
                   "library": str(compiled.library_path), "out": out}))
 """
 
@@ -191,7 +191,7 @@ def test_four_processes_compiling_at_once_build_once(env):
     assert len({r["library"] for r in reports}) == 1
     assert sorted(r["cached"] for r in reports) == [False, True, True, True]
     assert len(env.calls("link")) == 1
-    build.wait_for_background()
+    builder.wait_for_background()
     units = [c for c in env.calls("compile") if RUNTIME_OBJECT_COMPILE not in c]
     assert len(units) == len(list(Path(reports[0]["library"]).parent.glob("unit*.cc")))
 
@@ -231,7 +231,7 @@ def test_compiler_errors_surface_with_their_message(env):
     def inject(name: str, text: str) -> str:
         return text + "\nint relay_aot_injected_error = ;\n" if name == "unit0.cc" else text
 
-    with build.source_hook(inject), pytest.raises(relay_aot.CompileError) as info:
+    with builder.source_hook(inject), pytest.raises(relay_aot.CompileError) as info:
         compile_salted(7.0)
     err = info.value
     assert "relay_aot_injected_error" in err.output and "error" in err.output
@@ -250,11 +250,11 @@ def test_waiting_for_a_lock_times_out_naming_the_lock_file(env, monkeypatch):
     relay_aot.clear_cache()
     lock_path = env.cache / "locks" / f"{key}.lock"
     monkeypatch.setenv("RELAY_AOT_LOCK_TIMEOUT", "0.3")
-    with build.Lock(lock_path, 0):
+    with builder.Lock(lock_path, 0):
         with pytest.raises(relay_aot.CompileError, match="timed out") as info:
             compile_salted(8.0)
     assert str(lock_path) in str(info.value)
-    build.wait_for_background()  # the runtime object the first build left to compile
+    builder.wait_for_background()  # the runtime object the first build left to compile
     assert list((env.cache / "tmp").iterdir()) == []
 
 
@@ -297,7 +297,7 @@ def test_precompiled_header(env, monkeypatch, capsys):
     monkeypatch.setenv("RELAY_AOT_PCH", "1")
     compiled = compile_salted(13.0)
     assert len(env.calls("pch")) == 1
-    build.wait_for_background()  # the first build does not wait for it
+    builder.wait_for_background()  # the first build does not wait for it
     gch = next((env.cache / "pch").glob("*/relay_aot/runtime.h.gch"))
     header = compiled.source.split("// Compiled with: ", 1)[1].splitlines()[0]
     assert f"-I{gch.parent.parent} -Winvalid-pch -include relay_aot/runtime.h" in header
@@ -325,7 +325,7 @@ def test_the_runtime_object_is_compiled_once_and_linked_only_when_intact(env, mo
     units = [c for c in first if " -c unit" in c or " -c combined.cc" in c]
     assert any(" -c combined.cc" in c for c in units)
     assert units and all("-DRELAY_AOT_RUNTIME_LINKAGE=inline -include" in c for c in units)
-    build.wait_for_background()
+    builder.wait_for_background()
     assert len([c for c in env.calls("compile") if RUNTIME_OBJECT_COMPILE in c]) == 1
     (obj,) = (env.cache / "runtime").rglob("*.o")
 
@@ -338,18 +338,18 @@ def test_the_runtime_object_is_compiled_once_and_linked_only_when_intact(env, mo
     obj.write_bytes(b"not an object file")  # damaged: never linked, compiled again
     compile_salted(16.0)
     assert "-include" in env.calls("compile")[-1] and " runtime.o " not in env.calls("link")[-1]
-    build.wait_for_background()
+    builder.wait_for_background()
     assert len([c for c in env.calls("compile") if RUNTIME_OBJECT_COMPILE in c]) == 2
 
     # The PCH stays valid for units that include the runtime source.
     shutil.rmtree(env.cache / "runtime")
     compile_salted(16.5, verbose=True)
     assert "[-Winvalid-pch]" not in capsys.readouterr().err
-    build.wait_for_background()
+    builder.wait_for_background()
 
 
 def test_an_empty_cache_starts_with_the_objects_pip_install_built(env, monkeypatch, tmp_path, capsys):
-    from relay_aot.build import prebuilt
+    from relay_aot.builder import prebuilt
 
     monkeypatch.setenv("RELAY_AOT_PCH", "1")
     made = tmp_path / "prebuilt"
@@ -367,7 +367,7 @@ def test_an_empty_cache_starts_with_the_objects_pip_install_built(env, monkeypat
     assert all(f"-I{gch.parent.parent} -Winvalid-pch" in u for u in units)
     assert "[-Winvalid-pch]" not in capsys.readouterr().err
     assert not any("RELAY_AOT_RUNTIME_LINKAGE" in u for u in units) and " runtime.o " in env.calls("link")[-1]
-    build.wait_for_background()
+    builder.wait_for_background()
     assert len(env.calls("compile")) == before + 2  # nothing left to compile in the background
 
     # Headers that differ from the ones they were built from: not used, built as before.
@@ -378,12 +378,12 @@ def test_an_empty_cache_starts_with_the_objects_pip_install_built(env, monkeypat
     shutil.copytree(made, other)
     (other / prebuilt.MANIFEST).write_text(json.dumps(manifest))
     monkeypatch.setattr(prebuilt, "PREBUILT_DIR", other)
-    assert "tensor.h" in prebuilt.mismatch(build.BuildFlags.default())
+    assert "tensor.h" in prebuilt.mismatch(builder.BuildFlags.default())
     monkeypatch.setenv("RELAY_AOT_CACHE_DIR", str(tmp_path / "cache2"))
     compile_salted(17.5)
     unit = [c for c in env.calls("compile") if " -c combined.cc " in c][-1]  # no PCH yet: one unit
     assert len(env.calls("pch")) == 2 and "RELAY_AOT_RUNTIME_LINKAGE=inline" in unit
-    build.wait_for_background()
+    builder.wait_for_background()
 
     # RELAY_AOT_PREBUILT=0: built as before, even when they match.
     monkeypatch.setattr(prebuilt, "PREBUILT_DIR", made)
@@ -391,15 +391,15 @@ def test_an_empty_cache_starts_with_the_objects_pip_install_built(env, monkeypat
     monkeypatch.setenv("RELAY_AOT_PREBUILT", "0")
     compile_salted(18.0)
     assert len(env.calls("pch")) == 3
-    build.wait_for_background()
+    builder.wait_for_background()
 
 
 def test_pip_install_prebuilt_the_objects_of_the_default_toolchain():
-    from relay_aot.build import prebuilt
+    from relay_aot.builder import prebuilt
     from relay_aot.config import Config
 
     # setup.py's step: an installation without them starts every cache with a slow compile.
-    assert prebuilt.mismatch(build.BuildFlags.default(Config.from_environment({}))) is None
+    assert prebuilt.mismatch(builder.BuildFlags.default(Config.from_environment({}))) is None
 
 
 def test_an_interrupted_build_publishes_nothing(env, monkeypatch):
@@ -480,7 +480,7 @@ def test_a_library_that_needs_a_missing_symbol_fails_to_load_instead_of_crashing
     """Libraries link with -z now (toolchain.BuildFlags): a symbol nothing defines makes the
     load fail with the loader's message. Bound lazily, the load succeeded and the first call
     reaching the symbol ended the process."""
-    from relay_aot.build.toolchain import BuildFlags
+    from relay_aot.builder.toolchain import BuildFlags
 
     flags = BuildFlags.default()
     (tmp_path / "lib.cc").write_text(textwrap.dedent("""\
@@ -516,16 +516,16 @@ def test_a_unit_compiled_before_from_the_same_inputs_is_not_compiled_again(env, 
     same entry.cc text, another constants.bin) compile it again."""
     monkeypatch.setenv("RELAY_AOT_PCH", "1")
     compile_salted(20.0)  # builds the PCH beside it, for the compiles below
-    build.wait_for_background()
+    builder.wait_for_background()
     x = np.arange(4, dtype="float32")
 
     def check(values, nested):
-        before, hits = len(env.calls("compile")), build.stats.unit_hits
+        before, hits = len(env.calls("compile")), builder.stats.unit_hits
         compiled = relay_aot.compile(_constant_program(values, nested))
         assert compiled(x, np.int32(0)).numpy().tolist() == values
         assert compiled(x, np.int32(5)).numpy().tolist() == (x + x).tolist()
         units = [c.split(" -c ")[1].split()[0] for c in env.calls("compile")[before:]]
-        return sorted(units), build.stats.unit_hits - hits
+        return sorted(units), builder.stats.unit_hits - hits
 
     assert check([1.0, 2.0, 3.0, 4.0], nested=False) == (["entry.cc", "unit0.cc"], 0)
     assert check([1.0, 2.0, 3.0, 4.0], nested=True) == (["unit0.cc"], 1)
@@ -541,7 +541,7 @@ def test_a_unit_compiled_before_from_the_same_inputs_is_not_compiled_again(env, 
 def test_unit_inputs_follow_includes_and_incbin():
     files = {"a.cc": '#include "h.h"\n#include <vector>\nasm(".incbin \\"c.bin\\"");', "h.h": '#include "g.h"',
              "g.h": "", "b.cc": "int x;"}
-    assert build.unit_inputs(files, {"c.bin": b""}, ["a.cc", "b.cc"]) == {"a.cc": ["c.bin", "g.h", "h.h"], "b.cc": []}
+    assert builder.unit_inputs(files, {"c.bin": b""}, ["a.cc", "b.cc"]) == {"a.cc": ["c.bin", "g.h", "h.h"], "b.cc": []}
 
 
 def test_link_flags_key_the_library_not_the_objects():
@@ -549,13 +549,13 @@ def test_link_flags_key_the_library_not_the_objects():
     links differently (``ld.gold`` on ``PATH`` or not) shares them, and has its own library."""
     import dataclasses
 
-    from relay_aot.build.toolchain import runtime_object_identity
+    from relay_aot.builder.toolchain import runtime_object_identity
     from relay_aot.config import Config
 
     config = Config.from_environment()
-    flags = build.BuildFlags.default(config)
+    flags = builder.BuildFlags.default(config)
     relinked = dataclasses.replace(flags, ldflags=flags.ldflags + ("-Wl,-O1",))
     assert relinked.identity() != flags.identity()
     assert relinked.compile_identity() == flags.compile_identity()
-    assert build.pch_directory(relinked, config) == build.pch_directory(flags, config)
+    assert builder.pch_directory(relinked, config) == builder.pch_directory(flags, config)
     assert runtime_object_identity(relinked) == runtime_object_identity(flags)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import relay_aot
-from relay_aot.build import prebuilt
+from relay_aot.builder import prebuilt
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,12 +103,12 @@ def core():
 
     # The first compile into the empty cache takes the precompiled header and the runtime
     # object from the wheel: nothing compiles them, now or in the background.
-    from relay_aot import build
-    from relay_aot.build import pch, prebuilt
+    from relay_aot import builder
+    from relay_aot.builder import pch, prebuilt
     from relay_aot.config import Config
 
     config = Config.from_environment()
-    flags = build.BuildFlags.default(config)
+    flags = builder.BuildFlags.default(config)
     assert not config.cache_dir.exists() or not any(config.cache_dir.iterdir()), config.cache_dir
     assert prebuilt.mismatch(flags) is None, prebuilt.mismatch(flags)
     compiles = []
@@ -117,9 +117,9 @@ def core():
     log = io.StringIO()
     with contextlib.redirect_stderr(log):  # the build's commands and the compiler's warnings
         fib = relay_aot.compile(tvm.relay.parse(FIB), verbose=True)
-        build.wait_for_background()
+        builder.wait_for_background()
     assert int(fib(np.int32(20)).numpy()) == 6765
-    assert compiles == [] and build.stats.runtime_builds == 0, (compiles, build.stats)
+    assert compiles == [] and builder.stats.runtime_builds == 0, (compiles, builder.stats)
     if pch.pch_enabled(flags, config):  # GCC: the units used the copied PCH, and GCC took it
         assert f"-I{config.cache_dir / 'pch'}/" in log.getvalue() and "[-Winvalid-pch]" not in log.getvalue(), log.getvalue()
 

@@ -1,6 +1,6 @@
 """The kernel cache: a new library whose kernels were built before lowers and builds none.
 
-Kernel builds are counted through ``build.stats`` and, where it matters, by making TVM's
+Kernel builds are counted through ``builder.stats`` and, where it matters, by making TVM's
 lowering fail if it is reached. Each test gets its own empty cache; the precompiled header is
 off and units compile at ``-O0`` (see tests/test_build.py for why).
 """
@@ -15,7 +15,7 @@ import tvm
 from tvm import relay
 
 import relay_aot
-from relay_aot import build, kernels
+from relay_aot import builder, kernels
 from relay_aot.request import Request
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ def expected(constant) -> list:
 
 
 def counts() -> tuple[int, int]:
-    return build.stats.kernel_builds, build.stats.kernel_hits
+    return builder.stats.kernel_builds, builder.stats.kernel_hits
 
 
 def no_lowering(monkeypatch) -> None:

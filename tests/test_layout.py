@@ -24,7 +24,7 @@ RANKS = [
     ("3 lowering", ["lower", "request"]),
     ("4 emitters", ["backends", "backends.emitter", "backends.cpp", "backends.cpp.emit", "backends.python",
                     "backends.python.emit", "backends.standalone"]),
-    ("5 build", ["build"]),
+    ("5 build", ["builder"]),
     ("6 runtime", ["runtime", "backends.python.runtime"]),
     ("drivers", ["backends.cpp.driver", "backends.python.driver", "backends.standalone.driver", "compiler", "tuner", ""]),
     ("tools", ["cli", "testing"]),

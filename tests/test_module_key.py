@@ -14,7 +14,7 @@ import tvm
 from tvm import relay
 
 import relay_aot
-from relay_aot import build, config, passes
+from relay_aot import builder, config, passes
 
 
 def _module(body_of, shape=(1, 2, 4, 4), dtype="float32"):
@@ -144,11 +144,11 @@ def test_every_output_setting_changes_the_key(monkeypatch):
     for variable in alternative:
         monkeypatch.delenv(variable, raising=False)
     base = config.Config.from_environment()
-    flags = build.BuildFlags.default(base)
-    key = build.index_key(["module"], flags, base)
+    flags = builder.BuildFlags.default(base)
+    key = builder.index_key(["module"], flags, base)
     for field in fields:
         env = field.metadata["env"]
         changed = config.Config.from_environment({env: alternative[env]})
         assert getattr(changed, field.name) != getattr(base, field.name), env
-        changed_key = build.index_key(["module"], flags, changed)
+        changed_key = builder.index_key(["module"], flags, changed)
         assert (changed_key != key) == field.metadata["output"], env

@@ -25,7 +25,7 @@ from tvm import relay
 from tvm.target import codegen
 
 import relay_aot
-from relay_aot import build, cpu, names
+from relay_aot import builder, cpu, names
 from relay_aot.compiler import generate_source
 from relay_aot.config import Config
 from relay_aot.errors import CpuFeatureError, UnsupportedError
@@ -138,11 +138,11 @@ def test_the_runtime_detects_what_llvm_detects():
 def test_the_target_is_in_every_key(monkeypatch):
     monkeypatch.delenv("RELAY_AOT_TARGET", raising=False)
     config = Config.from_environment()
-    flags = build.BuildFlags.default(config)
+    flags = builder.BuildFlags.default(config)
     keys = set()
     for target in (None, "llvm", "llvm -mcpu=skylake", "llvm -mcpu=skylake -mattr=-avx2"):
         request = Request.make(_dense(), target=target)
-        keys.add(build.index_key(request.fingerprint() + ["cpp"], flags, request.config))
+        keys.add(builder.index_key(request.fingerprint() + ["cpp"], flags, request.config))
     assert len(keys) == 4
 
 

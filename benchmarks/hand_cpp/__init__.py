@@ -9,7 +9,7 @@ representation (see the comment at the top of ``hand.cc``).
 
 Tensor headers are made with relay_aot's runtime header (``relay_aot/tensor.h``), which is how
 this representation's objects are made; everything else is written here. The library is built
-with relay_aot's compiler and flags (``relay_aot.build.toolchain``) into relay_aot's cache
+with relay_aot's compiler and flags (``relay_aot.builder.toolchain``) into relay_aot's cache
 directory, keyed by the source, the flags and the runtime headers, and loaded with
 ``tvm.runtime.load_module``; TVM's symbols stay undefined in it (it is loaded into a process that
 already has libtvm.so, never linked against libtvm_runtime.so).
@@ -44,7 +44,7 @@ def program(workload_name: str) -> Optional[str]:
 @functools.lru_cache(maxsize=None)
 def library() -> tvm.runtime.Module:
     """Build (once per source and flags) and load the hand-written library."""
-    from relay_aot.build.toolchain import BuildFlags, runtime_sources_digest
+    from relay_aot.builder.toolchain import BuildFlags, runtime_sources_digest
     from relay_aot.config import Config
     from relay_aot.runtime.module import load_library
 

@@ -232,7 +232,7 @@ def _read_onnx(path: Path, shapes: dict) -> tuple:
 def _not_a_file(path: Path) -> str:
     """Why ``path``, which is not a regular file, cannot be read as one: missing, or what it is
     (reading a FIFO would block)."""
-    from ..build.cache import file_kind
+    from ..builder.cache import file_kind
 
     try:
         return f"is {file_kind(path.stat().st_mode)}, not a regular file"

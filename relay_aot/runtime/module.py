@@ -22,7 +22,7 @@ from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 
 from .. import ir, names
 from ..backends.cpp.capi import c_api, header_text
-from ..build.cache import check_replaceable, file_kind, write_atomic
+from ..builder.cache import check_replaceable, file_kind, write_atomic
 from ..errors import ArgumentTypeError
 from . import fastcall, profiling
 from ..ir.signature import Signature

@@ -4,7 +4,7 @@
  *        helpers, the profiler's start and stop, deleters, stack segments.
  *
  * Every generated library links one object compiled from this file, cached per toolchain
- * (relay_aot/build: "runtime object"), so the compiler does not generate these functions --
+ * (relay_aot/builder: "runtime object"), so the compiler does not generate these functions --
  * and the TVM helpers they use -- again for each library: they are most of what a small
  * program's unit compiled before. A build that finds no runtime object includes this file
  * into its units instead (RELAY_AOT_RUNTIME_LINKAGE below). They are the cold paths, the

@@ -334,7 +334,7 @@ class CppEmitter:
         It does not include ``program.h``: what it needs of the functions is ``@main``'s
         prototype, written here. So its text, and its object file, stay the same when only
         the functions change (same constants, shapes, types and ``@main`` signature), and the
-        build cache reuses the object (``units/`` in the cache, see ``relay_aot.build``).
+        build cache reuses the object (``units/`` in the cache, see ``relay_aot.builder``).
         """
         e = self._begin_unit(banner, "<relay_aot/runtime.h>")
         e.line("using namespace relay_aot;")

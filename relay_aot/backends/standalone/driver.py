@@ -28,8 +28,8 @@ from typing import Mapping, Optional
 import tvm
 
 from ... import names
-from ...build.cache import check_replaceable, file_kind, write_atomic
-from ...build.toolchain import runtime_include_dir, tvm_include_dirs
+from ...builder.cache import check_replaceable, file_kind, write_atomic
+from ...builder.toolchain import runtime_include_dir, tvm_include_dirs
 from ...errors import CompileError, UnsupportedError
 from ...ir.signature import Signature
 from ...request import Request

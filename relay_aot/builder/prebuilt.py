@@ -4,7 +4,7 @@ A first compile into an empty cache would otherwise compile its unit without the
 runtime header and with the runtime's source included (``pch.py``): parsing TVM's headers is
 most of a small program's compile (about 2.3 of its 3 seconds on two cores). ``pip install``
 builds both for the installing toolchain -- ``setup.py`` runs :func:`build` after the
-extension, into ``relay_aot/build/_prebuilt`` -- and a build that finds the cache without them copies them in (``pch.py``, and
+extension, into ``relay_aot/builder/_prebuilt`` -- and a build that finds the cache without them copies them in (``pch.py``, and
 ``_runtime_object`` in ``__init__.py``) instead of compiling them.
 
 They are used only where they are what this process would build: the same compiler and flags

@@ -47,7 +47,7 @@ def runtime_include_dir() -> Path:
 def runtime_sources_digest() -> str:
     """Hash of the C++ runtime headers (they are part of every build key).
 
-    Computed once per process, like :func:`relay_aot.build.cache.package_digest`: the headers a
+    Computed once per process, like :func:`relay_aot.builder.cache.package_digest`: the headers a
     process compiles against are the ones it found first.
     """
     digest = hashlib.sha256()
@@ -132,7 +132,7 @@ class BuildFlags:
     """Compiler and flags of a build (one object, so the cache key sees all of them).
 
     ``pch_dir`` is the directory holding the precompiled ``relay_aot/runtime.h.gch`` (see
-    :func:`relay_aot.build.pch.pch_directory`), or None to compile without one.
+    :func:`relay_aot.builder.pch.pch_directory`), or None to compile without one.
     """
 
     cxx: str
