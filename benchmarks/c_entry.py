@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import tvm
@@ -181,7 +181,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m benchmarks.c_entry``."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.c_entry", description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated workload names")

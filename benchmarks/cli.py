@@ -28,11 +28,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from . import compile_time
+from . import compile_time, machine, report, tuning
 from . import executors as executors_mod
-from . import machine, report, tuning
 from . import workloads as workloads_mod
 from .suite import KERNELS, Options, options_json, setting_label
 from .timing import Budget
@@ -54,7 +53,7 @@ def _csv(text: str, known: list[str], what: str) -> list[str]:
     return chosen
 
 
-def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     workload_names = list(workloads_mod.by_name())
     executor_keys = list(executors_mod.by_key())
@@ -234,7 +233,7 @@ def write_outputs(result: dict, output_dir: Path, write_json: bool = True) -> li
     return [*written, md_path]
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m benchmarks``."""
     args = parse_args(argv)
     if args.render:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tvm
@@ -35,7 +36,7 @@ NO_REFERENCES = "the Relay VM does not support references (RefCreate, RefRead, R
 NOT_FOR_MODEL_ZOO = "a vision model: measured on the executors for static models (graph executor, VM)"
 
 
-def _not_for_model_zoo(workload: Workload) -> Optional[str]:
+def _not_for_model_zoo(workload: Workload) -> str | None:
     return NOT_FOR_MODEL_ZOO if workload.model_zoo else None
 
 
@@ -53,10 +54,10 @@ class Executor:
     key = ""
     label = ""
     #: At most / at least this many timed runs (for executors too slow to repeat much).
-    max_runs: Optional[int] = None
-    min_runs: Optional[int] = None
+    max_runs: int | None = None
+    min_runs: int | None = None
 
-    def unsupported(self, workload: Workload) -> Optional[str]:
+    def unsupported(self, workload: Workload) -> str | None:
         """Why this executor cannot run ``workload``, or None."""
         return None
 
@@ -102,7 +103,7 @@ class VirtualMachine(Executor):
         return lambda: vm.invoke("main", *inputs)
 
 
-def _static_only(workload: Workload) -> Optional[str]:
+def _static_only(workload: Workload) -> str | None:
     if workload.static:
         return None
     return "graph and AOT executors run only static dataflow programs (no ADTs, closures or global functions)"

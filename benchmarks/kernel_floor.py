@@ -15,7 +15,7 @@ import collections
 import dataclasses
 import json
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import tvm

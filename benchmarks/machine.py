@@ -7,7 +7,7 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _memory_gib() -> Optional[float]:
+def _memory_gib() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
@@ -32,7 +32,7 @@ def _memory_gib() -> Optional[float]:
     return None
 
 
-def _git_commit() -> Optional[str]:
+def _git_commit() -> str | None:
     try:
         out = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
@@ -62,7 +62,7 @@ def describe() -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - informational only; the build API may change
         compiler = None
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
         "memory_gib": _memory_gib(),

@@ -12,8 +12,9 @@ medians.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 from . import executors as executors_mod
 from .suite import KERNELS, KERNELS_LABEL
@@ -34,7 +35,7 @@ SHORT = {
 LABELS = {e.key: e.label for e in executors_mod.all_executors()} | {KERNELS: KERNELS_LABEL}
 
 
-def _timed(record: Optional[dict]) -> Optional[float]:
+def _timed(record: dict | None) -> float | None:
     if record and record.get("status") in ("ok", "mismatch") and "timing" in record:
         return record["timing"]["median"]
     return None
@@ -80,12 +81,12 @@ def seconds(value: float) -> str:
     return f"{value / 1e-9:.3g} ns"
 
 
-def ratio(value: Optional[float]) -> str:
+def ratio(value: float | None) -> str:
     """``12.3×`` (three significant digits)."""
     return "" if value is None else f"{value:.3g}×"
 
 
-def _status_cell(record: Optional[dict], text: str) -> str:
+def _status_cell(record: dict | None, text: str) -> str:
     if record is None:
         return "-"
     if record["status"] in ("n/a", "crashed"):
@@ -95,7 +96,7 @@ def _status_cell(record: Optional[dict], text: str) -> str:
     return text
 
 
-def _time_cell(record: Optional[dict], markdown: bool) -> str:
+def _time_cell(record: dict | None, markdown: bool) -> str:
     if _timed(record) is None:
         return _status_cell(record, "")
     t = record["timing"]
@@ -107,7 +108,7 @@ def _time_cell(record: Optional[dict], markdown: bool) -> str:
     return _status_cell(record, text)
 
 
-def _ratio_cell(record: Optional[dict], field: str) -> str:
+def _ratio_cell(record: dict | None, field: str) -> str:
     if record is not None and field in record:
         return _status_cell(record, ratio(record[field]))
     if record is not None and field == "vs_vm" and "vs_interp" in record:
@@ -117,7 +118,7 @@ def _ratio_cell(record: Optional[dict], field: str) -> str:
     return _status_cell(record, "") if _timed(record) is None else ""
 
 
-def _prepare_cell(record: Optional[dict]) -> str:
+def _prepare_cell(record: dict | None) -> str:
     if record is None or "prepare_s" not in record:
         return _status_cell(record, "")
     return f"{record['prepare_s']:.2f} + {record.get('first_call_s', 0.0):.2f}"
@@ -130,7 +131,10 @@ def table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         return "\n".join(lines)
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
-    fmt = lambda row: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+
+    def fmt(row):
+        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
 
 
@@ -205,7 +209,7 @@ COMPILE_RATIOS = [("first/vm", "first / VM"), ("scratch/vm", "nothing prebuilt /
                   ("new/build", "new / build")]
 
 
-def compile_time_table(table_result: dict, markdown: bool = False, only: Optional[list[str]] = None) -> str:
+def compile_time_table(table_result: dict, markdown: bool = False, only: list[str] | None = None) -> str:
     """The compile-time table: wall seconds (CPU seconds in brackets) of each measure and the
     ratios of medians to the VM's compile and ``relay.build``'s, one row per program."""
     programs = {name: t for name, t in table_result["programs"].items() if only is None or name in only}
@@ -228,7 +232,7 @@ def compile_time_table(table_result: dict, markdown: bool = False, only: Optiona
     return table(header, rows, markdown)
 
 
-def compile_time_section(result: dict) -> Optional[str]:
+def compile_time_section(result: dict) -> str | None:
     """The Markdown section of the compile-time table (None if the run has none)."""
     table_result = result.get("compile_time")
     if not table_result or not table_result.get("programs"):
@@ -280,7 +284,7 @@ def text_report(result: dict) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def markdown_report(result: dict, chart_name: Optional[str]) -> str:
+def markdown_report(result: dict, chart_name: str | None) -> str:
     """``results.md``: generated from the JSON, so the docs never quote numbers from memory."""
     m = result["machine"]
     parts = [
@@ -314,7 +318,7 @@ def markdown_report(result: dict, chart_name: Optional[str]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def chart(result: dict, path: Path) -> Optional[str]:
+def chart(result: dict, path: Path) -> str | None:
     """Write the speedup-over-the-VM chart (log scale); None, or why no chart was drawn."""
     try:
         import matplotlib

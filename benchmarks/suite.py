@@ -25,12 +25,14 @@ import os
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Iterable, Iterator, Optional
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from relay_aot import cpu, testing
 
 from . import executors as executors_mod
-from . import kernel_floor, tuning, workloads as workloads_mod
+from . import kernel_floor, tuning
+from . import workloads as workloads_mod
 from .timing import Budget, Plan, interleave, timed
 
 #: Key of the kernel-only pseudo-executor.
@@ -50,7 +52,7 @@ class Options:
     kernel_budget: Budget = Budget(min_runs=5, min_run_s=0.02)
 
     @staticmethod
-    def quick() -> "Options":
+    def quick() -> Options:
         """Few, short runs: for smoke tests and trying things out."""
         return Options(
             budget=Budget(seconds=0.2, min_runs=2, max_runs=3, min_run_s=0.005),
@@ -78,9 +80,9 @@ class WorkloadRun:
         self.options = options
         self.mod = workload.module()
         self.args = workload.args()
-        self.reference: Optional[tuple[str, Any]] = None
+        self.reference: tuple[str, Any] | None = None
 
-    def check(self, key: str, result: Any) -> Optional[str]:
+    def check(self, key: str, result: Any) -> str | None:
         """None if ``result`` agrees with the reference (or there is none yet), else the difference."""
         if self.reference is None:
             return None
@@ -227,7 +229,7 @@ def progress_line(record: dict[str, Any]) -> str:
     return head
 
 
-def setting_label(tvm_num_threads: Optional[str]) -> str:
+def setting_label(tvm_num_threads: str | None) -> str:
     """How a thread setting is named in reports."""
     if tvm_num_threads:
         return f"TVM_NUM_THREADS={tvm_num_threads}"
@@ -290,7 +292,7 @@ def run_suite(
 # -- worker process ---------------------------------------------------------------------------
 
 
-def _worker(argv: Optional[list[str]] = None) -> int:
+def _worker(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="benchmarks worker: one thread setting, JSON lines out")
     parser.add_argument("--out", required=True, help="JSON lines file to append records to")
     parser.add_argument("--workloads", required=True)

@@ -14,7 +14,8 @@ import dataclasses
 import gc
 import statistics
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Budget:
     max_runs: int = 15
     min_run_s: float = 0.02
 
-    def capped(self, max_runs: Optional[int], min_runs: Optional[int] = None) -> "Budget":
+    def capped(self, max_runs: int | None, min_runs: int | None = None) -> Budget:
         """This budget with at most ``max_runs`` and at least ``min_runs`` runs, when given."""
         most = self.max_runs if max_runs is None else min(self.max_runs, max_runs)
         least = self.min_runs if min_runs is None else min_runs
@@ -48,7 +49,7 @@ class Timing:
         return dataclasses.asdict(self)
 
     @staticmethod
-    def of_samples(samples: list[float], number: int) -> "Timing":
+    def of_samples(samples: list[float], number: int) -> Timing:
         """The summary of per-call samples."""
         return Timing(statistics.median(samples), min(samples), max(samples), len(samples), number)
 
@@ -61,10 +62,10 @@ class Plan:
     number: int
     runs: int
     samples: list[float] = dataclasses.field(default_factory=list)
-    error: Optional[BaseException] = None
+    error: BaseException | None = None
 
     @staticmethod
-    def of(call: Callable[[], Any], budget: Budget, estimate: float) -> "Plan":
+    def of(call: Callable[[], Any], budget: Budget, estimate: float) -> Plan:
         """Calibrate from ``estimate``, the seconds one warmed-up call took."""
         estimate = max(estimate, 1e-7)
         number = max(1, int(budget.min_run_s / estimate))

@@ -21,8 +21,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from . import machine
 from . import workloads as workloads_mod
@@ -41,7 +42,7 @@ def log_path(base: str, target: str) -> Path:
     return RECORDS_DIR / f"{base}.{cpu_name}.json"
 
 
-def records(workload: workloads_mod.Workload, target: str) -> Optional[Path]:
+def records(workload: workloads_mod.Workload, target: str) -> Path | None:
     """The records a tuned row compiles with for ``target``: the graph tuner's choice where there
     is one, else the kernels' log; None for an untuned row, or when nothing was tuned yet."""
     if workload.tuned_from is None:
@@ -88,7 +89,7 @@ def tune(workload: workloads_mod.Workload, trials: int, env: dict[str, str], tar
             "records": str(records(workload, target).relative_to(machine.ROOT))}
 
 
-def _main(argv: Optional[list[str]] = None) -> int:
+def _main(argv: list[str] | None = None) -> int:
     import logging
 
     import relay_aot

@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import string
-from typing import Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import tvm
@@ -45,9 +46,9 @@ class Workload:
     atol: float = 1e-6
     #: Instead of ``source``: a function making the module (Relay built in Python, or imported
     #: by TVM's ONNX frontend from ``onnx_model``).
-    build: Optional[Callable[[], tvm.IRModule]] = None
+    build: Callable[[], tvm.IRModule] | None = None
     #: For an ONNX workload: the model (onnxruntime runs it too) and its input names in order.
-    onnx_model: Optional[Callable[[], Any]] = None
+    onnx_model: Callable[[], Any] | None = None
     dynamic: bool = False
     #: The program creates, reads or writes references (Relay's gradients do): the Relay VM
     #: cannot run it, and the interpreter is the reference and the baseline.
@@ -57,7 +58,7 @@ class Workload:
     model_zoo: bool = False
     #: A tuned row: the workload of this name, compiled with its AutoTVM records
     #: (``benchmarks/tuning.py``).
-    tuned_from: Optional[str] = None
+    tuned_from: str | None = None
 
     def module(self) -> tvm.IRModule:
         """The parsed, type-checked module with the weights bound as constants."""
@@ -664,7 +665,7 @@ def _zoo_workload(name: str) -> tuple[tvm.IRModule, Mapping[str, np.ndarray]]:
     return tvm.IRModule.from_expr(mod["main"]), params
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _zoo_weights(name: str) -> tuple[tvm.IRModule, Mapping[str, np.ndarray]]:
     import importlib
 

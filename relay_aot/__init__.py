@@ -10,8 +10,6 @@ import os as _os
 # TVM otherwise tries to download tuning logs on every kernel build (there is no network).
 _os.environ.setdefault("TOPHUB_LOCATION", "NONE")
 
-from .version import __version__  # noqa: E402,F401
-
 from .builder import clear_cache  # noqa: E402
 from .compiler import compile, export_standalone  # noqa: E402,A001
 from .errors import (  # noqa: E402
@@ -26,6 +24,7 @@ from .errors import (  # noqa: E402
 )
 from .runtime import Closure, CompiledModule, load  # noqa: E402
 from .tuner import tune  # noqa: E402
+from .version import __version__  # noqa: E402,F401
 
 __all__ = [
     "export_standalone",

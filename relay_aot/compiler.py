@@ -9,7 +9,7 @@ and makes a callable: the C++ driver builds and caches a library (``build/``) an
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 import tvm
 
@@ -34,7 +34,7 @@ def _driver(backend: str):
 def compile(  # noqa: A001 - the name users expect
     mod: tvm.IRModule,
     target=None,
-    params: Optional[Mapping[str, object]] = None,
+    params: Mapping[str, object] | None = None,
     backend: str = "cpp",
     name: str = "default",
     opt_level: int = 3,
@@ -95,7 +95,7 @@ def compile(  # noqa: A001 - the name users expect
 def generate_source(
     mod: tvm.IRModule,
     target=None,
-    params: Optional[Mapping[str, object]] = None,
+    params: Mapping[str, object] | None = None,
     backend: str = "cpp",
     name: str = "default",
     opt_level: int = 3,

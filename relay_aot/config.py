@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 
 def _flag(text: str) -> bool:
@@ -100,12 +101,12 @@ class Config:
     lock_timeout: float = setting(
         "RELAY_AOT_LOCK_TIMEOUT", "600", _seconds, False,
         "seconds to wait for another process's build of the same library")
-    progress: Optional[bool] = setting(
+    progress: bool | None = setting(
         "RELAY_AOT_PROGRESS", None, _flag, False,
         "1/0: force the progress line on or off (default: on when stderr is a terminal)")
 
     @classmethod
-    def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Config:
         """The settings in ``environ`` (default ``os.environ``), each parsed once."""
         environ = os.environ if environ is None else environ
         values = {}

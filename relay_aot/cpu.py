@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import platform
-from typing import Optional
 
 import tvm
 from tvm.target import codegen
@@ -41,14 +40,14 @@ class CpuRequirement:
         return {"target": self.target, "features": list(self.features)}
 
     @classmethod
-    def from_json(cls, data: Optional[dict]) -> Optional["CpuRequirement"]:
+    def from_json(cls, data: dict | None) -> CpuRequirement | None:
         """What :meth:`to_json` wrote (None for a library from before it was recorded)."""
         if data is None:
             return None
         return cls(str(data["target"]), tuple(str(f) for f in data["features"]))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host_features() -> dict[str, bool]:
     """LLVM's host features (``sys::getHostCPUFeatures``): every feature it can detect on this
     CPU, with whether the CPU has it (and the OS saves its registers). Empty if it detects none."""
@@ -63,7 +62,7 @@ def _is_x86() -> bool:
     return platform.machine().lower() in _X86
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host_target() -> str:
     """This machine's CPU as a TVM target: ``llvm -mcpu=<cpu>``, with ``-mattr=`` listing the
     features the CPU has beyond LLVM's model of it (``+``) or lacks (``-``)."""
@@ -96,7 +95,7 @@ def used_by_code(feature: str) -> bool:
     return feature.startswith(CODE_FEATURE_PREFIXES)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _requirement(target: str) -> CpuRequirement:
     if not _is_x86():
         # The runtime's check knows x86 only: elsewhere nothing is recorded (docs/deployment.md).

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
 
 
-def method_for(table: Mapping[type, Callable], node: object) -> Optional[Callable]:
+def method_for(table: Mapping[type, Callable], node: object) -> Callable | None:
     """The handler registered for ``node``'s class, or for its nearest registered base class."""
     for cls in type(node).__mro__:
         handler = table.get(cls)

@@ -100,7 +100,7 @@ def is_model_name(name) -> bool:
 _SYSTEM_LIBRARIES = ("c", "m", "stdc++", "gcc_s", "pthread", "dl", "rt")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _system_libraries() -> tuple:
     import ctypes
     import ctypes.util

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import warnings
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 import numpy as np
 import tvm
@@ -48,7 +48,7 @@ class Request:
     """A module to compile, with its parameters, options and settings (read once, at its start)."""
 
     mod: tvm.IRModule
-    params: Optional[Mapping[str, object]]
+    params: Mapping[str, object] | None
     target: tvm.target.Target
     name: str
     opt_level: int
@@ -56,7 +56,7 @@ class Request:
 
     @classmethod
     def make(cls, mod, target=None, params=None, name: str = "default", opt_level: int = 3,
-             profile: bool = False) -> "Request":
+             profile: bool = False) -> Request:
         """A checked request; the settings are read from the environment now (``target``: None
         is ``RELAY_AOT_TARGET``'s, by default this machine's CPU; ``profile``: build the variant
         instrumented for profiling, whatever ``RELAY_AOT_PROFILE`` says)."""
@@ -68,12 +68,12 @@ class Request:
         request = cls(mod, params, target_of(config.target if target is None else target), name, opt_level, config)
         return request.profiled() if profile else request
 
-    def profiled(self) -> "Request":
+    def profiled(self) -> Request:
         """The same compile, instrumented for profiling. ``profile`` is an output setting of the
         config, so the profiled library has its own cache keys by construction."""
         return dataclasses.replace(self, config=dataclasses.replace(self.config, profile=True))
 
-    def standalone(self) -> "Request":
+    def standalone(self) -> Request:
         """The same compile for a standalone package (an output setting, hashed like ``profile``)."""
         return dataclasses.replace(self, config=dataclasses.replace(self.config, standalone=True))
 
@@ -102,7 +102,7 @@ class Request:
             run(self.mod)
         return lowered[0]
 
-    def fingerprint(self) -> Optional[list[str]]:
+    def fingerprint(self) -> list[str] | None:
         """The exact identity of the module, parameters and options, as text for a cache key;
         None when the input cannot be keyed (then the pipeline runs and reports what is wrong),
         or when the caller's PassContext has instruments: they observe passes that run, so the
@@ -119,7 +119,7 @@ class Request:
         return [module, params, str(self.target), self.name, str(self.opt_level), tuning.fingerprint()]
 
 
-def _params_digest(params: Optional[Mapping[str, object]]) -> Optional[str]:
+def _params_digest(params: Mapping[str, object] | None) -> str | None:
     """A digest of ``params`` (None if a value is not plain tensor data)."""
     if not params:
         return ""

@@ -26,8 +26,8 @@ import logging
 import os
 import statistics
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Union
 
 import tvm
 from tvm import autotvm
@@ -35,13 +35,14 @@ from tvm.relay.backend import te_compiler
 
 from . import passes
 from .kernels import schedule_rules, tuning
+from .passes.walk import nodes_where
 from .request import Request
 
 #: Tuners by name; "auto" is XGBoost's cost model where xgboost is installed, else the genetic one.
 TUNERS = ("auto", "xgb", "ga", "random", "grid")
 
 
-def tasks(mod: tvm.IRModule, params: Optional[Mapping[str, object]] = None, target=None,
+def tasks(mod: tvm.IRModule, params: Mapping[str, object] | None = None, target=None,
           opt_level: int = 3) -> list:
     """The AutoTVM tasks of the kernels ``relay_aot.compile(mod, target, params, opt_level=...)``
     builds (``autotvm.task.Task``, in the order the kernels are lowered; none for kernels
@@ -76,11 +77,11 @@ class TuneResult:
 
     log: Path
     tasks: list = dataclasses.field(default_factory=list)
-    graph_log: Optional[Path] = None
+    graph_log: Path | None = None
     confirmed: int = 0  #: measurements made again of the tasks' best configurations
     #: Seconds per call in the network of the graph tuner's choice and of the untuned build
     #: (:func:`tune`'s check), and whether the untuned configurations replaced the choice.
-    network: Optional[tuple[float, float]] = None
+    network: tuple[float, float] | None = None
     kept_untuned: bool = False
 
     @property
@@ -108,7 +109,7 @@ class TuneResult:
         return "\n".join(lines)
 
 
-def graph_log_path(log: Union[str, os.PathLike]) -> Path:
+def graph_log_path(log: str | os.PathLike) -> Path:
     """Where :func:`tune` writes the graph tuner's choice for ``log`` (``records.json`` ->
     ``records.graph.json``), and its layout-transform measurements (``.layouts.json``)."""
     return _beside(Path(log), "graph")
@@ -119,11 +120,11 @@ def _beside(path: Path, part: str) -> Path:
     return path.with_name(f"{path.stem}.{part}{path.suffix or '.json'}")
 
 
-def tune(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mapping[str, object]] = None,
+def tune(mod: tvm.IRModule, log: str | os.PathLike, params: Mapping[str, object] | None = None,
          target=None, *, trials: int = 200, opt_level: int = 3, tuner: str = "auto",
          number: int = 4, repeat: int = 3, min_repeat_ms: int = 50, timeout: float = 10.0,
          layouts: bool = True, measurements: int = 3, network_check: bool = True,
-         progress: Optional[Callable[[str], None]] = None) -> TuneResult:
+         progress: Callable[[str], None] | None = None) -> TuneResult:
     """Tune the kernels of ``relay_aot.compile(mod, target, params, opt_level=...)`` with
     AutoTVM and append every measured configuration to ``log``.
 
@@ -204,7 +205,7 @@ NETWORK_ROUND_S = 0.05
 
 
 def _check_in_the_network(mod, params, target, opt_level: int, found: list, result: TuneResult,
-                          progress: Optional[Callable[[str], None]]) -> None:
+                          progress: Callable[[str], None] | None) -> None:
     """:func:`tune`'s check of the graph tuner's choice in the network (``network_check``)."""
     untuned = _untuned_records(found, result.log)
     chosen = tuning.read(result.graph_log)
@@ -240,7 +241,7 @@ def _untuned_records(found: list, log: Path) -> dict:
     return records
 
 
-def _network_times(mod, params, target, opt_level: int, records: Path) -> Optional[tuple[float, float]]:
+def _network_times(mod, params, target, opt_level: int, records: Path) -> tuple[float, float] | None:
     """Median seconds per call of ``mod`` compiled with ``records`` and without, interleaved on
     random inputs; None where ``@main`` takes anything but float tensors of static shapes."""
     import numpy as np
@@ -277,7 +278,7 @@ def _network_times(mod, params, target, opt_level: int, records: Path) -> Option
 
 
 def _tune_tasks(found: list, measured: dict, option: dict, log: Path, trials: int, tuner: str,
-                progress: Optional[Callable[[str], None]], result: TuneResult) -> None:
+                progress: Callable[[str], None] | None, result: TuneResult) -> None:
     """:func:`tune`'s kernel tuning, task by task, into ``result``."""
     for index, task in enumerate(found, 1):
         key = _key(task.target, task.workload)
@@ -344,7 +345,7 @@ CONFIRM_PASSES = 3
 
 
 def _confirm(found: list, measured: dict, option: dict, log: Path, measurements: int,
-             progress: Optional[Callable[[str], None]]) -> int:
+             progress: Callable[[str], None] | None) -> int:
     """Measure each task's best configurations and its untuned one again (appended to ``log``)
     until each has ``measurements``; how many measurements that took. Each round measures each
     configuration once, so that the machine's slow and quiet moments fall on all of them."""
@@ -385,10 +386,10 @@ DP_MAX_CONVOLUTIONS = 60
 GRAPH_TUNED_TEMPLATE = "conv2d_NCHWc.x86"
 
 
-def tune_layouts(mod: tvm.IRModule, log: Union[str, os.PathLike], params: Optional[Mapping[str, object]] = None,
-                 target=None, *, opt_level: int = 3, output: Union[str, os.PathLike, None] = None,
+def tune_layouts(mod: tvm.IRModule, log: str | os.PathLike, params: Mapping[str, object] | None = None,
+                 target=None, *, opt_level: int = 3, output: str | os.PathLike | None = None,
                  max_candidates: int = 20, timeout: float = 10.0,
-                 progress: Optional[Callable[[str], None]] = None) -> Optional[Path]:
+                 progress: Callable[[str], None] | None = None) -> Path | None:
     """TVM's graph tuner over the convolutions of ``mod``: from the records of ``log``, one
     configuration per convolution, chosen together with the layout transforms their blockings
     need between layers (whose times it measures here; kept in ``.layouts.json`` next to the
@@ -483,7 +484,7 @@ class _CountingRunner(_LocalRunner):
     """AutoTVM's local runner, reporting how many measurements it made: the graph tuner measures
     its layout transforms one at a time, hundreds of them, for minutes."""
 
-    def __init__(self, report: Optional[Callable[[str], None]], **kwargs):
+    def __init__(self, report: Callable[[str], None] | None, **kwargs):
         super().__init__(**kwargs)
         self.report = report
         self.count = 0
@@ -497,10 +498,8 @@ class _CountingRunner(_LocalRunner):
 
 
 def _count_calls(func, op) -> int:
-    found = []
-    tvm.relay.analysis.post_order_visit(func, lambda node: found.append(
-        isinstance(node, tvm.relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.same_as(op)))
-    return sum(found)
+    return len(nodes_where(func, lambda node: isinstance(node, tvm.relay.Call) and isinstance(node.op, tvm.ir.Op)
+                           and node.op.same_as(op)))
 
 
 def untuned_config(task):

@@ -16,7 +16,6 @@ import dataclasses
 import difflib
 import re
 from pathlib import Path
-from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,9 +34,9 @@ class Block:
     body: str
     line: int
     #: why the block is not run (``<!-- not-run: reason -->`` before the fence), or None
-    not_run: Optional[str] = None
+    not_run: str | None = None
     #: index (in the page's block list) of the command block whose output this text block shows
-    shows: Optional[int] = None
+    shows: int | None = None
 
     @property
     def runs(self) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import tvm
@@ -34,8 +34,8 @@ class ProgramFile:
     cases: list[str]
     prelude: bool
     reference: str
-    expect: Optional[str]
-    raises: Optional[str]
+    expect: str | None
+    raises: str | None
     rtol: float
 
     @property

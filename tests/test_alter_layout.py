@@ -12,9 +12,9 @@ from unittest import mock
 import numpy as np
 import pytest
 import tvm
+import tvm.relay.testing  # noqa: F401 (relay.testing.resnet)
 from tvm import relay
 from tvm.contrib import graph_executor
-import tvm.relay.testing  # noqa: F401 (relay.testing.resnet)
 
 import relay_aot
 from relay_aot import passes
@@ -225,7 +225,7 @@ def test_te_compiler_reads_library_info_once_and_gets_it_back():
     assert te_compiler.libinfo is original
     with pytest.raises(ZeroDivisionError):
         with faster_te_compiler():
-            1 / 0
+            _ = 1 / 0
     assert te_compiler.libinfo is original
 
 

@@ -285,7 +285,6 @@ def test_scalar_fast_path_agrees_with_kernels(monkeypatch):
 def test_fast_call_path_matches_the_ffi_path():
     """relay_aot._fastcall (pybind11) passes arguments straight to the library; results and errors
     are those of TVM's ctypes FFI path."""
-    from relay_aot.runtime import fastcall
 
     mod = tvm.relay.parse(
         """

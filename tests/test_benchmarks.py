@@ -10,11 +10,11 @@ import sys
 import numpy as np
 import pytest
 import tvm
+from conftest import ROOT
 from tvm import relay
 
 from benchmarks import executors, report, suite, workloads
 from benchmarks.suite import KERNELS, Options
-from conftest import ROOT
 from relay_aot.testing.oracle import uses_references
 
 

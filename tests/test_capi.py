@@ -16,15 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
+from deploy_support import LSTM, ROOT, assert_same_printout, lstm_args, save_npy, tvm_dir
 
 import relay_aot
 from relay_aot import names, testing
 from relay_aot.backends.cpp.capi import c_api, c_identifier
-from relay_aot.cli import format_result, main as cli_main
+from relay_aot.cli import format_result
+from relay_aot.cli import main as cli_main
 from relay_aot.errors import UnsupportedError
 from relay_aot.ir.signature import Signature
-
-from deploy_support import LSTM, ROOT, assert_same_printout, lstm_args, save_npy, tvm_dir
 
 C_DEPLOY = ROOT / "examples" / "c_deploy"
 

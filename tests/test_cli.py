@@ -15,11 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from deploy_support import LSTM, MODELS, STRUCTURES, assert_same_printout, lstm_args, parse, save_npy
 
 import relay_aot
 from relay_aot import cli, testing
-
-from deploy_support import LSTM, MODELS, STRUCTURES, assert_same_printout, lstm_args, parse, save_npy
 
 CLI = [sys.executable, "-m", "relay_aot.cli"]
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from conftest import BACKENDS
 from tvm import relay
 from tvm.target import datatype
 
 import relay_aot
-from conftest import BACKENDS
 
 NAME, CODE = "relayaotfloat", 151
 DTYPE = f"custom[{NAME}]32"

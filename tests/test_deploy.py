@@ -8,15 +8,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
+from deploy_support import MODELS, assert_same_printout, build_deploy, export, parse, run_python, save_npy, tvm_dir
 
 import relay_aot
 from relay_aot import names, testing
 from relay_aot.cli import format_result
 from relay_aot.runtime import exported_symbols
-
-from deploy_support import MODELS, assert_same_printout, build_deploy, export, parse, run_python, save_npy, tvm_dir
 
 TESTS = str(Path(__file__).resolve().parent)
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from deploy_support import MODELS, assert_same_printout, build_deploy, export, parse, save_npy
 
 from relay_aot import testing
 from relay_aot.cli import format_result
-
-from deploy_support import MODELS, assert_same_printout, build_deploy, export, parse, save_npy
 
 
 @pytest.fixture(scope="module")

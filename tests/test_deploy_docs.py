@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from deploy_support import ROOT, assert_same_printout
 from doc_examples import blocks, check_shown_output
 
@@ -45,7 +44,7 @@ def test_documented_commands_run_as_shown(tmp_path):
         assert result.returncode == 0, f"block at line {block.line} failed:\n{block.body}\n{result.stdout}\n{result.stderr}"
         outputs[index] = result.stdout
     run_output = next(out for i, out in outputs.items() if "relay-aot run lstm.so" in page[i].body)
-    result_lines = "\n".join(l for l in run_output.splitlines() if l.startswith("result"))
+    result_lines = "\n".join(line for line in run_output.splitlines() if line.startswith("result"))
     for program in ("./deploy lstm.so", "./deploy_c ", "./packed "):  # C++, the C API, W1b
         printed = next(out for i, out in outputs.items() if program in page[i].body)
         assert_same_printout(printed, result_lines)

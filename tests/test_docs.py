@@ -18,7 +18,6 @@ import subprocess
 import sys
 
 import pytest
-
 from doc_examples import COMMANDS, ROOT, blocks, check_shown_output
 
 RUNNER = ROOT / "tests" / "doc_runner.py"

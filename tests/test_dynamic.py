@@ -16,8 +16,8 @@ from tvm.relay.prelude import Prelude
 
 import relay_aot
 from relay_aot import testing
-from relay_aot.errors import ArgumentValueError
 from relay_aot.compiler import generate_source
+from relay_aot.errors import ArgumentValueError
 
 BACKENDS = ["cpp", "python"]
 A = relay.Any()

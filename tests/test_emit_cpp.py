@@ -3,9 +3,9 @@
 import textwrap
 
 from relay_aot import ir
-from relay_aot.dispatch import dispatch
 from relay_aot.backends.cpp.emit import CppEmitter
 from relay_aot.backends.emitter import Emitter
+from relay_aot.dispatch import dispatch
 
 F32 = ir.TensorType((2,), "float32")
 SCALAR = ir.TensorType((), "int32")

@@ -15,8 +15,8 @@ from tvm import relay
 
 import relay_aot
 from relay_aot import testing
-from relay_aot.passes.gradient_cleanup import cleanup
 from relay_aot.passes import gradient
+from relay_aot.passes.gradient_cleanup import cleanup
 
 
 def _parse(body: str) -> tvm.IRModule:

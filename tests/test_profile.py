@@ -12,15 +12,14 @@ import json
 import numpy as np
 import pytest
 import tvm
+from conftest import ROOT
+from deploy_support import LSTM, lstm_args
 from tvm.runtime import profiling
 
 import relay_aot
 from relay_aot import cli, names
 from relay_aot.compiler import generate_source
 from relay_aot.runtime import exported_symbols
-
-from conftest import ROOT
-from deploy_support import LSTM, lstm_args
 
 #: fib on tensors of shape (2,): every addition is a real kernel call (0-d arithmetic would be
 #: inline C++, never a kernel).

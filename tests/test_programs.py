@@ -3,13 +3,11 @@
 import re
 
 import pytest
-import tvm
+from program_files import all_programs
 
 import relay_aot
 from relay_aot import testing
 from relay_aot.testing import oracle
-
-from program_files import all_programs
 
 PROGRAMS = all_programs()
 CASES = [(p, i) for p in PROGRAMS for i in range(len(p.cases))]

@@ -4,7 +4,6 @@ import os
 import re
 
 import pytest
-
 from isolated import run_isolated
 
 SIGNATURE_PROGRAM = '''

@@ -13,8 +13,14 @@ import tvm
 from tvm import autotvm, relay
 
 import relay_aot
-from relay_aot.kernels.schedule_rules import (ShapeRules, conv_channel_block, conv_register_block, dense_pack_blocking,
-                                             pair_columns, row_columns)
+from relay_aot.kernels.schedule_rules import (
+    ShapeRules,
+    conv_channel_block,
+    conv_register_block,
+    dense_pack_blocking,
+    pair_columns,
+    row_columns,
+)
 
 AVX2 = (8, 16)  # float32 lanes, vector registers
 AVX512 = (16, 32)

@@ -136,7 +136,7 @@ def elementwise() -> str:
     outputs = []
     for dtype, x, y in (("float32", "%x", "%y"), ("float64", "%xd", "%yd")):
         outputs += [f"{op}({x})" for op in _UNARY_FLOAT]
-        outputs += ["acosh(add(%s, 1%s))" % (x, "f" if dtype == "float32" else "f64")]
+        outputs += [f"acosh(add({x}, 1{'f' if dtype == 'float32' else 'f64'}))"]
         outputs += [f"{op}({x}, {y})" for op in _BINARY_FLOAT]
         outputs += [f"{op}({x}, {y})" for op in ("equal", "less", "greater_equal")]
         outputs += [f"{op}(divide({x}, {x}))" for op in ("isnan", "isinf", "isfinite")]

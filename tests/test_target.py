@@ -21,6 +21,8 @@ import sys
 import numpy as np
 import pytest
 import tvm
+from deploy_support import build_deploy, save_npy, tvm_dir
+from isolated import ROOT, run_isolated
 from tvm import relay
 from tvm.target import codegen
 
@@ -32,9 +34,6 @@ from relay_aot.errors import CpuFeatureError, UnsupportedError
 from relay_aot.ir.signature import Signature
 from relay_aot.request import Request, target_of
 from relay_aot.runtime import fastcall
-
-from deploy_support import build_deploy, save_npy, tvm_dir
-from isolated import ROOT, run_isolated
 
 MODEL = "foreign"
 # Candidates for the foreign CPU, in order. One counts only if this machine lacks an instruction

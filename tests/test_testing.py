@@ -3,13 +3,12 @@
 import numpy as np
 import pytest
 import tvm
-
 from tvm.relay.prelude import Prelude
 
 import relay_aot
 from relay_aot import testing
-from relay_aot.testing import oracle
 from relay_aot.backends.python.driver import load_python
+from relay_aot.testing import oracle
 
 
 def parse(text):

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 
 import numpy as np
 import pytest
 import tvm
+from isolated import run_isolated
 from tvm import relay
 from tvm.relay.backend.interpreter import RefValue
 
 import relay_aot
 from relay_aot import testing
-
-from isolated import run_isolated
 
 LONG_LISTS = '''
 #[version = "0.0.5"]

@@ -22,8 +22,8 @@ import hashlib
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import tvm
 
@@ -34,14 +34,14 @@ SOURCE = Path(__file__).with_name("hand.cc")
 LIST_TENSORS_KERNELS = ("fused_zeros", "fused_cast_multiply", "fused_fast_tanh_multiply_add", "fused_add")
 
 
-def program(workload_name: str) -> Optional[str]:
+def program(workload_name: str) -> str | None:
     """The hand-written program of a workload (``fib``, ``list_scalars``, ``list_tensors``), or None."""
     if re.fullmatch(r"fib\d+", workload_name):
         return "fib"
     return workload_name if workload_name in ("list_scalars", "list_tensors") else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def library() -> tvm.runtime.Module:
     """Build (once per source and flags) and load the hand-written library."""
     from relay_aot.builder.toolchain import BuildFlags, runtime_sources_digest

@@ -13,7 +13,7 @@ that cannot end a comment, continue a line, or close a literal.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 #: Characters kept as they are in comments and string literals; everything else is escaped.
 _SAFE = frozenset(

@@ -29,15 +29,18 @@ import dataclasses
 import hashlib
 import re
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Optional
 
 from ..config import Config
 from ..errors import CompileError
+from . import prebuilt
 from .cache import (
     Entry,
     IndexEntry,
     Lock,
+    cache_root,
+    check_replaceable,
     clear_cache,
     code_identity,
     evict,
@@ -55,12 +58,9 @@ from .cache import (
     record_index,
     record_object,
     subdir,
-    cache_root,
     sweep_tmp,
-    check_replaceable,
     write_atomic,
 )
-from . import prebuilt
 from .ninja import NinjaRun, ninja_binary, ninja_file
 from .pch import BackgroundCompile, PchBuild, RuntimeObjectBuild, pch_directory, pch_ready, wait_for_background
 from .progress import Reporter, progress_enabled
@@ -192,7 +192,7 @@ class BuildStats:
 
 stats = BuildStats()
 
-_source_hook: Optional[Callable[[str, str], str]] = None
+_source_hook: Callable[[str, str], str] | None = None
 
 
 @contextlib.contextmanager
@@ -263,7 +263,7 @@ def unit_inputs(files: dict[str, str], blobs: dict[str, bytes], units: list[str]
     return reads
 
 
-def _unit_identity(inputs: BuildInputs, unit: str, reads: list[str], runtime_source: Optional[str]) -> str:
+def _unit_identity(inputs: BuildInputs, unit: str, reads: list[str], runtime_source: str | None) -> str:
     """What a unit's object file is made from: this relay_aot (the runtime headers included)
     and TVM, the toolchain, the exact command, the unit's text and what it reads (by digest)."""
     command = command_line(inputs.flags.compile_command(unit, object_name(unit), runtime_source))
@@ -293,7 +293,7 @@ def _reuse_unit_object(root: Path, obj: Path, identity: str) -> bool:
 
 
 def _runtime_object(build_dir: Path, flags: BuildFlags, root: Path, reporter: Reporter,
-                    background: list[BackgroundCompile], use_prebuilt: bool) -> Optional[str]:
+                    background: list[BackgroundCompile], use_prebuilt: bool) -> str | None:
     """Put the runtime object into ``build_dir`` from the cache and return None; if the cache
     has none for this toolchain, take the one ``pip install`` built when it matches
     (``use_prebuilt``, see ``prebuilt.py``), else return the runtime source for the units to
@@ -330,7 +330,7 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
     # What the toolchain's builds share and this one lacks is compiled beside it, for the next
     # ones: waiting for a missing PCH or runtime object would cost the first compile more.
     background: list[BackgroundCompile] = []
-    units: Optional[NinjaRun] = None
+    units: NinjaRun | None = None
     try:
         use_prebuilt = inputs.config.prebuilt
         runtime_source = _runtime_object(build_dir, inputs.flags, root, reporter, background, use_prebuilt)
@@ -461,7 +461,7 @@ def build_library(inputs: BuildInputs, cache: bool = True, verbose: bool = False
         reporter.close()
 
 
-def find_indexed(key: str, config: Config) -> Optional[IndexEntry]:
+def find_indexed(key: str, config: Config) -> IndexEntry | None:
     """The intact library the module index records for ``key`` (None: not there, or damaged)."""
     if _source_hook is not None:
         return None

@@ -53,8 +53,8 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Union
 
 import tvm
 
@@ -75,7 +75,7 @@ DIGEST_SUFFIX = ".sha256"
 # -- files and directories -------------------------------------------------------------------
 
 
-def write_atomic(path: Path, content: Union[bytes, str, Path], mode: int = 0o600) -> Path:
+def write_atomic(path: Path, content: bytes | str | Path, mode: int = 0o600) -> Path:
     """Write ``content`` (bytes, text, or the contents of the file at a ``Path``) to ``path``
     through a private temporary file in the same directory, renamed over ``path``.
 
@@ -176,7 +176,7 @@ def subdir(root: Path, *parts: str) -> Path:
     return path
 
 
-def clear_cache(config: Optional[Config] = None) -> None:
+def clear_cache(config: Config | None = None) -> None:
     """Delete every cached library, object file (kernels, runtime, units), precompiled header and failed build.
 
     Libraries already loaded keep working. Builds running in other processes are left alone
@@ -196,11 +196,11 @@ def clear_cache(config: Optional[Config] = None) -> None:
 class Lock:
     """An exclusive ``flock`` on a file, with a timeout; released by the OS if the holder dies."""
 
-    def __init__(self, path: Path, timeout: float, on_wait: Optional[Callable[[], None]] = None):
+    def __init__(self, path: Path, timeout: float, on_wait: Callable[[], None] | None = None):
         self.path = path
         self.timeout = timeout
         self.on_wait = on_wait
-        self.fd: Optional[int] = None
+        self.fd: int | None = None
 
     def try_acquire(self, create: bool = True) -> bool:
         """Take the lock if it is free; never waits. ``create=False``: the file must exist."""
@@ -221,7 +221,7 @@ class Lock:
             os.close(self.fd)
             self.fd = None
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> Lock:
         deadline = time.monotonic() + self.timeout
         waited = False
         while not self.try_acquire():
@@ -240,7 +240,7 @@ class Lock:
         self.release()
 
 
-def key_lock(root: Path, name: str, timeout: float, on_wait: Optional[Callable[[], None]] = None) -> Lock:
+def key_lock(root: Path, name: str, timeout: float, on_wait: Callable[[], None] | None = None) -> Lock:
     """The lock named ``name`` in ``locks/``."""
     return Lock(subdir(root, "locks") / f"{name}.lock", timeout, on_wait)
 
@@ -348,7 +348,7 @@ def library_intact(library: Path) -> bool:
 # -- the module index: warm compiles without passes ---------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def package_digest() -> str:
     """Hash of relay_aot's Python code and C++ runtime: what turns a module into a library.
 
@@ -411,7 +411,7 @@ def _index_path(root: Path, key: str) -> Path:
 _LIBRARY_PATH = re.compile(r"lib/([0-9a-f]{2})/([0-9a-f]{64})/[A-Za-z_][A-Za-z0-9_]{0,63}-([0-9a-f]{24})\.so\Z")
 
 
-def _library_of_record(root: Path, record: dict) -> Optional[Entry]:
+def _library_of_record(root: Path, record: dict) -> Entry | None:
     """The entry an index record names, if the name has the expected form and stays in ``lib/``."""
     text, key = record.get("library"), record.get("key")
     match = _LIBRARY_PATH.match(text) if isinstance(text, str) else None
@@ -426,7 +426,7 @@ def _library_of_record(root: Path, record: dict) -> Optional[Entry]:
     return Entry(library, key)
 
 
-def lookup_index(root: Path, key: str) -> Optional[IndexEntry]:
+def lookup_index(root: Path, key: str) -> IndexEntry | None:
     """The intact library recorded for module key ``key``; a damaged one is evicted."""
     path = _index_path(root, key)
     try:

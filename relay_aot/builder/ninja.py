@@ -14,16 +14,16 @@ import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Iterable
 from pathlib import Path
+
 from ..errors import CompileError
 from .progress import Reporter
-from typing import Iterable, Optional
-
 from .toolchain import RUNTIME_OBJECT, BuildFlags, command_line, object_name
 
 
 def ninja_file(flags: BuildFlags, units: dict[str, list[str]], has_kernels: bool, library: str,
-               runtime_source: Optional[str] = None, reused: Iterable[str] = ()) -> str:
+               runtime_source: str | None = None, reused: Iterable[str] = ()) -> str:
     """The ``build.ninja`` compiling ``units`` (each with the generated files it reads) and
     linking them, with ``kernels.o`` if ``has_kernels`` and the runtime object, into
     ``library`` (paths relative to the build directory).

@@ -17,8 +17,9 @@ import shutil
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import TypeVar
 
 import tvm
 
@@ -45,7 +46,7 @@ def pch_enabled(flags: BuildFlags, config: Config) -> bool:
     return config.pch and compiler_is_gcc(flags.cxx)
 
 
-def pch_directory(flags: BuildFlags, config: Config) -> Optional[Path]:
+def pch_directory(flags: BuildFlags, config: Config) -> Path | None:
     """Where the precompiled header for ``flags`` lives in the cache (None: PCH disabled).
 
     Named by a hash of the compiler identity, the flags, our runtime headers and TVM's version
@@ -85,7 +86,7 @@ class BackgroundCompile:
         self.reporter = reporter
         self.what = what  # for the verbose message
         self.label = label  # for the progress line
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
 
     def launch(self) -> None:
         """Start the compiler."""
@@ -105,7 +106,7 @@ class BackgroundCompile:
         )
 
     @staticmethod
-    def under_lock(root: Path, name: str, make: Callable[[Lock], Optional["B"]]) -> Optional["B"]:
+    def under_lock(root: Path, name: str, make: Callable[[Lock], B | None]) -> B | None:
         """``make(lock)`` holding lock ``name``, if no other process holds it (None otherwise,
         or if ``make`` finds nothing to do); the lock is released unless ``make`` returns a
         compile, which then owns it."""
@@ -177,7 +178,7 @@ class PchBuild(BackgroundCompile):
         self.launch()
 
     @classmethod
-    def start(cls, flags: BuildFlags, root: Path, reporter: Reporter, use_prebuilt: bool) -> Optional["PchBuild"]:
+    def start(cls, flags: BuildFlags, root: Path, reporter: Reporter, use_prebuilt: bool) -> PchBuild | None:
         """Start building the PCH of ``flags`` if it is enabled, missing and nobody builds it --
         unless ``use_prebuilt`` and the one ``pip install`` built is what this would build
         (``prebuilt.py``): then publish a copy of that, at once."""
@@ -185,7 +186,7 @@ class PchBuild(BackgroundCompile):
             return None
         final = Path(flags.pch_dir)
 
-        def make(lock: Lock) -> Optional["PchBuild"]:
+        def make(lock: Lock) -> PchBuild | None:
             # Checked again under the lock: another process may have finished it while we looked.
             if pch_ready(flags):
                 return None
@@ -229,7 +230,7 @@ class RuntimeObjectBuild(BackgroundCompile):
 
     @classmethod
     def start(cls, flags: BuildFlags, root: Path, reporter: Reporter, key: str,
-              identity: str) -> Optional["RuntimeObjectBuild"]:
+              identity: str) -> RuntimeObjectBuild | None:
         """Start compiling the runtime object of ``key`` unless another process does."""
         return cls.under_lock(root, f"runtime-{key[:32]}", lambda lock: cls(flags, root, reporter, lock, key, identity))
 

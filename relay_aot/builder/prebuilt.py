@@ -22,7 +22,6 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Optional
 
 import tvm
 
@@ -110,14 +109,14 @@ def build(out: Path) -> None:
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
 
 
-def mismatch(flags: BuildFlags) -> Optional[str]:
+def mismatch(flags: BuildFlags) -> str | None:
     """Why the objects in :data:`PREBUILT_DIR` are not what ``flags`` (without a PCH) would
     build, or None when they are."""
     return _mismatch(flags.with_pch(None), PREBUILT_DIR)
 
 
-@functools.lru_cache(maxsize=None)
-def _mismatch(flags: BuildFlags, directory: Path) -> Optional[str]:
+@functools.cache
+def _mismatch(flags: BuildFlags, directory: Path) -> str | None:
     try:
         manifest = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):

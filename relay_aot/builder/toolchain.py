@@ -14,8 +14,8 @@ import platform
 import shlex
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
 
 import tvm
 
@@ -43,7 +43,7 @@ def runtime_include_dir() -> Path:
     raise CompileError("relay_aot's C++ runtime headers (runtime_cpp/) are missing from the installation")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def runtime_sources_digest() -> str:
     """Hash of the C++ runtime headers (they are part of every build key).
 
@@ -56,13 +56,13 @@ def runtime_sources_digest() -> str:
     return digest.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tvm_include_dirs() -> tuple[str, ...]:
     """TVM's header directories, as shipped in the wheel (looked up once: it walks the disk)."""
     return tuple(tvm._ffi.libinfo.find_include_path())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiler_info(cxx: str) -> tuple[str, str]:
     """(resolved path, ``--version`` output) of compiler ``cxx``."""
     path = shutil.which(cxx)
@@ -75,7 +75,7 @@ def _compiler_info(cxx: str) -> tuple[str, str]:
     return os.path.realpath(path), out
 
 
-def runtime_object_identity(flags: "BuildFlags") -> str:
+def runtime_object_identity(flags: BuildFlags) -> str:
     """What the runtime object is built from: the toolchain (without the PCH, which only makes
     compiling it faster), the runtime sources and TVM. Its cache key is this text's hash."""
     return "\n".join([flags.with_pch(None).compile_identity(), runtime_sources_digest(), f"tvm {tvm.__version__}"])
@@ -138,10 +138,10 @@ class BuildFlags:
     cxx: str
     cxxflags: tuple[str, ...]
     ldflags: tuple[str, ...]
-    pch_dir: Optional[str] = None
+    pch_dir: str | None = None
 
     @classmethod
-    def default(cls, config: Optional[Config] = None, opt: str = "-O1", extra: Iterable[str] = ()) -> "BuildFlags":
+    def default(cls, config: Config | None = None, opt: str = "-O1", extra: Iterable[str] = ()) -> BuildFlags:
         """Flags for generated code: C++17, PIC, hidden visibility, TVM's and our headers.
 
         ``-O1``: the generated code is calls into TVM's runtime and kernels; it runs as fast
@@ -182,11 +182,11 @@ class BuildFlags:
                    *(("-fuse-ld=gold",) if shutil.which("ld.gold") else ()))
         return cls(config.cxx, cxxflags, ldflags)
 
-    def with_pch(self, pch_dir: Optional[Path]) -> "BuildFlags":
+    def with_pch(self, pch_dir: Path | None) -> BuildFlags:
         """These flags, compiling with the precompiled header in ``pch_dir`` (None: without)."""
         return dataclasses.replace(self, pch_dir=str(pch_dir) if pch_dir is not None else None)
 
-    def compile_command(self, source: str, output: str, prelude: Optional[str] = None) -> list[str]:
+    def compile_command(self, source: str, output: str, prelude: str | None = None) -> list[str]:
         """The command compiling ``source`` to the object ``output`` (in the build directory);
         ``prelude``, the runtime source, is included with inline linkage when the build has no
         runtime object to link (each unit then generates the runtime functions it uses)."""

@@ -32,8 +32,8 @@ import tempfile
 import tokenize
 import zipfile
 import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -88,7 +88,7 @@ def _captured_stderr() -> Iterator[list]:
             captured.append(tmp.read().decode("utf-8", "replace"))
 
 
-def _diagnostic(text: str) -> Optional[str]:
+def _diagnostic(text: str) -> str | None:
     """The first error of TVM's rendered diagnostics as ``file:line:col: message``."""
     match = re.search(r"^error: (.*)\n(?:.*\n)*? --> (\S+)", text, re.MULTILINE)
     if match is None:
@@ -102,7 +102,7 @@ def _one_line(err: BaseException) -> str:
 
     if isinstance(err, CompileError):  # a bug of ours: the compiler's words are what helps
         return str(err)
-    lines = [l.strip() for l in str(err).splitlines() if l.strip() and not l.startswith("note: run with")]
+    lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.startswith("note: run with")]
     if not lines:
         return type(err).__name__
     for line in reversed(lines):
@@ -116,7 +116,7 @@ def _one_line(err: BaseException) -> str:
 _SHAPE_ENTRY = re.compile(r"""(?:"([^"]*)"|'([^']*)'|(\S+?)):\[([0-9,\s]*)\]""")
 
 
-def _parse_shapes(text: Optional[str]) -> dict[str, list[int]]:
+def _parse_shapes(text: str | None) -> dict[str, list[int]]:
     """``"x:[1,3,224,224] y:[10]"`` as ``{"x": [1, 3, 224, 224], "y": [10]}``. A name with a space
     is quoted (``'"in put":[1,3]'``); a JSON object (``'{"in put": [1, 3]}'``) also works."""
     if not text:
@@ -242,7 +242,7 @@ def _not_a_file(path: Path) -> str:
         return err.strerror or "cannot be read"
 
 
-def read_model(path: str, fmt: Optional[str], input_shapes: Optional[str]) -> tuple:
+def read_model(path: str, fmt: str | None, input_shapes: str | None) -> tuple:
     """``(IRModule, params)`` for a Relay text or ONNX file."""
     model = Path(path)
     if not model.is_file():
@@ -279,7 +279,7 @@ def _load_arrays(path: Path) -> dict:
         raise CliError(f"{path}: not a NumPy .npy/.npz file ({detail})") from None
 
 
-def read_params(path: Optional[str]) -> dict:
+def read_params(path: str | None) -> dict:
     """The arrays of a ``.npz`` file, by name (``--params``)."""
     if path is None:
         return {}
@@ -566,7 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``relay-aot``; returns the exit status.
 
     Every error ends with one line on stderr. An exception that is not about the user's

@@ -20,7 +20,7 @@ kernels, which never write their inputs, will see it.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from . import nodes as ir
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from typing import Optional
 
 import numpy as np
 
@@ -49,7 +48,7 @@ class InPlace:
     concats: set[int] = dataclasses.field(default_factory=set)
 
 
-def _nbytes(t: ir.TensorType) -> Optional[int]:
+def _nbytes(t: ir.TensorType) -> int | None:
     try:
         return math.prod(t.shape) * np.dtype(t.dtype).itemsize
     except TypeError:
@@ -73,7 +72,7 @@ def _use_counts(func: ir.Function) -> Counter:
     return counts
 
 
-def _single_static_output(kernel: ir.Kernel) -> Optional[ir.TensorType]:
+def _single_static_output(kernel: ir.Kernel) -> ir.TensorType | None:
     """The output of a kernel that makes one static tensor with a kernel call, else None."""
     out = kernel.result
     if not isinstance(out, ir.TensorType) or not out.is_static or kernel.scalar is not None:

@@ -14,8 +14,8 @@ ADT types keep their arguments so the Python layer can convert and check values.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 import tvm
@@ -185,7 +185,7 @@ def constant_dtype(array: np.ndarray) -> str:
     return getattr(array, "tvm_dtype", "") or str(array.dtype)
 
 
-def constant_ndarray(array: np.ndarray) -> "tvm.nd.NDArray":
+def constant_ndarray(array: np.ndarray) -> tvm.nd.NDArray:
     """A constant of ``Program.constants`` as a ``tvm.nd.NDArray`` on the CPU."""
     value = tvm.nd.array(np.asarray(array), device=tvm.cpu())
     dtype = constant_dtype(array)
@@ -335,7 +335,7 @@ class Block:
     """Statements followed by the block's value (a variable, or a self tail call)."""
 
     stmts: list[Stmt]
-    result: Union[Var, TailCall]
+    result: Var | TailCall
     uid: int = field(default_factory=_uid, compare=False, repr=False)
 
 
@@ -406,7 +406,7 @@ class Function:
     body: Block
     is_closure: bool = False
     captures: list[Var] = field(default_factory=list)
-    self_var: Optional[Var] = None
+    self_var: Var | None = None
     has_tail_call: bool = False
     signature: str = ""  # Relay signature text, for comments
 
@@ -423,7 +423,7 @@ class ScalarParam:
 class ScalarConst:
     """A constant in a scalar kernel."""
 
-    value: Union[bool, int, float]
+    value: bool | int | float
     dtype: str
 
 
@@ -436,7 +436,7 @@ class ScalarOp:
     dtype: str
 
 
-ScalarExpr = Union[ScalarParam, ScalarConst, ScalarOp]
+ScalarExpr = ScalarParam | ScalarConst | ScalarOp
 
 
 #: CopyForm kinds: a concatenation that lays its pieces end to end; a broadcast that may copy;
@@ -477,15 +477,15 @@ class Kernel:
     outputs: tuple[TensorType, ...]
     result: Type
     ops: tuple[str, ...]
-    scalar: Optional[ScalarExpr] = None  # the same computation on 0-d values, if expressible
+    scalar: ScalarExpr | None = None  # the same computation on 0-d values, if expressible
     #: For a kernel with ``?`` dimensions: the symbol of its shape function, which computes the
     #: outputs' shapes (and checks the inputs' shapes agree) before they are allocated ...
-    shape_func: Optional[str] = None
+    shape_func: str | None = None
     #: ... and, per Relay parameter, what it reads of it (bits of kernels.shape_funcs.NEED_DATA,
     #: NEED_SHAPE).
     shape_states: tuple[int, ...] = ()
     #: For a kernel that only moves data: how (C++ moves it with memcpy, or has it written in place).
-    copy: Optional[CopyForm] = None
+    copy: CopyForm | None = None
 
 
 @dataclass(frozen=True)
@@ -507,7 +507,7 @@ class Program:
     kernels: list[Kernel]
     constants: list  # numpy arrays
     adts: list[AdtDef]
-    cpu: Optional[CpuRequirement] = None  #: what the kernels need of the CPU (None: nothing recorded)
+    cpu: CpuRequirement | None = None  #: what the kernels need of the CPU (None: nothing recorded)
     #: the named symbolic dimensions the entry's parameters share (checked at the entry)
     shared_extents: tuple[SharedExtent, ...] = ()
 

@@ -28,7 +28,7 @@ class ProfileTable:
     shape_ids: dict[int, int]  #: by ``Kernel.index``, for kernels with a shape function
 
     @classmethod
-    def of_program(cls, program: Program) -> "ProfileTable":
+    def of_program(cls, program: Program) -> ProfileTable:
         """The table of ``program``."""
         functions = [names.PROFILE_ENTRY] + [f.hint for f in program.functions]
         function_ids = {f.id: i + 1 for i, f in enumerate(program.functions)}

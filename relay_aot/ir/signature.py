@@ -10,7 +10,7 @@ the axes of its parameters that share a named dimension (``shared_extents``, whe
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 from ..cpu import CpuRequirement
 from . import nodes as ir
@@ -52,7 +52,7 @@ class Signature:
     """What callers of a compiled program need: parameters, result type and ADT definitions."""
 
     def __init__(self, model: str, params: list[ir.Param], ret: ir.Type, adts: list[ir.AdtDef],
-                 cpu: Optional[CpuRequirement] = None, shared_extents: tuple[ir.SharedExtent, ...] = ()):
+                 cpu: CpuRequirement | None = None, shared_extents: tuple[ir.SharedExtent, ...] = ()):
         self.model = model
         self.params = params
         self.ret = ret
@@ -61,7 +61,7 @@ class Signature:
         self.shared_extents = shared_extents  #: axes of the parameters that must agree (see ir.SharedExtent)
 
     @classmethod
-    def of_program(cls, program: ir.Program, model: str) -> "Signature":
+    def of_program(cls, program: ir.Program, model: str) -> Signature:
         """The signature of a lowered program."""
         return cls(model, program.params, program.ret, program.adts, program.cpu, program.shared_extents)
 
@@ -92,7 +92,7 @@ class Signature:
         )
 
     @classmethod
-    def from_json(cls, text: str) -> "Signature":
+    def from_json(cls, text: str) -> Signature:
         """Parse the text :meth:`to_json` wrote."""
         data = json.loads(text)
         if data.get("format") != FORMAT_VERSION:

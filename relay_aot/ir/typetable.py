@@ -13,7 +13,7 @@ Types are numbered on first use; a recursive ADT instance refers to its own inde
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import nodes as ir
 

@@ -19,22 +19,22 @@ import hashlib
 import os
 import re
 import tempfile
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import tvm
 from tvm import relay
 from tvm.relay.backend import te_compiler
 
 from .. import ir, names
-from ..passes.te_compiler_speed import faster_te_compiler
 from ..config import Config
 from ..errors import CompileError, UnsupportedError
-from .scalars import is_native_scalar, scalar_kernel
+from ..passes.te_compiler_speed import faster_te_compiler
+from . import c_intrinsics, conv_epilogue, extents, isolated, scratch, tuning, winograd  # noqa: F401 (winograd: its strategy)
 from .copies import copy_form
 from .divisions import explicit_asserts, guard_divisions
 from .llvm_debug_info import for_llvm
+from .scalars import is_native_scalar, scalar_kernel
 from .shape_funcs import ShapeFunc, make_shape_func
-from . import c_intrinsics, conv_epilogue, extents, isolated, scratch, tuning, winograd  # noqa: F401 (winograd: its strategy)
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
 
@@ -219,7 +219,7 @@ class KernelTable:
             return False
         return all(tvm.ir.structural_equal(a, b) for a, b in zip(saved, funcs))
 
-    def lower_all(self, progress: Optional[Callable[[int, int], None]] = None, report: bool = True) -> tvm.IRModule:
+    def lower_all(self, progress: Callable[[int, int], None] | None = None, report: bool = True) -> tvm.IRModule:
         """TE-lower every kernel into one module of PrimFuncs named by kernel symbols.
 
         ``progress(done, total)`` is called after each kernel (builds show it on a terminal);
@@ -231,7 +231,7 @@ class KernelTable:
             untuned.report()
         return merged
 
-    def _lower_all(self, progress: Optional[Callable[[int, int], None]], untuned: tuning.Untuned) -> tvm.IRModule:
+    def _lower_all(self, progress: Callable[[int, int], None] | None, untuned: tuning.Untuned) -> tvm.IRModule:
         merged = tvm.IRModule()
         for done, (kernel, func) in enumerate(zip(self.kernels, self._funcs), 1):
             if kernel.scalar is not None:  # computed natively by both emitters: never called
@@ -270,8 +270,8 @@ class KernelTable:
         """Whether any kernel must be built (scalar kernels are computed natively instead)."""
         return any(k.scalar is None for k in self.kernels)
 
-    def build(self, progress: Optional[Callable[[int, int], None]] = None,
-              scratch_params: bool = False) -> Optional[tvm.runtime.Module]:
+    def build(self, progress: Callable[[int, int], None] | None = None,
+              scratch_params: bool = False) -> tvm.runtime.Module | None:
         """Build every kernel into one LLVM module in memory (None when there are none to build).
 
         TVM generates the code in a child process (see :meth:`write_object`), which writes the
@@ -290,7 +290,7 @@ class KernelTable:
             self._build_file(path, progress, scratch_params)
             return tvm.get_global_func("runtime.module.loadfile_ll")(path, "ll")
 
-    def write_object(self, path, progress: Optional[Callable[[int, int], None]] = None) -> bool:
+    def write_object(self, path, progress: Callable[[int, int], None] | None = None) -> bool:
         """Build the kernels into the object file ``path``; False when there are none.
 
         ``tvm.build`` and the writing of the file run in a forked child (``isolated.py``): a
@@ -302,7 +302,7 @@ class KernelTable:
         self._build_file(str(path), progress)
         return True
 
-    def _build_file(self, path: str, progress: Optional[Callable[[int, int], None]], scratch_params: bool = False) -> None:
+    def _build_file(self, path: str, progress: Callable[[int, int], None] | None, scratch_params: bool = False) -> None:
         """Lower the kernels here, build them into ``path`` in a child (its suffix picks the
         format: ``.o`` an object file, ``.bc`` LLVM bitcode)."""
         merged = for_llvm(self.lowered(None, progress, scratch_params)[0], self.target)
@@ -310,7 +310,7 @@ class KernelTable:
             merged = merged.with_attr("executor", _UNPACKED)
         self._build_isolated(merged, path, self.target)
 
-    def build_c(self, target: str, scratch_params: bool = False) -> Optional[str]:
+    def build_c(self, target: str, scratch_params: bool = False) -> str | None:
         """The kernels as C source from TVM's ``c`` target ``target``, unpacked (a standalone
         package compiles it with its own toolchain, as TVM's microcontroller path does); None
         when there are none. TVM's C code generator cannot print vector types, so TIR's
@@ -336,14 +336,14 @@ class KernelTable:
             with open(path) as source:
                 return c_intrinsics.portable(source.read())
 
-    def scratch_plan(self, c_target: Optional[str] = None) -> dict[str, scratch.Scratch]:
+    def scratch_plan(self, c_target: str | None = None) -> dict[str, scratch.Scratch]:
         """Per kernel symbol, the scratch parameters ``build(scratch_params=True)`` (or
         ``build_c(c_target, scratch_params=True)``) gives it (``kernels/scratch.py``)."""
         if not self.needs_build:
             return {}
         return self.lowered(c_target, None, True)[1]
 
-    def lowered(self, c_target: Optional[str] = None, progress=None, scratch_params: bool = False):
+    def lowered(self, c_target: str | None = None, progress=None, scratch_params: bool = False):
         """The lowered kernels as they are built (for TVM's ``c`` target ``c_target``, or LLVM);
         what :mod:`.scratch` did to them (nothing unless ``scratch_params``); and, for a
         standalone package, per kernel or shape function symbol over ``?`` dimensions, its
@@ -369,7 +369,7 @@ class KernelTable:
         registered = any(name.startswith("tvm.datatype.lower.") for name in tvm._ffi.registry.list_global_func_names())
         return registered and any("custom[" in func.astext() for func in self._funcs)
 
-    def extent_plan(self, c_target: Optional[str] = None) -> dict[str, tuple[tuple[int, int, str], ...]]:
+    def extent_plan(self, c_target: str | None = None) -> dict[str, tuple[tuple[int, int, str], ...]]:
         """The extent parameters ``build()`` (or ``build_c(c_target)``) gives the kernels and
         shape functions of a standalone package (see :meth:`lowered`)."""
         if not self.needs_build:

@@ -26,15 +26,16 @@ process-wide one relay_aot lowers with).
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from tvm import te
 from tvm.topi.x86 import conv2d_avx_1x1, conv2d_avx_common
 
 from .gate import Gate
 
+
 def _fused_output(s: te.Schedule, data_vec: te.Tensor, kernel_vec: te.Tensor, conv_out: te.Tensor,
-                  last: te.Tensor) -> Optional[tuple[int, te.Stage]]:
+                  last: te.Tensor) -> tuple[int, te.Stage] | None:
     """For a convolution fused with later operators into a packed (5-D) output: the input channel
     block and the accumulator stage, with the pad stage scheduled as TVM does and the
     convolution's own stage inlined into ``last``. None where TVM's schedule applies."""
@@ -52,7 +53,7 @@ def _fused_output(s: te.Schedule, data_vec: te.Tensor, kernel_vec: te.Tensor, co
     return ic_bn, s[accumulators]
 
 
-def _blocked_output(s: te.Schedule, last: te.Tensor, rows: Optional[int], columns: int):
+def _blocked_output(s: te.Schedule, last: te.Tensor, rows: int | None, columns: int):
     """``last``'s loops as TVM orders the convolution's: a parallel loop over channel blocks and
     (blocks of ``rows``) rows, then blocks of ``columns``, the channel block in a vector. The
     loop over column blocks, where the accumulators are computed."""

@@ -26,8 +26,6 @@ backend and standalone packages always call it: they all compute the same values
 
 from __future__ import annotations
 
-from typing import Optional
-
 import tvm
 from tvm import relay
 
@@ -36,7 +34,7 @@ from ..ir import CONCAT_FLAT, SAME_SHAPE_COPY, VIEW
 from ..passes.layouts import preserves_order
 
 
-def _param_through_views(expr: relay.Expr, params: list) -> Optional[int]:
+def _param_through_views(expr: relay.Expr, params: list) -> int | None:
     """The index of the parameter ``expr`` is a view of, or None."""
     while isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) and preserves_order(expr):
         expr = expr.args[0]
@@ -46,7 +44,7 @@ def _param_through_views(expr: relay.Expr, params: list) -> Optional[int]:
     return None
 
 
-def copy_form(func: relay.Function, result: ir.Type, dynamic: bool) -> Optional[ir.CopyForm]:
+def copy_form(func: relay.Function, result: ir.Type, dynamic: bool) -> ir.CopyForm | None:
     """The data-movement form of primitive function ``func`` (result type ``result``; ``dynamic``:
     the kernel has ``?`` dimensions), if any."""
     body = func.body

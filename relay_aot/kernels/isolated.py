@@ -32,7 +32,7 @@ import signal
 import sys
 import time
 import warnings
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from ..passes.te_compiler_speed import join_background_threads
 
@@ -141,7 +141,7 @@ def _child(build: Callable[[], None], stderr_fd: int) -> None:
         os._exit(status)
 
 
-def _cpu_ticks(pid: int) -> Optional[int]:
+def _cpu_ticks(pid: int) -> int | None:
     """User plus system clock ticks the process ``pid`` has used (None: unknown, not Linux)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
@@ -151,7 +151,7 @@ def _cpu_ticks(pid: int) -> Optional[int]:
         return None
 
 
-def _collect(pid: int, fd: int) -> Optional[bytes]:
+def _collect(pid: int, fd: int) -> bytes | None:
     """Everything the child writes to ``fd`` until it closes it; None once it has used no CPU
     time for :data:`STALL_SECONDS` (it is still running then)."""
     chunks: list[bytes] = []

@@ -30,10 +30,9 @@ kernels, see ``tests/test_scalar_ops.py``)::
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
 
 #: A template, or templates by dtype class (see :func:`spelling`).
-Spelling = Union[str, dict]
+Spelling = str | dict
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,8 +11,6 @@ without this fast path (``RELAY_AOT_SCALAR_FAST_PATH=0``) against TVM's interpre
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import tvm
 from tvm import relay
@@ -94,7 +92,7 @@ def scalar_operand_dtype(expr: ir.ScalarOp) -> str:
     return expr.args[-1].dtype if expr.op == "where" else expr.args[0].dtype
 
 
-def scalar_kernel(func: relay.Function) -> Optional[ir.ScalarExpr]:
+def scalar_kernel(func: relay.Function) -> ir.ScalarExpr | None:
     """The scalar translation of primitive function ``func``, or None if it has none.
 
     (``Config.scalar_fast_path``, ``RELAY_AOT_SCALAR_FAST_PATH=0``, turns the fast path off.)

@@ -27,7 +27,7 @@ agree. The rule is part of relay_aot's sources, which every cache key covers.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import numpy as np
 import tvm
@@ -36,7 +36,7 @@ from tvm import autotvm, te
 from tvm.autotvm.task.space import ConfigEntity, FallbackConfigEntity, OtherOptionEntity, SplitEntity
 
 
-def _const_ints(shape) -> Optional[list[int]]:
+def _const_ints(shape) -> list[int] | None:
     if not all(isinstance(d, (int, tvm.tir.IntImm)) for d in shape):
         return None
     return [int(d) for d in shape]
@@ -67,7 +67,7 @@ def _ruled(entities: dict) -> ConfigEntity:
     return config
 
 
-def dense_pack_blocking(m: int, n: int, lanes: int, registers: int, columns: Optional[int] = None) -> tuple[int, int]:
+def dense_pack_blocking(m: int, n: int, lanes: int, registers: int, columns: int | None = None) -> tuple[int, int]:
     """Rows and columns of the register block of an ``m`` x ``n`` packed product.
 
     The accumulators (rows x vectors per row) fill at most half of the vector registers: the
@@ -97,14 +97,14 @@ def _tensor(arg, shape) -> tuple:
     return ("TENSOR", tuple(shape), arg[2])
 
 
-def _tensor_shape(arg) -> Optional[list[int]]:
+def _tensor_shape(arg) -> list[int] | None:
     """The constant shape of a workload's tensor argument (None if it is not one)."""
     if not (isinstance(arg, tuple) and len(arg) == 3 and arg[0] == "TENSOR"):
         return None
     return _const_ints(arg[1])
 
 
-def _unpacked_conv(workload, depthwise: bool) -> Optional[tuple[tuple, dict]]:
+def _unpacked_conv(workload, depthwise: bool) -> tuple[tuple, dict] | None:
     """A packed convolution's workload as the convolution before packing, and its blocks as the
     splits whose innermost factors they are (None if ``workload`` is not packed)."""
     # ("conv2d_NCHWc.x86", data, kernel, strides, padding, dilation, "NCHW8c", "NCHW16c", out_dtype)
@@ -124,7 +124,7 @@ def _unpacked_conv(workload, depthwise: bool) -> Optional[tuple[tuple, dict]]:
     return unpacked, {"tile_ic": ic_bn, "tile_oc": oc_bn}
 
 
-def _unpacked_dense(workload) -> Optional[tuple[tuple, dict]]:
+def _unpacked_dense(workload) -> tuple[tuple, dict] | None:
     """A packed dense product's workload with its weight unpacked, and its columns as the split
     whose innermost factor they are (None if the weight is not packed)."""
     # ("dense_pack.x86", data, weight (n / columns, k, columns), [bias, out_dtype])
@@ -138,7 +138,7 @@ def _unpacked_dense(workload) -> Optional[tuple[tuple, dict]]:
     return (name, data, _tensor(weight, (chunks * columns, k)), *rest), {"tile_x": columns}
 
 
-def _dense_pack_config(workload, target: tvm.target.Target) -> Optional[ConfigEntity]:
+def _dense_pack_config(workload, target: tvm.target.Target) -> ConfigEntity | None:
     # workload: ("dense_pack.x86", data, weight, bias, out_dtype), tensors as ("TENSOR", shape, dtype)
     columns = None
     packed = _unpacked_dense(workload)
@@ -273,7 +273,7 @@ def row_columns(width: int, most: int) -> int:
 
 
 def _avx512_row_config(entities: dict, channels: int, filters: int, width: int, lanes: int,
-                       registers: int, blocks) -> Optional[dict]:
+                       registers: int, blocks) -> dict | None:
     """A pointwise convolution over one row (what ``passes/pooled_pointwise`` makes of a
     classifier) on a 32-register target: output channels by two vectors where they divide, its
     columns up to 7/8 of the registers as accumulators, its input channels as TVM's fallback
@@ -296,7 +296,7 @@ def _avx512_row_config(entities: dict, channels: int, filters: int, width: int, 
 
 
 def _avx512_convolution(entities: dict, blocks, channels: int, filters: int, height: int, kernel_size: int,
-                        lanes: int, registers: int) -> Optional[dict]:
+                        lanes: int, registers: int) -> dict | None:
     """On AVX-512 TVM's blocks (``entities``, its fallback) fit the 32 registers; two cases are
     ruled: a pointwise convolution over one row (:func:`_avx512_row_config`), and a row whose
     width has no divisor of :data:`AVX512_FEWEST_COLUMNS` or more (:data:`AVX512_COLUMNS`)."""
@@ -312,7 +312,7 @@ def _avx512_convolution(entities: dict, blocks, channels: int, filters: int, hei
     return {**entities, "tile_ow": SplitEntity([-(-out_width // columns), columns])}
 
 
-def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[ConfigEntity]:
+def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> ConfigEntity | None:
     """relay_aot's configuration of an untuned x86 ``conv2d_NCHWc`` (None: TVM's fallback).
 
     An input of fewer channels than a vector (an image's 3) is blocked one channel per block,
@@ -363,7 +363,7 @@ def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> Optional[Config
     return _ruled(entities)
 
 
-def _depthwise_nchwc_config(workload, target: tvm.target.Target) -> Optional[ConfigEntity]:
+def _depthwise_nchwc_config(workload, target: tvm.target.Target) -> ConfigEntity | None:
     ruled = _ruled_convolution(workload, target, depthwise=True)
     lanes, registers = _vector_registers(target)
     if ruled is None or registers > 16:  # AVX-512: TVM's blocks fit
@@ -438,7 +438,7 @@ def tuned_before_packing(query: Callable, workload: tuple):
 class ShapeRules(autotvm.task.DispatchContext):
     """AutoTVM's answers, with relay_aot's rule where they would be a fallback configuration."""
 
-    def __init__(self, untuned: Optional[Callable[[tuple], None]] = None) -> None:
+    def __init__(self, untuned: Callable[[tuple], None] | None = None) -> None:
         """``untuned(workload)`` is called whenever a rule answers: the kernel still has no
         tuning record (and tuning may beat the rule)."""
         super().__init__()

@@ -17,7 +17,7 @@ tensor); then one ``int64[rank]`` output per flattened result tensor.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import tvm
 from tvm import relay, te

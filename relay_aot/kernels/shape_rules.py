@@ -137,7 +137,7 @@ def _reshape(data_shape, newshape, ndim, allowzero, dynamic):
             dst += 2
             skip = 2
         else:
-            assert False, "reshape: a negative value other than -1, -2, -3, -4 in the new shape"
+            assert False, "reshape: a negative value other than -1, -2, -3, -4 in the new shape"  # noqa: B011 (hybrid script has no raise; its asserts are compiled, never stripped)
     if copy != 0:
         for i in range(src, data_shape.shape[0]):
             out[dst] = data_shape[i]

@@ -36,8 +36,8 @@ import math
 import numbers
 import os
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 from tvm import autotvm
@@ -96,7 +96,7 @@ def captured() -> Callable[[], contextlib.AbstractContextManager]:
     return restore
 
 
-def records(path: Union[str, os.PathLike, None]):
+def records(path: str | os.PathLike | None):
     """The context a compile reads ``path``'s AutoTVM records in (nothing for None): TVM's
     ``autotvm.apply_history_best`` of the records :func:`read` accepts.
 
@@ -127,7 +127,7 @@ def records(path: Union[str, os.PathLike, None]):
     return context
 
 
-def read(path: Union[str, os.PathLike], check_spaces: bool = True) -> list:
+def read(path: str | os.PathLike, check_spaces: bool = True) -> list:
     """The AutoTVM records ``(MeasureInput, MeasureResult)`` of log ``path``, in file order.
 
     Lines starting with ``#`` and blank lines are skipped. A last line without its newline that
@@ -290,7 +290,7 @@ _KIND_OF = {cls: kind for kind, (_, cls, _) in _KINDS.items()}
 _VALUE_OF = {cls: attribute for _, (_, cls, attribute) in _KINDS.items()}
 
 
-def _kind(entity) -> Optional[str]:
+def _kind(entity) -> str | None:
     return _KIND_OF.get(type(entity))
 
 
@@ -334,7 +334,7 @@ class _Knob:
         # The answers by value's class and repr: a log repeats each knob's few values thousands of times.
         self._answers: dict = {}
 
-    def problem(self, name: str, entity) -> Optional[str]:
+    def problem(self, name: str, entity) -> str | None:
         """Why ``entity`` is not a value of this knob (None where it is)."""
         attribute = _VALUE_OF.get(type(entity))
         memo = (type(entity), repr(getattr(entity, attribute)) if attribute else None)
@@ -342,7 +342,7 @@ class _Knob:
             self._answers[memo] = self._problem(name, entity)
         return self._answers[memo]
 
-    def _problem(self, name: str, entity) -> Optional[str]:
+    def _problem(self, name: str, entity) -> str | None:
         if self.kind is None:
             return None  # a kind of knob this TVM did not have: not checked
         kind = _kind(entity)
@@ -387,7 +387,7 @@ class _Space:
             if knob in self.knobs:
                 self.knobs[knob].partial = True
 
-    def problem(self, config) -> Optional[str]:
+    def problem(self, config) -> str | None:
         """Why ``config`` is outside this space (None where it is in it)."""
         entities = config._entity_map
         for name in entities:
@@ -414,7 +414,7 @@ class _Space:
 _spaces: dict = {}
 
 
-def check_space(inp) -> Optional[str]:
+def check_space(inp) -> str | None:
     """Why the record of ``inp`` (an ``autotvm.MeasureInput``) is outside its task's
     configuration space -- the knob and its value -- or None where it is in it (or its task
     cannot be made here).
@@ -432,7 +432,7 @@ def check_space(inp) -> Optional[str]:
     return checked.problem(inp.config) if checked is not None else None
 
 
-def _make_space(name: str, args, target, workload) -> Optional[_Space]:
+def _make_space(name: str, args, target, workload) -> _Space | None:
     template = autotvm.task.task.TASK_TABLE.get(name)
     if template is None:
         return None  # no template of this name here: nothing is built with the record
@@ -492,7 +492,7 @@ _warned = False
 #: (tuning context, target, kernel's structural hash) -> workloads it had no records for
 _reported: dict[tuple[str, str, int], frozenset[str]] = {}
 #: the tuning context the TE compiler's cache was last filled under (None: not by relay_aot)
-_cached_under: Optional[str] = None
+_cached_under: str | None = None
 
 
 class _Collect(logging.Handler):

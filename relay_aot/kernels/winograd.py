@@ -51,7 +51,8 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tir, topi
 from tvm.relay.op import op as _op
-from tvm.relay.op.strategy import generic as _generic, x86 as _x86
+from tvm.relay.op.strategy import generic as _generic
+from tvm.relay.op.strategy import x86 as _x86
 from tvm.topi.utils import get_const_tuple
 
 from ..passes.winograd import packed_block, transform_matrices

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Optional, Union
 
 import tvm
 from tvm import relay
@@ -34,8 +33,8 @@ from ..kernels import KernelTable
 from ..recursion import deep_recursion
 from .types import TypeLowering, untyped_tensor
 
-Binding = Union[ir.Var, ir.Kernel]
-Result = Union[ir.Var, ir.TailCall]
+Binding = ir.Var | ir.Kernel
+Result = ir.Var | ir.TailCall
 
 # Relay passes (ANF) name new variables with TVM's Var::GenSym, "x_<n>" from a process-wide
 # counter. Kept as hints, they would make the generated source -- and so the build cache key --
@@ -98,7 +97,7 @@ class ProgramLowering:
         self._var_count += 1
         return var
 
-    def name_of(self, var: Optional[relay.Var]) -> str:
+    def name_of(self, var: relay.Var | None) -> str:
         """The Relay name of ``var`` for comments; "" for names TVM's passes made up (``_GENSYM``)."""
         if var is None or _GENSYM.fullmatch(var.name_hint):
             return ""
@@ -191,7 +190,7 @@ class ProgramLowering:
             )
         )
 
-    def signature(self, name: str, func: relay.Function, subst: Optional[dict] = None) -> str:
+    def signature(self, name: str, func: relay.Function, subst: dict | None = None) -> str:
         """Relay-like signature text of ``func``, for comments."""
         fmt = lambda ty: ir.format_type(self.types.lower(ty, subst), self.types.adts)  # noqa: E731
         params = ", ".join(f"%{self.name_of(p)}: {fmt(p.checked_type)}" for p in func.params)
@@ -236,9 +235,9 @@ class FunctionLowering:
         self,
         prog: ProgramLowering,
         hint: str,
-        self_global: Optional[tuple] = None,
-        self_closure: Optional[relay.Var] = None,
-        subst: Optional[dict] = None,
+        self_global: tuple | None = None,
+        self_closure: relay.Var | None = None,
+        subst: dict | None = None,
     ):
         self.prog = prog
         self.hint = hint
@@ -293,7 +292,7 @@ class FunctionLowering:
         except KeyError:
             raise RelayAotError(f"variable %{var.name_hint} is not bound in {self.hint}") from None
 
-    def result_var(self, expr: relay.Expr, dest: Optional[relay.Var]) -> ir.Var:
+    def result_var(self, expr: relay.Expr, dest: relay.Var | None) -> ir.Var:
         """A fresh variable for the value of ``expr``, named after ``dest`` if given."""
         return self.prog.new_var(self.lower_type(expr.checked_type), self.prog.name_of(dest))
 
@@ -307,7 +306,7 @@ class FunctionLowering:
         """Lower ``exprs`` left to right to variables."""
         return [self.value(e, stmts) for e in exprs]
 
-    def value(self, expr: relay.Expr, stmts: list[ir.Stmt], dest: Optional[relay.Var] = None) -> ir.Var:
+    def value(self, expr: relay.Expr, stmts: list[ir.Stmt], dest: relay.Var | None = None) -> ir.Var:
         """Lower ``expr`` (not in tail position) to a variable holding its value."""
         result = self.expr(expr, stmts, False, dest)
         assert isinstance(result, ir.Var)
@@ -319,7 +318,7 @@ class FunctionLowering:
         result = self.expr(expr, stmts, tail, None)
         return ir.Block(stmts, result)
 
-    def expr(self, expr: relay.Expr, stmts: list[ir.Stmt], tail: bool, dest: Optional[relay.Var]) -> Result:
+    def expr(self, expr: relay.Expr, stmts: list[ir.Stmt], tail: bool, dest: relay.Var | None) -> Result:
         """Lower ``expr``, appending statements; in tail position the result may be a tail call."""
         handler = method_for(self._handlers, expr)
         if handler is None:
@@ -496,7 +495,7 @@ class FunctionLowering:
 
     # -- closures --------------------------------------------------------------------------
 
-    def closure(self, func: relay.Function, stmts, dest: Optional[relay.Var], recursive: bool) -> ir.Var:
+    def closure(self, func: relay.Function, stmts, dest: relay.Var | None, recursive: bool) -> ir.Var:
         """Lift ``func`` into its own function and bind a closure value over its free variables."""
         func_id = self.prog.new_func_id()
         name = f"%{self.prog.name_of(dest)}" if self.prog.name_of(dest) else "fn"

@@ -12,7 +12,7 @@ A dimension that is not an extent (``?``, a named variable, an expression of the
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 import tvm
 from tvm import relay
@@ -22,7 +22,7 @@ from ..dispatch import method_for
 from ..errors import UnsupportedError
 
 
-def untyped_tensor(ty: relay.Type) -> Optional[relay.TensorType]:
+def untyped_tensor(ty: relay.Type) -> relay.TensorType | None:
     """A tensor type with no element type inside ``ty`` (through tuples), or None."""
     if isinstance(ty, relay.TensorType):
         return None if str(ty.dtype) else ty
@@ -49,7 +49,7 @@ class TypeLowering:
             relay.IncompleteType: self._incomplete,
         }
 
-    def lower(self, ty: relay.Type, params: Optional[Mapping[str, object]] = None) -> ir.Type:
+    def lower(self, ty: relay.Type, params: Mapping[str, object] | None = None) -> ir.Type:
         """Lower ``ty``; ``params`` maps type-variable names to ADT parameter indices (inside an
         ADT definition) or to the types they are instantiated with (in a specialised function)."""
         handler = method_for(self._handlers, ty)

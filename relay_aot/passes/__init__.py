@@ -19,7 +19,7 @@ globals, most of them unused tensor-array helpers.
 from __future__ import annotations
 
 import hashlib
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 import numpy as np
 import tvm
@@ -27,13 +27,13 @@ from tvm import relay
 
 from .. import ir
 from ..errors import RelayAotError, TypeCheckError, UnsupportedError
-from .te_compiler_speed import faster_te_compiler, warm_error_backtraces
-from .gradient_cleanup import static_tensor, cleanup
 from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic, vector_math, winograd
-from .layouts import preserves_order
 from .bounds import numpy_slice_begin, static_pad_width, unpacked_dynamic_dense
 from .exact_int8 import exact_int8_products
-from .walk import ChainMutator
+from .gradient_cleanup import cleanup, static_tensor
+from .layouts import preserves_order
+from .te_compiler_speed import faster_te_compiler, warm_error_backtraces
+from .walk import ChainMutator, nodes_where
 
 
 def reachable_globals(mod: tvm.IRModule, root: str = "main") -> list[relay.GlobalVar]:
@@ -47,10 +47,7 @@ def reachable_globals(mod: tvm.IRModule, root: str = "main") -> list[relay.Globa
             continue
         seen.add(gvar.name_hint)
         order.append(gvar)
-        found: list[relay.GlobalVar] = []
-        relay.analysis.post_order_visit(
-            mod[gvar], lambda node: found.append(node) if isinstance(node, relay.GlobalVar) else None
-        )
+        found = nodes_where(mod[gvar], lambda node: isinstance(node, relay.GlobalVar))
         for callee in reversed(found):
             if callee.name_hint not in seen:
                 stack.append(callee)
@@ -84,7 +81,7 @@ def prune(mod: tvm.IRModule, root: str = "main") -> tvm.IRModule:
     return pruned
 
 
-def bind_params(mod: tvm.IRModule, params: Optional[Mapping[str, object]]) -> tvm.IRModule:
+def bind_params(mod: tvm.IRModule, params: Mapping[str, object] | None) -> tvm.IRModule:
     """Bind named parameters of ``main`` to constants, as ``relay.build(params=...)`` does."""
     if not params:
         return mod
@@ -461,9 +458,9 @@ def _legalizations() -> list:
 
 def prepare(
     mod: tvm.IRModule,
-    params: Optional[Mapping[str, object]] = None,
+    params: Mapping[str, object] | None = None,
     opt_level: int = 3,
-    target: Optional[tvm.target.Target] = None,
+    target: tvm.target.Target | None = None,
 ) -> tvm.IRModule:
     """The module :func:`prepare_with_extents` prepares (without the equalities of its entry)."""
     return prepare_with_extents(mod, params, opt_level, target)[0]
@@ -471,9 +468,9 @@ def prepare(
 
 def prepare_with_extents(
     mod: tvm.IRModule,
-    params: Optional[Mapping[str, object]] = None,
+    params: Mapping[str, object] | None = None,
     opt_level: int = 3,
-    target: Optional[tvm.target.Target] = None,
+    target: tvm.target.Target | None = None,
     layouts: bool = True,
     until_layouts: bool = False,
     winograd: bool = True,
@@ -552,9 +549,9 @@ def _run_sequence(sequence: list, mod: tvm.IRModule, opt_level: int, target) -> 
 
 def layout_graph(
     mod: tvm.IRModule,
-    params: Optional[Mapping[str, object]] = None,
+    params: Mapping[str, object] | None = None,
     opt_level: int = 3,
-    target: Optional[tvm.target.Target] = None,
+    target: tvm.target.Target | None = None,
 ) -> tvm.IRModule:
     """The module as the layout choice of :func:`prepare_with_extents` reads it: parameters
     bound, legalized and simplified, not yet fused (for TVM's graph tuner, whose workloads must
@@ -581,7 +578,7 @@ def _tensors_only(ty: relay.Type) -> bool:
     return isinstance(ty, relay.TupleType) and len(ty.fields) > 0 and all(_tensors_only(f) for f in ty.fields)
 
 
-def _mentions_function_type(ty: Optional[relay.Type]) -> bool:
+def _mentions_function_type(ty: relay.Type | None) -> bool:
     if isinstance(ty, relay.FuncType):
         return True
     if isinstance(ty, relay.TupleType):
@@ -658,9 +655,7 @@ class _RepairGradient(relay.ExprMutator):
 
 
 def _globals_in(expr: relay.Expr) -> list[str]:
-    found: list[str] = []
-    relay.analysis.post_order_visit(expr, lambda n: found.append(n.name_hint) if isinstance(n, relay.GlobalVar) else None)
-    return sorted(set(found))
+    return sorted({n.name_hint for n in nodes_where(expr, lambda n: isinstance(n, relay.GlobalVar))})
 
 
 class _GlobalsToLocals(relay.ExprMutator):
@@ -722,7 +717,7 @@ def _localize_globals(mod: tvm.IRModule, name: str) -> relay.Function:
 
 
 def gradient(
-    mod: tvm.IRModule, name: str = "main", params: Optional[Mapping[str, object]] = None
+    mod: tvm.IRModule, name: str = "main", params: Mapping[str, object] | None = None
 ) -> tvm.IRModule:
     """A module whose ``@main`` is the gradient of ``mod[name]``, ready for ``relay_aot.compile``.
 

@@ -27,6 +27,7 @@ import tvm
 from tvm import relay
 
 from ..errors import UnsupportedError
+from .walk import nodes_where
 
 
 class _NumpySliceBegin(relay.ExprMutator):
@@ -72,9 +73,7 @@ def rewrite_functions(mod: tvm.IRModule, wanted, mutator) -> tvm.IRModule:
     updates = {}
     for gvar, func in mod.functions.items():
         if isinstance(func, relay.Function):
-            found = []
-            relay.analysis.post_order_visit(func, lambda n: found.append(n) if isinstance(n, relay.Call) and wanted(n) else None)
-            if found:
+            if nodes_where(func, lambda n: isinstance(n, relay.Call) and wanted(n)):
                 updates[gvar] = mutator().visit(func)
     for gvar, func in updates.items():
         mod[gvar] = func

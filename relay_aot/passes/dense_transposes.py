@@ -22,8 +22,6 @@ a 256×256 float32 one on the benchmark machine, four times the product it feeds
 
 from __future__ import annotations
 
-from typing import Optional
-
 import tvm
 from tvm import relay, te
 
@@ -31,7 +29,7 @@ from .gradient_cleanup import static_tensor
 from .walk import rewrite_functions
 
 
-def _transposed_matrix(expr: relay.Expr) -> Optional[relay.Expr]:
+def _transposed_matrix(expr: relay.Expr) -> relay.Expr | None:
     """The operand of ``expr`` if ``expr`` swaps the two axes of a static matrix, else None."""
     if not (isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "transpose"):
         return None
@@ -60,7 +58,7 @@ def _plain_dense(call: relay.Expr) -> bool:
 _OUTER, _PACKED = "outer", "packed"
 
 
-def _form(node: relay.Expr, pack: bool) -> Optional[str]:
+def _form(node: relay.Expr, pack: bool) -> str | None:
     """Which rewrite applies to ``node`` (``pack``: the packed layout may be taken), if any."""
     if not _plain_dense(node):
         return None
@@ -92,7 +90,7 @@ class _Rewrite(relay.ExprMutator):
         return new
 
 
-def _packed_dense(call: relay.Call, data: relay.Expr, weight: relay.Expr) -> Optional[relay.Expr]:
+def _packed_dense(call: relay.Call, data: relay.Expr, weight: relay.Expr) -> relay.Expr | None:
     """``call`` (``nn.dense``) with ``weight`` in the layout the target's ``FTVMAlterOpLayout``
     picks for it, or None when it keeps the plain layout."""
     alter = call.op.get_attr("FTVMAlterOpLayout")

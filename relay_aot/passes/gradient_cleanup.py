@@ -60,6 +60,7 @@ from tvm import relay
 
 from .walk import ChainMutator, pattern_vars
 
+
 def static_tensor(ty: relay.Type) -> bool:
     """Whether ``ty`` is a tensor type with every extent known (no ``?``); the passes' one test."""
     return isinstance(ty, relay.TensorType) and all(isinstance(d, tvm.tir.IntImm) for d in ty.shape)
@@ -381,7 +382,7 @@ def _written_by(read: relay.Var, uses: _Uses):
     return writes
 
 
-def _dead_cells(points: "_PointsTo", uses: _Uses) -> tuple[set, list]:
+def _dead_cells(points: _PointsTo, uses: _Uses) -> tuple[set, list]:
     """The cells whose contents nothing observes, and the writes that only go into them.
 
     A cell is dead with its group: every cell that a value read from one of them can be
@@ -515,7 +516,7 @@ class _Contents(relay.ExprVisitor):
     Each chain starts knowing nothing, branches and function bodies included.
     """
 
-    def __init__(self, uses: _Uses, points: "_PointsTo"):
+    def __init__(self, uses: _Uses, points: _PointsTo):
         super().__init__()
         self.uses = uses
         self.points = points

@@ -32,7 +32,7 @@ from tvm import relay
 
 from ..recursion import deep_recursion
 from .gradient_cleanup import static_tensor
-from .walk import ChainMutator, pattern_vars
+from .walk import ChainMutator, nodes_where, pattern_vars
 
 #: Operators that index with their data (reading where the data says) or may trap (integer
 #: division): they stay where the program put them.
@@ -199,9 +199,7 @@ class _HoistOut(relay.ExprMutator):
 
 
 def _calls_an_op(expr) -> bool:
-    found = []
-    relay.analysis.post_order_visit(expr, lambda n: found.append(n) if isinstance(n, relay.Call) else None)
-    return bool(found)
+    return bool(nodes_where(expr, lambda n: isinstance(n, relay.Call)))
 
 
 class _Hoist(ChainMutator):

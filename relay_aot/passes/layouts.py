@@ -4,8 +4,6 @@ of its input; ``alter_layout`` counts no cost for such a transform)."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import tvm
 from tvm import relay
 
@@ -13,7 +11,7 @@ from tvm import relay
 ORDER_PRESERVING = {"copy", "reshape", "expand_dims", "squeeze"}
 
 
-def _layout_axes(layout: str, shape) -> Optional[list[tuple[str, int]]]:
+def _layout_axes(layout: str, shape) -> list[tuple[str, int]] | None:
     """The axes of ``shape`` in ``layout`` (``NCHW16c``) that have more than one element, in
     memory order, as (primal axis, extent); an axis split into blocks that lie next to each
     other (``C`` then ``c``) counted as one. None where an extent is not static."""

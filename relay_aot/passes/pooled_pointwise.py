@@ -28,8 +28,6 @@ products as before.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import tvm
 from tvm import relay
@@ -45,7 +43,7 @@ _BINARY = ("add", "subtract", "multiply", "maximum", "minimum")
 PADDING_SHARE = 1 / 8
 
 
-def _shape(expr: relay.Expr) -> Optional[list[int]]:
+def _shape(expr: relay.Expr) -> list[int] | None:
     ty = expr.checked_type
     return [int(d) for d in ty.shape] if static_tensor(ty) else None
 
@@ -74,7 +72,7 @@ class _Uses(relay.ExprVisitor):
         return super().visit(expr)
 
 
-def _operand_kind(operand: relay.Expr, out: list[int]) -> Optional[str]:
+def _operand_kind(operand: relay.Expr, out: list[int]) -> str | None:
     """How a non-chain operand of an elementwise operator over the convolution's output
     (``out``: n, c, h, w) broadcasts: ``"full"`` (its own shape), ``"channel"`` (one value per
     channel), ``"scalar"``; None where flattening the pixels would change its meaning."""
@@ -89,7 +87,7 @@ def _operand_kind(operand: relay.Expr, out: list[int]) -> Optional[str]:
     return "channel" if aligned[1] == out[1] and out[1] != 1 else "scalar" if aligned[1] == 1 else None
 
 
-def _kind_in(call: relay.Call, operand: relay.Expr, out: list[int]) -> Optional[str]:
+def _kind_in(call: relay.Call, operand: relay.Expr, out: list[int]) -> str | None:
     """:func:`_operand_kind` of an operand of ``call``; ``"bias"`` for ``bias_add``'s vector."""
     return "bias" if op_name(call) == "nn.bias_add" else _operand_kind(operand, out)
 
@@ -129,7 +127,7 @@ class _Rewriter(relay.ExprMutator):
                 return rewritten
         return super().visit_call(call)
 
-    def _chain(self, expr: relay.Expr, out: list[int]) -> Optional[list[relay.Call]]:
+    def _chain(self, expr: relay.Expr, out: list[int]) -> list[relay.Call] | None:
         """The calls from ``expr`` down to the pointwise convolution, or None."""
         if self.uses.get(expr, 0) != 1 or _shape(expr) != out:
             return None
@@ -151,7 +149,7 @@ class _Rewriter(relay.ExprMutator):
             return None
         return None if below is None else [expr, *below]
 
-    def _pooled(self, pool: relay.Call) -> Optional[relay.Expr]:
+    def _pooled(self, pool: relay.Call) -> relay.Expr | None:
         out = _shape(pool.args[0])
         if out is None or len(out) != 4 or out[2] * out[3] == 1:
             return None
@@ -198,7 +196,7 @@ class _Rewriter(relay.ExprMutator):
 def rewrite(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with each pooled pointwise convolution over flattened pixels (see the module)."""
 
-    def mutator_for(func: relay.Function) -> Optional[_Rewriter]:
+    def mutator_for(func: relay.Function) -> _Rewriter | None:
         if not calls_any(func, set(_POOLS)):
             return None
         uses = _Uses()

@@ -15,8 +15,6 @@ VM does too.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import tvm
 from tvm import relay
 
@@ -41,7 +39,7 @@ def shared_extents(func: relay.Function) -> tuple[ir.SharedExtent, ...]:
     """
     groups: list[tuple[tvm.tir.Var, list[ir.Axis]]] = []
 
-    def visit(ty: Optional[relay.Type], param: int, path: tuple[int, ...]) -> None:
+    def visit(ty: relay.Type | None, param: int, path: tuple[int, ...]) -> None:
         if isinstance(ty, relay.TupleType):
             for index, field in enumerate(ty.fields):
                 visit(field, param, path + (index,))

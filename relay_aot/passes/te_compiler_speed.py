@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 _lock = threading.Lock()
 _depth = 0

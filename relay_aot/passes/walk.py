@@ -7,7 +7,7 @@ loop, one binding at a time, each into any number of bindings.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import tvm
 from tvm import relay
@@ -59,13 +59,13 @@ class CallRewriter(relay.ExprMutator):
         self.changed = True
         return replacement
 
-    def rewrite_call(self, call: relay.Call, new: relay.Call) -> Optional[relay.Expr]:
+    def rewrite_call(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
         """The replacement of ``call`` (type-checked; ``new`` is it with its arguments
         rewritten), or None to keep ``new``."""
         return None
 
 
-def rewrite_functions(mod: tvm.IRModule, mutator_for: Callable[[relay.Function], Optional[relay.ExprMutator]]) -> tvm.IRModule:
+def rewrite_functions(mod: tvm.IRModule, mutator_for: Callable[[relay.Function], relay.ExprMutator | None]) -> tvm.IRModule:
     """``mod`` with each of its Relay functions visited by ``mutator_for(function)`` (None: left
     alone), type-checked again if any mutator set its ``changed`` (else ``mod`` itself: TVM's
     ``ExprMutator`` rebuilds every node it visits, so a new object does not say). For
@@ -91,11 +91,18 @@ def rewrite_functions(mod: tvm.IRModule, mutator_for: Callable[[relay.Function],
     return relay.transform.InferType()(mod)
 
 
-def op_name(expr: relay.Expr) -> Optional[str]:
+def op_name(expr: relay.Expr) -> str | None:
     """The name of the operator ``expr`` calls, or None (not a call, or a call of a function)."""
     if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op):
         return expr.op.name
     return None
+
+
+def nodes_where(expr: relay.Expr, wanted: Callable[[relay.Expr], bool]) -> list:
+    """The nodes of ``expr`` (each once, in post-order) for which ``wanted`` holds."""
+    found: list = []
+    relay.analysis.post_order_visit(expr, lambda node: found.append(node) if wanted(node) else None)
+    return found
 
 
 def calls_any(func: relay.Function, operators: set) -> bool:

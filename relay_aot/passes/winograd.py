@@ -14,8 +14,6 @@ output blocks, and so every layout around it, stay as they were.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import tvm
 from tvm import relay
@@ -89,14 +87,14 @@ def transformed_weights(packed: np.ndarray, m: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([u, taps, bound]))
 
 
-def packed_block(layout: str) -> Optional[int]:
+def packed_block(layout: str) -> int | None:
     """The channel block of a packed data layout ``NCHW{c}c``, else None."""
     if layout.startswith("NCHW") and layout.endswith("c") and layout[4:-1].isdigit():
         return int(layout[4:-1])
     return None
 
 
-def _replacement(call: relay.Call) -> Optional[relay.Expr]:
+def _replacement(call: relay.Call) -> relay.Expr | None:
     attrs = call.attrs
     data, weight = call.args
     if not isinstance(weight, relay.Constant):
@@ -147,7 +145,7 @@ class _Rewrite(relay.ExprMutator):
         return new
 
 
-def _avx512(target: Optional[tvm.target.Target]) -> bool:
+def _avx512(target: tvm.target.Target | None) -> bool:
     """Whether ``target`` is x86 with AVX-512 (the kernel was measured there only)."""
     if target is None or target.kind.name != "llvm":
         return False
@@ -155,7 +153,7 @@ def _avx512(target: Optional[tvm.target.Target]) -> bool:
         return tvm.target.x86.get_simd_32bit_lanes() == LANES
 
 
-def rewrite(mod: tvm.IRModule, target: Optional[tvm.target.Target]) -> tvm.IRModule:
+def rewrite(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
     """``mod`` with its qualifying convolutions Winograd's (the module docstring), or ``mod``."""
     if not _avx512(target):
         return mod

@@ -15,7 +15,6 @@ and how errors are raised.
 from __future__ import annotations
 
 import contextlib
-
 import functools
 
 import numpy as np
@@ -83,7 +82,7 @@ def call_packed(func: tvm.runtime.PackedFunc, args):
     return _fastcall.call_packed(func.handle.value, args, KINDS, make_result, raise_last_error)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def check_cpu(cpu, where: str) -> None:
     """Raise :class:`~relay_aot.errors.CpuFeatureError` if this CPU lacks a feature ``cpu`` (a
     :class:`~relay_aot.cpu.CpuRequirement`, or None: nothing recorded) needs; the message, the

@@ -13,8 +13,8 @@ import ctypes
 import os
 import struct
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 import tvm
@@ -24,8 +24,8 @@ from .. import ir, names
 from ..backends.cpp.capi import c_api, header_text
 from ..builder.cache import check_replaceable, file_kind, write_atomic
 from ..errors import ArgumentTypeError
-from . import fastcall, profiling
 from ..ir.signature import Signature
+from . import fastcall, profiling
 from .values import Converter
 
 #: TVM objects the fast call path must not pass by handle: the interpreter's values, which
@@ -36,7 +36,7 @@ _FAST_EXCLUDED = (ConstructorValue, RefValue)
 _ARRAYS = (np.ndarray, np.generic, tvm.nd.NDArray)
 
 
-def entry_address(library_path, symbol: str) -> Optional[int]:
+def entry_address(library_path, symbol: str) -> int | None:
     """The address of ``symbol`` in an already-loaded library (None if it cannot be found)."""
     try:
         # The name TVM's loader gave dlopen (load_module resolves the path): the same library,
@@ -79,7 +79,7 @@ def _loaded_objects() -> list[tuple[str, int]]:
     return found
 
 
-def _mapped_file(address: int) -> Optional[tuple[int, int]]:
+def _mapped_file(address: int) -> tuple[int, int] | None:
     """``(device, inode)`` of the file mapped at ``address`` in this process (None: unknown)."""
     try:
         with open("/proc/self/maps") as maps:
@@ -94,7 +94,7 @@ def _mapped_file(address: int) -> Optional[tuple[int, int]]:
     return None
 
 
-def _held_file(real: str) -> Optional[tuple[int, int]]:
+def _held_file(real: str) -> tuple[int, int] | None:
     """``(device, inode)`` of the file the dynamic loader holds under the name ``real`` (None:
     it holds none, or cannot be asked: no ``dl_iterate_phdr`` or ``/proc``)."""
     for name, address in _loaded_objects():
@@ -103,7 +103,7 @@ def _held_file(real: str) -> Optional[tuple[int, int]]:
     return None
 
 
-def stale_load(path) -> Optional[str]:
+def stale_load(path) -> str | None:
     """Why ``dlopen`` of ``path`` in this process would not load the file there now, or None.
 
     The dynamic loader finds a library it holds by the name it was opened with before it looks
@@ -151,7 +151,7 @@ class CompiledModule:
 
     #: Compiles the variant of this program instrumented for profiling (set by the drivers on
     #: what they compile; None for a library loaded with :func:`load`).
-    profiled_variant: Optional[Callable[[], "CompiledModule"]] = None
+    profiled_variant: Callable[[], CompiledModule] | None = None
 
     def __init__(
         self,
@@ -159,10 +159,10 @@ class CompiledModule:
         signature: Signature,
         name: str,
         backend: str = "cpp",
-        source: Optional[str] = None,
-        library_path: Optional[Path] = None,
+        source: str | None = None,
+        library_path: Path | None = None,
         entry=None,
-        profiler: Optional[Callable[[int, int], str]] = None,
+        profiler: Callable[[int, int], str] | None = None,
     ):
         self.module = module
         self.signature = signature
@@ -178,7 +178,7 @@ class CompiledModule:
         if library_path is not None and entry is None:
             self._address = entry_address(library_path, name)
         self.profiler = profiler if profiler is not None or library_path is None else _profile_function(module, name)
-        self._profiled: Optional[CompiledModule] = None
+        self._profiled: CompiledModule | None = None
 
     @property
     def source(self) -> str:
@@ -248,7 +248,7 @@ class CompiledModule:
         return profiling.run_profiled(target, target.profiler, args, f"relay_aot ({self.backend})", max_events,
                                       allocations=self.backend == "cpp", warmup=warmup)
 
-    def _profiling_module(self) -> "CompiledModule":
+    def _profiling_module(self) -> CompiledModule:
         """This module if it was built for profiling, else its profiled variant (built once)."""
         if self.profiler is not None:
             return self
@@ -380,7 +380,7 @@ def model_names(path) -> list[str]:
     return sorted(m for m in models if m is not None and m in symbols)
 
 
-def load(path, name: Optional[str] = None) -> CompiledModule:
+def load(path, name: str | None = None) -> CompiledModule:
     """Load a library written by ``CompiledModule.export_library`` (no compilation happens).
 
     ``name`` is the model name it was compiled with; by default it is read from the library's

@@ -25,8 +25,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import tvm
 from tvm.runtime import profiling
@@ -57,7 +58,7 @@ class Profile:
     max_events: int
 
     @classmethod
-    def from_json(cls, text: str, executor: str, max_events: int, allocations: bool = True) -> "Profile":
+    def from_json(cls, text: str, executor: str, max_events: int, allocations: bool = True) -> Profile:
         """The profile in ``text`` (``Profiler::stop`` in profile.h)."""
         data = json.loads(text)
         counted = {kind: tuple(value) for kind, value in data["allocations"].items()} if allocations else {}

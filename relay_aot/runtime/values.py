@@ -30,9 +30,9 @@ from ..backends.python.runtime import ExportedCell
 from ..dispatch import method_for
 from ..errors import ArgumentTypeError
 from ..ir import format_type, instantiate
+from ..ir.signature import Signature
 from ..ir.typetable import TypeTable
 from . import fastcall
-from ..ir.signature import Signature
 
 
 class _Path:

@@ -12,12 +12,22 @@ needs Hypothesis, a test extra; nothing else here does), and ``fuzz.py`` runs ca
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import tvm
 
 from .compare import Mismatch, assert_same, normalize, summary
-from .oracle import REFERENCES, IsolatedOracle, Outcome, error_text, evaluate, reference, run_reference, unsupported_reason
+from .oracle import (
+    REFERENCES,
+    IsolatedOracle,
+    Outcome,
+    error_text,
+    evaluate,
+    reference,
+    run_reference,
+    unsupported_reason,
+)
 
 __all__ = [
     "Mismatch",
@@ -33,7 +43,7 @@ __all__ = [
 ]
 
 
-Executor = Union[str, tuple[str, Callable]]
+Executor = str | tuple[str, Callable]
 
 
 @dataclasses.dataclass
@@ -67,7 +77,7 @@ class Report:
 
 
 def compare_outcomes(name: str, outcome: Outcome, base_name: str, base: Outcome, rtol: float = 1e-5,
-                     atol: float = 1e-6) -> Optional[str]:
+                     atol: float = 1e-6) -> str | None:
     """Why executor ``name``'s ``outcome`` disagrees with ``base_name``'s ``base`` (None if it agrees)."""
     if outcome.kind == "raised" and base.kind == "raised":
         return None  # each executor words its run-time errors differently
@@ -104,9 +114,9 @@ def equivalence_report(
     references: Iterable[str] = REFERENCES,
     rtol: float = 1e-5,
     atol: float = 1e-6,
-    expected: Optional[Any] = None,
-    isolate: Union[bool, IsolatedOracle] = False,
-    recursion_depth: Optional[int] = None,
+    expected: Any | None = None,
+    isolate: bool | IsolatedOracle = False,
+    recursion_depth: int | None = None,
     **compile_options,
 ) -> Report:
     """:func:`check_equivalence`, returning the :class:`Report` of every executor's outcome."""

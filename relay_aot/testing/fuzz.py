@@ -20,15 +20,14 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from . import hostile, hostile_surfaces
+from . import Mismatch, Report, compare_outcomes, equivalence_report, hostile, hostile_surfaces
 from .oracle import IsolatedOracle, Outcome, unsupported_reason
 from .strategies import Program
-from . import Mismatch, Report, compare_outcomes, equivalence_report
 
 #: Tolerances for generated programs: executors fuse float arithmetic differently.
 RTOL = 1e-4
@@ -44,7 +43,7 @@ class Checked:
     skipped: Counter = dataclasses.field(default_factory=Counter)
     reasons: Counter = dataclasses.field(default_factory=Counter)
 
-    def add(self, other: "Checked") -> None:
+    def add(self, other: Checked) -> None:
         self.programs += other.programs
         self.compared.update(other.compared)
         self.skipped.update(other.skipped)
@@ -59,7 +58,7 @@ class Checked:
 
 def check_program(
     program: Program,
-    oracle: Optional[IsolatedOracle] = None,
+    oracle: IsolatedOracle | None = None,
     backends: Sequence[str] = ("cpp", "python"),
     references: Sequence[str] = ("interpreter",),
     **compile_options,
@@ -203,7 +202,7 @@ def run_campaign(
     cases: int,
     backends: Iterable[str],
     references: Iterable[str],
-    seed: Optional[int],
+    seed: int | None,
     out_dir: Path,
     max_depth: int,
     max_size: int,
@@ -258,10 +257,10 @@ def run_hostile_campaign(
     arg_sets: int,
     backends: Iterable[str],
     references: Iterable[str],
-    seed: Optional[int],
+    seed: int | None,
     out_dir: Path,
-    operators: Optional[Sequence[str]] = None,
-    minutes: Optional[float] = None,
+    operators: Sequence[str] | None = None,
+    minutes: float | None = None,
     with_surfaces: bool = True,
 ) -> int:
     """Check ``examples`` hostile programs (``arg_sets`` argument sets each), taking the operator
@@ -318,7 +317,7 @@ def run_hostile_campaign(
     return 1
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry: ``python -m relay_aot.testing.fuzz --help``."""
     parser = argparse.ArgumentParser(prog="python -m relay_aot.testing.fuzz", description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=200, help="batches to check (default 200)")

@@ -58,7 +58,8 @@ import dataclasses
 import math
 import warnings
 from collections import Counter
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tvm
@@ -150,7 +151,7 @@ class _Args:
         self.tag("zero_extent", n == 0)
         return n
 
-    def shape(self, tensor: "_Tensor") -> tuple:
+    def shape(self, tensor: _Tensor) -> tuple:
         dims = [self.extent() for _ in range(tensor.rank)]
         if tensor.static_last is not None:
             dims[-1] = tensor.static_last
@@ -204,7 +205,7 @@ class _Tensor:
     name: str
     rank: int
     dtype: str = "float32"
-    static_last: Optional[int] = None
+    static_last: int | None = None
 
     def var(self) -> relay.Var:
         shape = [_ANY] * self.rank
@@ -274,7 +275,7 @@ class Built:
     reference: Callable[..., Any]
     draw_args: Callable[[_Args], tuple]
     #: dtype of the result when it is one tensor (None for a tuple): a follow-on step may apply.
-    dtype: Optional[str] = None
+    dtype: str | None = None
     #: float results are compared within RTOL of the largest finite one (not of each value)
     relative: bool = False
 
@@ -1235,7 +1236,7 @@ class HostileProgram:
     module: tvm.IRModule
     reference: Callable[..., Any]
     arg_sets: list
-    follow_on: Optional[str] = None
+    follow_on: str | None = None
     #: see Built.relative
     relative: bool = False
 
@@ -1262,7 +1263,7 @@ def expect(reference: Callable[..., Any], args: Sequence[Any]) -> Outcome:
         return Outcome("raised", detail=f"Refused: {err}")
 
 
-def draw_program(c: Choices, arg_sets: int = 8, operators: Optional[Sequence[str]] = None) -> HostileProgram:
+def draw_program(c: Choices, arg_sets: int = 8, operators: Sequence[str] | None = None) -> HostileProgram:
     """A :class:`HostileProgram` of one of ``operators`` (default: all of :data:`OPERATORS`),
     with ``arg_sets`` argument sets (fewer if some were too large to compute)."""
     families = list(operators) if operators else list(OPERATORS)
@@ -1271,7 +1272,7 @@ def draw_program(c: Choices, arg_sets: int = 8, operators: Optional[Sequence[str
         body, reference, follow_on = built.body, built.reference, None
         if built.dtype is not None and c.flip(1, 3):
             follow_on, make, step = c.choose(_follow_ons(built.dtype))
-            body, reference = make(body), (lambda ref, step: (lambda *a: step(_fitting(ref(*a)))))(built.reference, step)
+            body, reference = make(body), (lambda ref, then: (lambda *a: then(_fitting(ref(*a)))))(built.reference, step)
         mod = tvm.IRModule()
         mod["main"] = relay.Function(built.params, body)
         try:
@@ -1300,7 +1301,7 @@ def draw_program(c: Choices, arg_sets: int = 8, operators: Optional[Sequence[str
 
 
 def numbered_program(seed: Any, index: int, arg_sets: int = 8,
-                     families: Optional[Sequence[str]] = None) -> HostileProgram:
+                     families: Sequence[str] | None = None) -> HostileProgram:
     """Program ``index`` of the campaign with ``seed``: of operator family ``index`` modulo the
     ``families`` (default all of :data:`OPERATORS`), its choices drawn from
     ``random.Random(f"{seed}:{index}")`` -- each program is reproducible on its own."""
@@ -1333,7 +1334,7 @@ def _tolerance(expected: Outcome, relative: bool) -> tuple[float, float]:
     return RTOL, max(ATOL, RTOL * float(finite.max())) if finite.size else ATOL
 
 
-def judge(outcome: Outcome, expected: Outcome, relative: bool = False) -> Optional[tuple[str, str]]:
+def judge(outcome: Outcome, expected: Outcome, relative: bool = False) -> tuple[str, str] | None:
     """``(kind, why)`` if relay_aot's ``outcome`` breaks the rule (see the module docstring)
     against the reference's ``expected``; None if it keeps it. ``relative``: see
     :attr:`Built.relative`."""
@@ -1380,7 +1381,7 @@ class Finding:
     program: str
     args: tuple
     outcomes: dict
-    follow_on: Optional[str] = None
+    follow_on: str | None = None
 
     def signature(self) -> tuple:
         """What tells findings of one defect from another's: the operator and the kind."""
@@ -1406,7 +1407,7 @@ class Tally:
     outcomes: Counter = dataclasses.field(default_factory=Counter)
     findings: list = dataclasses.field(default_factory=list)
 
-    def add(self, other: "Tally") -> None:
+    def add(self, other: Tally) -> None:
         self.programs += other.programs
         self.arg_sets += other.arg_sets
         self.operators.update(other.operators)
@@ -1438,7 +1439,7 @@ def _reference_verdict(outcome: Outcome, expected: Outcome, relative: bool = Fal
     return "same value"
 
 
-def check(program: HostileProgram, backends_oracle: IsolatedOracle, references_oracle: Optional[IsolatedOracle],
+def check(program: HostileProgram, backends_oracle: IsolatedOracle, references_oracle: IsolatedOracle | None,
           backends: Sequence[str] = ("cpp", "python"), references: Sequence[str] = ("interpreter", "vm")) -> Tally:
     """Run every argument set of ``program`` on ``backends`` (in ``backends_oracle``'s child) and
     ``references`` (in ``references_oracle``'s); judge the backends (:func:`judge`)."""

@@ -30,7 +30,6 @@ import random
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 #: Model names a hostile user tries: the C library's and libm's functions, the compiler
 #: runtime's and TVM's symbols, C and C++ keywords, names of generated identifiers and of the

@@ -39,8 +39,9 @@ import sys
 import time
 import zlib
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import tvm
@@ -155,7 +156,7 @@ def import_case(case: Case) -> tvm.IRModule:
     return relay.transform.InferType()(mod)
 
 
-def input_problem(case: Case, mod: tvm.IRModule) -> Optional[str]:
+def input_problem(case: Case, mod: tvm.IRModule) -> str | None:
     """How the case's stored inputs differ from ``@main``'s parameters (None when they fit):
     another number of them, an ONNX sequence or optional, or another dtype than a declared one
     (ONNX's INT4 stored as float32, bfloat16 as uint16). A parameter declared with no dtype
@@ -179,7 +180,7 @@ def flatten_result(value: Any, count: int) -> list[Any]:
     return [value]
 
 
-def output_problem(case: Case, outputs: Sequence[Any], rtol: float = RTOL, atol: float = ATOL) -> Optional[str]:
+def output_problem(case: Case, outputs: Sequence[Any], rtol: float = RTOL, atol: float = ATOL) -> str | None:
     """Why ``outputs`` (normalized) differ from the case's expected outputs, as ONNX's backend
     tests judge it (None when they agree). An ONNX sequence is compared with a Relay tuple
     (what TVM's importer makes of one), element by element."""
@@ -192,7 +193,7 @@ def output_problem(case: Case, outputs: Sequence[Any], rtol: float = RTOL, atol:
     return None
 
 
-def _value_problem(actual: Any, expected: Any, what: str, rtol: float, atol: float) -> Optional[str]:
+def _value_problem(actual: Any, expected: Any, what: str, rtol: float, atol: float) -> str | None:
     if isinstance(expected, list):
         if not (isinstance(actual, tuple) and actual[:2] == ("adt", 0)):
             return f"{what} is not a tuple, expected an ONNX sequence"
@@ -257,9 +258,9 @@ class Prepared:
     why), and :func:`input_problem`'s finding."""
 
     case: Case
-    mod: Optional[tvm.IRModule] = None
-    import_error: Optional[str] = None
-    inputs_differ: Optional[str] = None
+    mod: tvm.IRModule | None = None
+    import_error: str | None = None
+    inputs_differ: str | None = None
 
     @property
     def name(self) -> str:
@@ -325,7 +326,7 @@ def _compile_and_run(mod: tvm.IRModule, args: list, backend: str) -> Any:
 
 
 def run_relay_aot(cases: Sequence[Prepared], backend: str = "cpp", batch: bool = True,
-                  tolerances: Optional[dict[str, tuple[float, float]]] = None) -> dict[str, str]:
+                  tolerances: dict[str, tuple[float, float]] | None = None) -> dict[str, str]:
     """Run imported ``cases`` on relay_aot's ``backend``: :data:`PASS` or why each fails.
 
     With ``batch``, the :func:`batchable` cases compile into one module; one that fails or
@@ -391,19 +392,19 @@ class Record:
     """
 
     status: str
-    error: Optional[str] = None
-    vm: Optional[str] = None
-    python: Optional[str] = None
+    error: str | None = None
+    vm: str | None = None
+    python: str | None = None
 
     def to_json(self) -> dict:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Record":
+    def from_json(cls, data: dict) -> Record:
         return cls(**data)
 
 
-def classify(outcomes: dict[str, Optional[str]]) -> Record:
+def classify(outcomes: dict[str, str | None]) -> Record:
     """A case's :class:`Record` from what was measured (:func:`measure`'s form): its
     ``import_error`` and ``inputs_differ`` (:class:`Prepared`'s), and the ``vm``, ``cpp`` and
     ``python`` outcomes (:data:`PASS` or why it failed; ``python`` may be left out)."""
@@ -421,7 +422,7 @@ def classify(outcomes: dict[str, Optional[str]]) -> Record:
     return Record(status, cpp, vm, python)
 
 
-def record_for(name: str, outcomes: dict[str, Optional[str]], data: dict) -> Record:
+def record_for(name: str, outcomes: dict[str, str | None], data: dict) -> Record:
     """:func:`classify`, except for a case the data file lists as ``unstable`` (its outcome
     varies between runs: the Relay TVM's importer makes of it reads memory out of bounds), which
     is recorded as failing on both relay_aot and the VM for that reason."""
@@ -497,7 +498,7 @@ def summary(data: dict) -> str:
 
 
 def measure(names: Sequence[str], backends: Sequence[str] = ("cpp",), vm: bool = True, batch_size: int = 16,
-            tolerances: Optional[dict[str, tuple[float, float]]] = None) -> dict[str, dict[str, str]]:
+            tolerances: dict[str, tuple[float, float]] | None = None) -> dict[str, dict[str, str]]:
     """What happens to each case of ``names``, in this process: ``{name: {"import_error": ...,
     "inputs_differ": ..., "vm": ..., backend: ...}}`` (what :func:`classify` reads; keys whose
     value is None are left out). Cases run in batches of ``batch_size`` (see :func:`run_relay_aot`)."""
@@ -571,7 +572,7 @@ def measure_isolated(names: Sequence[str], backends: Sequence[str] = ("cpp",), v
     return results
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     """Measure cases (``--help``) and print the outcomes, or write them into a data file."""
     parser = argparse.ArgumentParser(prog="python -m relay_aot.testing.onnx_conformance",
                                      description="Run ONNX's backend node tests on relay_aot and TVM's VM.")

@@ -15,7 +15,7 @@ Needs the ``onnx`` package (``pip install 'onnx<1.17'``, what TVM 0.19's importe
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

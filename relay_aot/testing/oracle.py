@@ -27,8 +27,9 @@ import pickle
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import tvm
@@ -119,7 +120,7 @@ def uses_references(mod: tvm.IRModule) -> bool:
     return False
 
 
-def unsupported_reason(mod: tvm.IRModule, executor: str, recursion_depth: Optional[int] = None) -> Optional[str]:
+def unsupported_reason(mod: tvm.IRModule, executor: str, recursion_depth: int | None = None) -> str | None:
     """Why ``executor`` cannot run ``mod`` (None if it should be able to).
 
     ``recursion_depth`` is how deep the program recurses on the arguments at hand, when the
@@ -189,7 +190,7 @@ def evaluate(mod: tvm.IRModule, args: Sequence[Any], executor: str, runner=None)
     return outcome
 
 
-def _copy(outcome: Outcome) -> Optional[Outcome]:
+def _copy(outcome: Outcome) -> Outcome | None:
     """A copy no caller's change reaches; None for a value nested too deeply to copy (a long
     Relay list: ``copy.deepcopy`` takes more Python frames per level than ``normalize``)."""
     try:
@@ -210,7 +211,7 @@ def _nbytes(value) -> int:
     return total
 
 
-def _outcome_key(mod: tvm.IRModule, args: Sequence[Any], executor: str) -> Optional[tuple]:
+def _outcome_key(mod: tvm.IRModule, args: Sequence[Any], executor: str) -> tuple | None:
     """What an outcome depends on (the arguments as an isolated run sends them), or None for
     arguments that are not plain values."""
     try:
@@ -296,14 +297,14 @@ class IsolatedOracle:
     memory.
     """
 
-    def __init__(self, timeout: float = DEFAULT_TIMEOUT, memory_limit: Optional[int] = None):
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, memory_limit: int | None = None):
         self.timeout = timeout
         self.memory_limit = memory_limit
-        self._proc: Optional[subprocess.Popen] = None
-        self._send: Optional[Connection] = None
-        self._recv: Optional[Connection] = None
+        self._proc: subprocess.Popen | None = None
+        self._send: Connection | None = None
+        self._recv: Connection | None = None
 
-    def __enter__(self) -> "IsolatedOracle":
+    def __enter__(self) -> IsolatedOracle:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -339,7 +340,7 @@ class IsolatedOracle:
             code = self._stop()
             return Outcome("unavailable", detail=f"{executor} crashed ({_describe_exit(code)})", cause="crashed")
 
-    def _stop(self) -> Optional[int]:
+    def _stop(self) -> int | None:
         proc, self._proc = self._proc, None
         for conn in (self._send, self._recv):
             if conn is not None:
@@ -359,7 +360,7 @@ class IsolatedOracle:
         self._stop()
 
 
-def _describe_exit(code: Optional[int]) -> str:
+def _describe_exit(code: int | None) -> str:
     if code is None:
         return "no exit status"
     if code < 0:
@@ -370,7 +371,7 @@ def _describe_exit(code: Optional[int]) -> str:
     return f"exit status {code}"
 
 
-def _serve(memory_limit: Optional[int] = None) -> None:
+def _serve(memory_limit: int | None = None) -> None:
     """The child side of :class:`IsolatedOracle`: answer requests until stdin closes."""
     if memory_limit is not None:
         import resource

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -161,7 +161,7 @@ def parse_outputs(api: CApi, text: str) -> tuple[int, str, list[np.ndarray]]:
     return rc, error, arrays
 
 
-def run_c_main(package: Package, inputs: Sequence[np.ndarray], work: Optional[Path] = None,
+def run_c_main(package: Package, inputs: Sequence[np.ndarray], work: Path | None = None,
                runs: int = 1) -> tuple[int, str, list[np.ndarray]]:
     """Write, link and run :func:`c_main` on the package's target: ``(rc, last_error, outputs)``."""
     work = Path(work or package.directory)

@@ -33,14 +33,17 @@ many programs with one C++ build.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
-from typing import Any, Callable, Optional, Union
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tvm
 from hypothesis import strategies as st
 from tvm import relay
 
+from ..passes.walk import nodes_where
 from . import hostile
 
 DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8", "bool")
@@ -92,7 +95,7 @@ class ParamT:
     """The type parameter of a polymorphic ADT (only inside constructor field types)."""
 
 
-Ty = Union[TensorT, TupleT, AdtT, FuncT, RefT]
+Ty = TensorT | TupleT | AdtT | FuncT | RefT
 BOOL = TensorT((), "bool")
 FUEL = TensorT((), "int32")
 
@@ -102,7 +105,7 @@ class AdtDef:
     """A generated ADT: its type variable, constructors and field types (may hold ParamT)."""
 
     gtv: relay.GlobalTypeVar
-    type_var: Optional[relay.TypeVar]
+    type_var: relay.TypeVar | None
     ctors: list  # relay.Constructor
     fields: list  # per constructor: tuple of generator types
     recursive: list  # per constructor: whether a field is the ADT itself
@@ -133,7 +136,7 @@ class Program:
     cases: list = dataclasses.field(default_factory=list)
     case_args: list = dataclasses.field(default_factory=list)
 
-    def case(self, index: int) -> "Program":
+    def case(self, index: int) -> Program:
         """Case ``index`` of a batch as a program of its own (its global becomes ``@main``)."""
         mod = self.module
         skip = {"main", *(g.name_hint for g in self.cases)}
@@ -313,7 +316,7 @@ class Generator:
             return TupleT(tuple(self.data_type(depth - 1, adts, functions) for _ in range(count)))
         return self.adt_instance(depth, allowed)
 
-    def adt_instance(self, depth: int = 1, allowed: Optional[list] = None) -> AdtT:
+    def adt_instance(self, depth: int = 1, allowed: list | None = None) -> AdtT:
         index = self.choose(allowed) if allowed else self.draw(st.integers(0, len(self.adts) - 1))
         if self.adts[index].type_var is None:
             return AdtT(index)
@@ -378,7 +381,7 @@ class Generator:
                 for fields in adt.fields for f in fields
             )
             adt.ctors = []
-            for c, fields in enumerate(adt.fields):
+            for fields in adt.fields:
                 inputs = [self._field_relay_type(f, adt) for f in fields]
                 adt.ctors.append(relay.Constructor(self.name("C"), inputs, gtv))
             self.module[gtv] = relay.TypeData(gtv, [type_var] if poly else [], adt.ctors)
@@ -930,6 +933,10 @@ FEATURES = (
 )
 
 
+def _is_global(gvar: relay.GlobalVar, node) -> bool:
+    return isinstance(node, relay.GlobalVar) and node.same_as(gvar)
+
+
 def node_counts(mod: tvm.IRModule) -> Counter:
     """How often each Relay node kind, pattern kind, operator, dtype and feature occurs in ``mod``.
 
@@ -991,10 +998,7 @@ def node_counts(mod: tvm.IRModule) -> Counter:
         if not isinstance(func, relay.Function):
             continue
         relay.analysis.post_order_visit(func, visit)
-        calls_itself = []
-        relay.analysis.post_order_visit(
-            func.body, lambda n: calls_itself.append(n) if isinstance(n, relay.GlobalVar) and n.same_as(gvar) else None)
-        if calls_itself:
+        if nodes_where(func.body, functools.partial(_is_global, gvar)):
             counts["feature:recursive_global"] += 1
     for gtv in mod.get_global_type_vars():
         data = mod[gtv]
@@ -1005,7 +1009,7 @@ def node_counts(mod: tvm.IRModule) -> Counter:
     return counts
 
 
-def _type_of(expr) -> Optional[relay.Type]:
+def _type_of(expr) -> relay.Type | None:
     try:
         return expr.checked_type
     except (ValueError, tvm.error.TVMError):
@@ -1040,7 +1044,7 @@ def _tensor_types(ty):
 
 
 @st.composite
-def hostile_programs(draw, arg_sets: int = 8, operators: Optional[list] = None):
+def hostile_programs(draw, arg_sets: int = 8, operators: list | None = None):
     """A small program over ``?`` dimensions around one dynamic-shape operator, with
     ``arg_sets`` hostile argument sets and its numpy reference (a
     :class:`relay_aot.testing.hostile.HostileProgram`; ``operators`` picks among

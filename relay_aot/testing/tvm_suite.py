@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import tvm
@@ -74,7 +74,7 @@ def _skip(reason: str):
 # -- targets and compiling ---------------------------------------------------------------------
 
 
-def _cpu_target(target) -> Optional[str]:
+def _cpu_target(target) -> str | None:
     """The llvm target string relay_aot builds for, or None for relay_aot's default; skips the
     test for a target that is not a CPU (TVM's own tests skip targets not enabled)."""
     if target is None:
@@ -109,7 +109,7 @@ def _compile(mod: tvm.IRModule, target=None, params=None):
     return aot_compile(mod, target=_cpu_target(target), params=params)
 
 
-def _module_with_main(mod: Optional[tvm.IRModule], main) -> tvm.IRModule:
+def _module_with_main(mod: tvm.IRModule | None, main) -> tvm.IRModule:
     """A copy of ``mod`` (its globals and type definitions) whose ``main`` is ``main``."""
     mod = mod if mod is not None else tvm.IRModule()
     if len(mod.functions):
@@ -716,7 +716,7 @@ def pytest_runtest_logreport(report):
 
 
 def run_file(tests_dir: Path, test_file: str, mode: str, workers: int, timeout: int,
-             file_timeout: Optional[int] = None) -> dict:
+             file_timeout: int | None = None) -> dict:
     """Run one of TVM's test files under ``mode`` (``"tvm"`` or ``"aot"``): {test: record}.
     A run still going after ``file_timeout`` seconds is ended, with the tests it reported."""
     with tempfile.TemporaryDirectory(prefix="relay_aot-tvm-suite-") as scratch:
@@ -768,7 +768,7 @@ def group(test_file: str) -> str:
     return "operators" if test_file.startswith(OPERATOR_FILES) else "relay"
 
 
-def summarize(runs: dict, reasons: Optional[dict] = None) -> dict:
+def summarize(runs: dict, reasons: dict | None = None) -> dict:
     """The summary of ``{file: {"tvm": results, "aot": results}}``: per file, both runs' counts
     and how many tests reached relay_aot (of those, how many passed on TVM, and on both); per
     group, the totals; and every test failing only under relay_aot, with the ``reasons``

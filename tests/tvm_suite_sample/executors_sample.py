@@ -6,9 +6,9 @@ import tvm
 from tvm import relay
 from tvm.contrib import graph_executor
 from tvm.relay.backend import Runtime
-from tvm.runtime.vm import VirtualMachine
-from tvm.relay.prelude import Prelude
 from tvm.relay.backend.interpreter import ConstructorValue
+from tvm.relay.prelude import Prelude
+from tvm.runtime.vm import VirtualMachine
 
 
 def _add_mod():

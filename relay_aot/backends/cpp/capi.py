@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Optional
 
 import tvm
 
@@ -113,7 +112,7 @@ def _element_bytes(dtype: str) -> int:
     return 1 if t.bits == 1 else t.bits * t.lanes // 8
 
 
-def _c_buffer_problem(ty: ir.Type, adts) -> Optional[str]:
+def _c_buffer_problem(ty: ir.Type, adts) -> str | None:
     """Why values of ``ty`` cannot be one C buffer (None: they can)."""
     if not isinstance(ty, ir.TensorType):
         return f"has type {ir.format_type(ty, adts)}: the C API passes tensors (and returns tuples of them) only"
@@ -179,7 +178,7 @@ def c_api(signature: Signature) -> CApi:
     return CApi(signature.model, inputs, outputs, signature.ret, signature.cpu.target if signature.cpu else "")
 
 
-def c_api_or_none(signature: Signature) -> Optional[CApi]:
+def c_api_or_none(signature: Signature) -> CApi | None:
     """:func:`c_api`, or None when the program has no C API (its PackedFunc entry is unaffected)."""
     try:
         return c_api(signature)

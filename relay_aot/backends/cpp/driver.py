@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Optional
 
 import tvm
 
 from ... import builder, ir
 from ...errors import CompileError
+from ...ir.signature import Signature
 from ...kernels import KernelTable, tuning
 from ...request import Request
 from ...runtime import CompiledModule, load_library, read_signature
-from ...ir.signature import Signature
 from ...version import __version__
 from .capi import add_c_api
 from .emit import FUNCTIONS_PER_UNIT, CppSources, constants_blob, emit_cpp
@@ -67,7 +66,7 @@ def generate_cpp(request: Request) -> str:
     return cpp_sources(program, request.name, builder.BuildFlags.default(request.config), request.config.profile).text()
 
 
-def _load_indexed(module_key: str, name: str, verbose: bool, config) -> Optional[CompiledModule]:
+def _load_indexed(module_key: str, name: str, verbose: bool, config) -> CompiledModule | None:
     """The compiled module from the index, without running any pass (None: not there)."""
     found = builder.find_indexed(module_key, config)
     if found is None:
@@ -114,7 +113,7 @@ def cpp_sources(program: ir.Program, name: str, flags: builder.BuildFlags, profi
 
 def _build_and_load(
     program: ir.Program, kernels: KernelTable, request: Request, flags: builder.BuildFlags, cache: bool,
-    verbose: bool, module_key: Optional[str],
+    verbose: bool, module_key: str | None,
 ) -> CompiledModule:
     name, config = request.name, request.config
     sources = cpp_sources(program, name, flags, config.profile)

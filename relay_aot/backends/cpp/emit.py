@@ -22,7 +22,7 @@ the model and has hidden visibility, so only the model-prefixed entry points are
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import tvm
 
@@ -31,12 +31,12 @@ from ...dispatch import dispatch
 from ...ir.in_place import InPlace, Slice, concat_in_place
 from ...ir.liveness import liveness
 from ...ir.profile import ProfileTable
-from ...ir.typetable import TypeTable
-from ...kernels.scalar_ops import SCALAR_OPS, spelling
-from ...kernels.copies import CONCAT_FLAT, SAME_SHAPE_COPY, VIEW
-from ...kernels.shape_funcs import shape_function_args
-from ...kernels.scalars import NATIVE_DTYPES, hex_literal, is_native_scalar, scalar_operand_dtype
 from ...ir.signature import Signature
+from ...ir.typetable import TypeTable
+from ...kernels.copies import CONCAT_FLAT, SAME_SHAPE_COPY, VIEW
+from ...kernels.scalar_ops import SCALAR_OPS, spelling
+from ...kernels.scalars import NATIVE_DTYPES, hex_literal, is_native_scalar, scalar_operand_dtype
+from ...kernels.shape_funcs import shape_function_args
 from ..emitter import Emitter, cpp_string_literal, escape_comment
 
 _CTYPES = {
@@ -78,7 +78,7 @@ def convert(expr: str, src: ir.Type, dst: ir.Type) -> str:
     return f"as<{target}>({expr})"
 
 
-def boxed(v: "ir.Var") -> str:
+def boxed(v: ir.Var) -> str:
     """Variable ``v`` as a runtime object (boxing an unboxed scalar)."""
     return convert(var(v), v.type, ir.AnyType())
 
@@ -186,7 +186,7 @@ class CppEmitter:
     profiling is printed: plain libraries carry no instrumentation at all.
     """
 
-    def __init__(self, program: ir.Program, model: str, constants_file: Optional[str], profile: bool = False):
+    def __init__(self, program: ir.Program, model: str, constants_file: str | None, profile: bool = False):
         self.program = program
         self.profile = ProfileTable.of_program(program) if profile else None
         self.model = model
@@ -196,7 +196,7 @@ class CppEmitter:
         self._stmts = ir.bind_handlers(self, ir.STATEMENT_HANDLERS)
         self._rhs = ir.bind_handlers(self, ir.RHS_HANDLERS)
         self.out = Emitter()
-        self.func: Optional[ir.Function] = None
+        self.func: ir.Function | None = None
         self.last: set = set()  # last uses in the function being printed (liveness.py)
         self.used: set = set()  # variables it reads (liveness.py)
         #: ids of the printed function's variables bound by const reference (parameters,
@@ -485,7 +485,7 @@ class CppEmitter:
             moved = (call.uid, a.id) in self.last and not is_native_scalar(a.type)
             value = self.moved(var(a)) if moved else var(a)
             e.line(f"{self.ctype(p.type)} t{i} = {self.convert(value, a.type, p.type)};")
-        for i, p, a in changed:
+        for i, p, _ in changed:
             e.line(f"{var(p)} = {self.moved(f't{i}')};")
         e.line("}")
         e.line("continue;")
@@ -545,7 +545,7 @@ class CppEmitter:
 
     # -- right-hand sides ------------------------------------------------------------------
 
-    def define(self, stmt: ir.Let, expr: str, src: Optional[ir.Type] = None) -> None:
+    def define(self, stmt: ir.Let, expr: str, src: ir.Type | None = None) -> None:
         """Print ``T v = expr;`` converting from ``src`` (default: the variable's own type)."""
         v = stmt.var
         value = self.convert(expr, src, v.type) if src is not None else expr
@@ -647,7 +647,7 @@ class CppEmitter:
         self.out.line(f"NDArray {name} = view_tensor({var(whole)}, shapes()[{self.shapes[out.shape]}], "
                       f"{dtype_literal(out.dtype)}, {piece.offset});", comment=f"{out.shape}: a slice of {var(whole)}")
 
-    def grown_in_place(self, kernel: ir.Kernel, rhs: ir.KernelCall, stmt: ir.Let) -> Optional[ir.Var]:
+    def grown_in_place(self, kernel: ir.Kernel, rhs: ir.KernelCall, stmt: ir.Let) -> ir.Var | None:
         """The first piece of a concatenation with `?` dimensions that may become its result
         (runtime append_in_place: a scan output grown by a row per step copies the row, not
         itself), or None. It must be a tensor this code owns, used for the last time here."""
@@ -666,7 +666,7 @@ class CppEmitter:
             return f"call_kernel({symbol})"
         return f"profiled_call_kernel({self.profile.kernel_ids[kernel.index]}, {symbol})"
 
-    def counted(self, expr: str, closure_class: Optional[str] = None) -> str:
+    def counted(self, expr: str, closure_class: str | None = None) -> str:
         """``expr``, a new object, counted in a profiled build (``closure_class``: of a closure)."""
         if self.profile is None:
             return expr
@@ -967,7 +967,6 @@ class CppEmitter:
     def emit_entry_points(self) -> None:
         """The exported entry (``<model>``) and metadata (``<model>__metadata``) functions."""
         e = self.out
-        main = self.functions[self.program.main]
         packed = "(TVMValue* args, int* type_codes, int num_args, TVMValue* ret, int* ret_type_code, void* resource)"
         ns = self.namespace
         visible = 'extern "C" __attribute__((visibility("default")))'
@@ -1019,7 +1018,7 @@ def emit_cpp(
     program: ir.Program,
     model: str,
     banner: Callable[[str], str],
-    constants_file: Optional[str] = "constants.bin",
+    constants_file: str | None = "constants.bin",
     functions_per_unit: int = FUNCTIONS_PER_UNIT,
     profile: bool = False,
 ) -> CppSources:

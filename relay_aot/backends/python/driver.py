@@ -5,20 +5,20 @@ from __future__ import annotations
 import hashlib
 import linecache
 import sys
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import tvm
 
 from ... import ir, names
 from ...errors import UnsupportedError
 from ...ir.profile import ProfileTable
+from ...ir.signature import Signature
 from ...request import Request
 from ...runtime import CompiledModule, fastcall
-from ...ir.signature import Signature
 from .emit import emit_python
 
 
-def load_python(source: str, model: str, kernel_module: Optional[tvm.runtime.Module], constants: list) -> Callable:
+def load_python(source: str, model: str, kernel_module: tvm.runtime.Module | None, constants: list) -> Callable:
     """Execute generated ``source`` against its kernels and constants; return its entry.
 
     The source is registered with ``linecache`` under a name carrying the model and a hash of

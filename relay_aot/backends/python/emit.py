@@ -19,14 +19,14 @@ works on.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from ... import ir, names
 from ...dispatch import dispatch
+from ...ir.profile import ProfileTable
 from ...kernels.scalar_ops import SCALAR_OPS, spelling
 from ...kernels.scalars import is_native_scalar, scalar_operand_dtype
 from ...kernels.shape_funcs import shape_function_args
-from ...ir.profile import ProfileTable
 from ...version import __version__
 from ..emitter import Emitter
 
@@ -67,7 +67,7 @@ class PythonEmitter:
         self._stmts = ir.bind_handlers(self, ir.STATEMENT_HANDLERS)
         self._rhs = ir.bind_handlers(self, ir.RHS_HANDLERS)
         self.out = Emitter(comment_prefix="#", indent_unit="    ")
-        self.func: Optional[ir.Function] = None
+        self.func: ir.Function | None = None
         self._scalar_consts: dict[tuple, str] = {}  # (dtype, value text) -> module-level name
 
     # -- whole module ----------------------------------------------------------------------
@@ -160,7 +160,7 @@ class PythonEmitter:
             else:
                 self.profiled(profile_id, lambda: self.emit_block(f.body, lambda v: e.line(f"return {var(v)}")))
 
-    def profiled(self, profile_id: Optional[int], body: Callable[[], None]) -> None:
+    def profiled(self, profile_id: int | None, body: Callable[[], None]) -> None:
         """Print ``body()``, between ``profile_enter(profile_id)`` and ``profile_exit()`` when
         printing for profiling."""
         if self.profile is None:
@@ -244,7 +244,7 @@ class PythonEmitter:
 
     # -- right-hand sides ------------------------------------------------------------------
 
-    def define(self, stmt: ir.Let, expr: str, note: Optional[str] = None) -> None:
+    def define(self, stmt: ir.Let, expr: str, note: str | None = None) -> None:
         """Print ``v = expr`` with the Relay construct as a comment."""
         v = stmt.var
         self.out.line(f"{var(v)} = {expr}", comment=self.hint_of(v) + (stmt.note if note is None else note))
@@ -294,7 +294,7 @@ class PythonEmitter:
         call = f"{call}{names.KERNEL}{kernel.index}, {kernel.symbol!r}, {', '.join(inputs + tensors)})"
         # a kernel whose outputs are all empty is not called (shape.h's all_empty)
         e.line(f"if not all_empty({var(v)}_shapes): {call}" if kernel.shape_func is not None else call)
-        for name, tensor, out in zip(outputs, tensors, kernel.outputs):
+        for name, tensor in zip(outputs, tensors):
             if name != tensor:
                 e.line(f"{name} = unbox({tensor})")
         if not single:

@@ -26,7 +26,8 @@ import ctypes
 import functools
 import sys
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tvm
@@ -35,7 +36,6 @@ from tvm.runtime.container import ADT
 from ...errors import ArgumentTypeError, KernelError, MatchError, RecursionDepthError
 from ...kernels.scalars import NATIVE_DTYPES
 from ...runtime import fastcall
-
 
 
 class Adt(tuple):
@@ -97,7 +97,7 @@ def box(value, dtype: str) -> tvm.nd.NDArray:
     return tensor
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _integer_function(op: str, dtype: str):
     return fastcall.integer_op(op, dtype)
 

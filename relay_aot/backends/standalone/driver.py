@@ -22,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
 
 import tvm
 
@@ -80,9 +80,9 @@ def export_standalone(
     mod: tvm.IRModule,
     directory,
     name: str = "default",
-    target: Optional[str] = None,
-    params: Optional[Mapping[str, object]] = None,
-    workspace_size: Optional[int] = None,
+    target: str | None = None,
+    params: Mapping[str, object] | None = None,
+    workspace_size: int | None = None,
     opt_level: int = 3,
 ) -> Package:
     """Write the standalone package of ``mod`` into ``directory`` (made if missing): C++ sources,
@@ -232,7 +232,7 @@ def _asks_workspace(module) -> bool:
         return True  # cannot tell: keep the arena
 
 
-def _kernel_workspace(kernels, alignment: int, c_target: Optional[str]) -> int:
+def _kernel_workspace(kernels, alignment: int, c_target: str | None) -> int:
     """The most workspace one kernel asks for (kernels run one at a time), of a planned
     program's kernels (what is left once their scratch buffers are parameters)."""
     if not kernels.needs_build:
@@ -245,7 +245,7 @@ def _kernel_workspace(kernels, alignment: int, c_target: Optional[str]) -> int:
     return most
 
 
-def makefile(name: str, sources: list[str], kernel_file: Optional[str]) -> str:
+def makefile(name: str, sources: list[str], kernel_file: str | None) -> str:
     """The package's Makefile: ``make CC=.. CXX=.. AR=.. CFLAGS=.. CXXFLAGS=..`` builds the archive
     (``kernel_file``: ``kernels.o`` made by LLVM, ``kernels.c`` to compile, or None)."""
     library = f"lib{names.c_api(name)}.a"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -35,8 +35,8 @@ from ... import ir, names
 from ...errors import UnsupportedError
 from ...ir.liveness import liveness
 from ...kernels.scalars import NATIVE_DTYPES, is_native_scalar
-from ...kernels.shape_funcs import shape_function_args
 from ...kernels.scratch import Scratch
+from ...kernels.shape_funcs import shape_function_args
 from ..cpp.capi import CApi, _element_bytes
 from ..cpp.emit import CppEmitter, cpp_string_literal, escape_comment, path_expr, scalar_cpp, var
 from ..emitter import Emitter
@@ -52,7 +52,7 @@ CHECK = "if (state.error) return {};"
 _DIVISIONS = frozenset({"divide", "mod", "floor_divide", "floor_mod", "trunc_divide", "trunc_mod"})
 
 
-def refusal(program: ir.Program, unsupported_dtypes: Sequence[str] = (), target: str = "") -> Optional[str]:
+def refusal(program: ir.Program, unsupported_dtypes: Sequence[str] = (), target: str = "") -> str | None:
     """Why ``program`` cannot be a standalone package for ``target`` (None: it can)."""
     for kernel in program.kernels:
         for t in kernel.inputs + kernel.outputs:
@@ -165,7 +165,7 @@ class StandaloneEmitter(CppEmitter):
         #: the program has ? dimensions: every tensor carries its extents (the runtime's header)
         self.dynamic = has_dynamic_shapes(program)
         sizes = {symbol: s.sizes for symbol, s in self.scratch.items()}
-        self.plan: Optional[StoragePlan] = plan_storage(program, api, alignment, _nbytes, sizes)
+        self.plan: StoragePlan | None = plan_storage(program, api, alignment, _nbytes, sizes)
         #: per function, the tensors released at their last use (see :func:`released_tensors`)
         self.released = {f.id: released_tensors(program, f) for f in program.functions} if self.plan is None else {}
         #: size classes of released tensors: bytes of the block -> class index
@@ -612,7 +612,7 @@ class StandaloneEmitter(CppEmitter):
         e.line(f"int32_t {c(model, 'set_workspace')}(void* buffer, uint32_t size) {{")
         e.line(f"{ns}::State& s = {ns}::state;")
         e.line("if (!buffer) {")
-        e.line(f"s.arena = {'{ns}::default_arena'.format(ns=ns) if workspace_size else 'nullptr'};")
+        e.line(f"s.arena = {f'{ns}::default_arena' if workspace_size else 'nullptr'};")
         e.line(f"s.arena_size = {workspace_size};")
         e.line("return 0;")
         e.line("}")
@@ -662,7 +662,7 @@ class StandaloneEmitter(CppEmitter):
         if any(self.calls_functions(f) for f in self.program.functions):
             e.line(f"state.stack_floor = reinterpret_cast<const char*>(__builtin_frame_address(0)) - {stack_budget};")
         if self.size_classes:
-            e.line(f"for (Value& list : free_lists) list = nullptr;")
+            e.line("for (Value& list : free_lists) list = nullptr;")
         nulls = (["!inputs"] if api.inputs else []) + (["!outputs"] if api.outputs else [])
         nulls += [f"!inputs->{f.name}" for f in api.inputs] + [f"!outputs->{f.name}" for f in api.outputs]
         if nulls:  # one message: its text is flash on a microcontroller
@@ -712,7 +712,7 @@ def _words(c: np.ndarray) -> list[str]:
     return [f"0x{w:08x}" for w in np.frombuffer(raw, dtype="<u4")]
 
 
-def standalone_header_extra(api: CApi, workspace_size: int, plan: Optional[StoragePlan]) -> list[str]:
+def standalone_header_extra(api: CApi, workspace_size: int, plan: StoragePlan | None) -> list[str]:
     """The declarations a standalone package's header adds to the host C API's."""
     macro, c = names.c_api_macro, names.c_api
     planned = plan.size if plan is not None else 0

@@ -13,7 +13,7 @@ while their kernel runs, so the program needs no arena at all.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ... import ir
 from ...kernels.scalars import is_native_scalar
@@ -27,7 +27,7 @@ class StoragePlan:
     size: int
     scratch: dict[int, list[int]]  #: variable id -> offsets of its kernel's scratch buffers
     direct_output: bool  #: @main's result is written by its kernel into the caller's buffer
-    result_id: Optional[int]
+    result_id: int | None
     storage: str = "planned_storage"
     output_pointer: str = "output_buffer"
 
@@ -72,7 +72,7 @@ def straight_line(program: ir.Program) -> bool:
 
 
 def plan_storage(program: ir.Program, api, alignment: int, nbytes: Callable[[ir.TensorType], int],
-                 scratch: Mapping[str, Sequence[int]] = {}) -> Optional[StoragePlan]:
+                 scratch: Mapping[str, Sequence[int]] = {}) -> StoragePlan | None:
     """The plan of ``program``, or None when it is not one straight line of tensor kernels;
     ``scratch``: per kernel symbol, the bytes of its scratch parameters."""
     if not straight_line(program):

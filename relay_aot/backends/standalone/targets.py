@@ -10,7 +10,6 @@ of defaults with no known toolchain.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import tvm
 
@@ -78,6 +77,6 @@ def resolve(target: str) -> StandaloneTarget:
     return StandaloneTarget(str(parsed), str(parsed))
 
 
-def known(name: str) -> Optional[StandaloneTarget]:
+def known(name: str) -> StandaloneTarget | None:
     """The row named ``name``, if any."""
     return TARGETS.get(name)
