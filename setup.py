@@ -31,16 +31,18 @@ from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import find_packages, setup
 
 _TVM = importlib.util.find_spec("tvm").submodule_search_locations[0]
-_INCLUDES = ["runtime_cpp"] + [os.path.join(_TVM, d) for d in ("include", "3rdparty/dlpack/include",
-                                                                 "3rdparty/dmlc-core/include")]
+_INCLUDES = ["runtime_cpp"] + [
+    os.path.join(_TVM, d) for d in ("include", "3rdparty/dlpack/include", "3rdparty/dmlc-core/include")
+]
 
 _ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
 def _runtime_packages() -> dict[str, str]:
     """Package name -> directory, for every directory of runtime_cpp/ (installed inside relay_aot)."""
-    return {"relay_aot." + directory.replace(os.sep, "."): directory
-            for directory, _, _ in sorted(os.walk("runtime_cpp"))}
+    return {
+        "relay_aot." + directory.replace(os.sep, "."): directory for directory, _, _ in sorted(os.walk("runtime_cpp"))
+    }
 
 
 class BuildExtAndToolchain(build_ext):
@@ -59,12 +61,23 @@ class BuildExtAndToolchain(build_ext):
         try:
             # In package_root: `python -c` puts its directory first on sys.path, and the
             # source tree's relay_aot has no extension outside an editable install.
-            subprocess.run([sys.executable, "-c", code, out], env=env, cwd=package_root, check=True, timeout=900,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            subprocess.run(
+                [sys.executable, "-c", code, out],
+                env=env,
+                cwd=package_root,
+                check=True,
+                timeout=900,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
         except (OSError, subprocess.SubprocessError) as err:
             output = getattr(err, "stdout", None) or ""
-            print(f"relay_aot: the precompiled header and runtime object were not prebuilt ({err}); "
-                  f"the first compile will build them.\n{output[-4000:]}", file=sys.stderr)
+            print(
+                f"relay_aot: the precompiled header and runtime object were not prebuilt ({err}); "
+                f"the first compile will build them.\n{output[-4000:]}",
+                file=sys.stderr,
+            )
 
 
 setup(

@@ -133,13 +133,21 @@ def _harness(api, inputs: list[Path]) -> str:
     arrays = []
     for f in api.inputs:
         shape = ", ".join(str(d) for d in f.type.shape)
-        arrays.append(f"arrays.push_back(tvm::runtime::NDArray::Empty({{{shape}}}, {dtype_literal(f.type.dtype)}, "
-                      f"{{kDLCPU, 0}}));")
+        arrays.append(
+            f"arrays.push_back(tvm::runtime::NDArray::Empty({{{shape}}}, {dtype_literal(f.type.dtype)}, "
+            f"{{kDLCPU, 0}}));"
+        )
         arrays.append(f"arrays.back().CopyFromBytes(inputs.{f.name}, {api.size_macro(f)});")
     return _HARNESS.format(
-        model=model, header=api.header_name, run=names.c_api(model, "run"), last_error=names.c_api(model, "last_error"),
-        declare_inputs=f"{api.struct('inputs')} inputs;", declare_outputs=f"{api.struct('outputs')} outputs;",
-        read_inputs="\n  ".join(read), allocate_outputs="\n  ".join(alloc), make_arrays="\n  ".join(arrays),
+        model=model,
+        header=api.header_name,
+        run=names.c_api(model, "run"),
+        last_error=names.c_api(model, "last_error"),
+        declare_inputs=f"{api.struct('inputs')} inputs;",
+        declare_outputs=f"{api.struct('outputs')} outputs;",
+        read_inputs="\n  ".join(read),
+        allocate_outputs="\n  ".join(alloc),
+        make_arrays="\n  ".join(arrays),
     )
 
 
@@ -160,12 +168,31 @@ def measure(workload: workloads_mod.Workload, directory: Path, budget: float = 1
     (directory / f"{name}.cc").write_text(_harness(api, inputs))
     tvm_dir = Path(tvm.__file__).resolve().parent
     includes = [f"-I{d}" for d in tvm._ffi.libinfo.find_include_path()]
-    command = [os.environ.get("CXX", "g++"), "-std=c++17", "-O2", f"-I{directory}", *includes,
-               "-DDMLC_USE_LOGGING_LIBRARY=<tvm/runtime/logging.h>", f"{name}.cc", "-o", name,
-               "-Wl,--no-as-needed", str(library), f"-L{tvm_dir}", "-ltvm_runtime", f"-Wl,-rpath,{tvm_dir}"]
+    command = [
+        os.environ.get("CXX", "g++"),
+        "-std=c++17",
+        "-O2",
+        f"-I{directory}",
+        *includes,
+        "-DDMLC_USE_LOGGING_LIBRARY=<tvm/runtime/logging.h>",
+        f"{name}.cc",
+        "-o",
+        name,
+        "-Wl,--no-as-needed",
+        str(library),
+        f"-L{tvm_dir}",
+        "-ltvm_runtime",
+        f"-Wl,-rpath,{tvm_dir}",
+    ]
     subprocess.run(command, cwd=directory, check=True, capture_output=True, text=True)
-    done = subprocess.run([str(directory / name), str(library), str(budget)], cwd=directory, check=True,
-                          capture_output=True, text=True, env=dict(os.environ, TVM_NUM_THREADS="1"))
+    done = subprocess.run(
+        [str(directory / name), str(library), str(budget)],
+        cwd=directory,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TVM_NUM_THREADS="1"),
+    )
     result = json.loads(done.stdout)
     result["ratio"] = result["c_entry"]["median"] / result["packed"]["median"]
     return result
@@ -173,11 +200,14 @@ def measure(workload: workloads_mod.Workload, directory: Path, budget: float = 1
 
 def table(results: dict[str, dict[str, Any]]) -> str:
     """The results as a Markdown table."""
-    lines = ["| workload | C entry (µs/call) | PackedFunc entry from C++ (µs/call) | C / packed |",
-             "|---|---:|---:|---:|"]
+    lines = [
+        "| workload | C entry (µs/call) | PackedFunc entry from C++ (µs/call) | C / packed |",
+        "|---|---:|---:|---:|",
+    ]
     for name, r in results.items():
-        lines.append(f"| {name} | {r['c_entry']['median'] * 1e6:.3f} | {r['packed']['median'] * 1e6:.3f} | "
-                     f"{r['ratio']:.2f} |")
+        lines.append(
+            f"| {name} | {r['c_entry']['median'] * 1e6:.3f} | {r['packed']['median'] * 1e6:.3f} | {r['ratio']:.2f} |"
+        )
     return "\n".join(lines)
 
 

@@ -61,39 +61,75 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m benchmarks",
         description="Time relay_aot against TVM's executors on Relay programs with control flow.",
     )
-    parser.add_argument("--workloads", default=",".join(workload_names),
-                        help=f"comma-separated subset of: {', '.join(workload_names)}")
-    parser.add_argument("--executors", default=",".join(executor_keys),
-                        help=f"comma-separated subset of: {', '.join(executor_keys)} (vm is added: it is the baseline)")
-    parser.add_argument("--threads", choices=["both", *THREAD_SETTINGS], default="both",
-                        help="thread settings to run: TVM's default, TVM_NUM_THREADS=1, or both (default)")
+    parser.add_argument(
+        "--workloads", default=",".join(workload_names), help=f"comma-separated subset of: {', '.join(workload_names)}"
+    )
+    parser.add_argument(
+        "--executors",
+        default=",".join(executor_keys),
+        help=f"comma-separated subset of: {', '.join(executor_keys)} (vm is added: it is the baseline)",
+    )
+    parser.add_argument(
+        "--threads",
+        choices=["both", *THREAD_SETTINGS],
+        default="both",
+        help="thread settings to run: TVM's default, TVM_NUM_THREADS=1, or both (default)",
+    )
     parser.add_argument("--quick", action="store_true", help="few short runs (a smoke test, not a measurement)")
     parser.add_argument("--runs", type=int, help="at most this many timed runs per executor (default 15; quick 3)")
     parser.add_argument("--budget", type=float, help="seconds of timing per executor and workload (default 1.5)")
     parser.add_argument("--no-kernels", action="store_true", help="skip the kernel-only floor")
-    parser.add_argument("--target", help="TVM target for every executor (default: relay_aot's, this machine's CPU, "
-                                          "e.g. 'llvm -mcpu=znver3'; llvm: generic x86-64)")
-    parser.add_argument("--output-dir", type=Path,
-                        help="where results go (default docs/benchmarks for the full suite, else .cache/benchmarks)")
-    parser.add_argument("--render", type=Path, metavar="RESULTS_JSON",
-                        help="print the tables and redraw the chart of an earlier run's JSON (runs nothing)")
-    parser.add_argument("--keep-cache", action="store_true",
-                        help="use $RELAY_AOT_CACHE_DIR (or the user cache) instead of a fresh build cache")
-    parser.add_argument("--compile-workloads", metavar="PROGRAMS",
-                        help="programs of the compile-time table, comma-separated (lstm, gen50 or workload names; "
-                             f"default: {','.join(compile_time.COMPILE_WORKLOADS)} on a full run, none otherwise)")
-    parser.add_argument("--tune-trials", type=int, default=tuning.DEFAULT_TRIALS, metavar="N",
-                        help="the tuned rows' budget: AutoTVM trials per kernel, resumed from the records in "
-                             f"{tuning.RECORDS_DIR.relative_to(ROOT)} (default {tuning.DEFAULT_TRIALS}; "
-                             "0: time with the records as they are; a quick run never tunes)")
-    parser.add_argument("--compile-repeat", type=int, default=1,
-                        help="processes per compile-time measurement, the median is reported (default 1)")
+    parser.add_argument(
+        "--target",
+        help="TVM target for every executor (default: relay_aot's, this machine's CPU, "
+        "e.g. 'llvm -mcpu=znver3'; llvm: generic x86-64)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        help="where results go (default docs/benchmarks for the full suite, else .cache/benchmarks)",
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="print the tables and redraw the chart of an earlier run's JSON (runs nothing)",
+    )
+    parser.add_argument(
+        "--keep-cache",
+        action="store_true",
+        help="use $RELAY_AOT_CACHE_DIR (or the user cache) instead of a fresh build cache",
+    )
+    parser.add_argument(
+        "--compile-workloads",
+        metavar="PROGRAMS",
+        help="programs of the compile-time table, comma-separated (lstm, gen50 or workload names; "
+        f"default: {','.join(compile_time.COMPILE_WORKLOADS)} on a full run, none otherwise)",
+    )
+    parser.add_argument(
+        "--tune-trials",
+        type=int,
+        default=tuning.DEFAULT_TRIALS,
+        metavar="N",
+        help="the tuned rows' budget: AutoTVM trials per kernel, resumed from the records in "
+        f"{tuning.RECORDS_DIR.relative_to(ROOT)} (default {tuning.DEFAULT_TRIALS}; "
+        "0: time with the records as they are; a quick run never tunes)",
+    )
+    parser.add_argument(
+        "--compile-repeat",
+        type=int,
+        default=1,
+        help="processes per compile-time measurement, the median is reported (default 1)",
+    )
     args = parser.parse_args(argv)
     if args.tune_trials < 0:
         parser.error(f"--tune-trials must be 0 or more, got {args.tune_trials}")
     args.workload_list = _csv(args.workloads, workload_names, "workloads")
-    args.compile_list = (None if args.compile_workloads is None
-                         else _csv(args.compile_workloads, compile_time.program_names(), "compile workloads"))
+    args.compile_list = (
+        None
+        if args.compile_workloads is None
+        else _csv(args.compile_workloads, compile_time.program_names(), "compile workloads")
+    )
     args.executor_list = _csv(args.executors, executor_keys, "executors")
     if "vm" not in args.executor_list:
         args.executor_list.insert(0, "vm")
@@ -166,13 +202,21 @@ def run_setting(
     for attempt in range(MAX_RESTARTS + 1):
         out = work_dir / f"records-{name}-{attempt}.jsonl"
         command = [
-            sys.executable, "-m", "benchmarks.suite",
-            "--out", str(out),
-            "--workloads", ",".join(args.workload_list),
-            "--executors", ",".join(args.executor_list),
-            "--options", options_json(options),
-            "--skip", json.dumps([[r["workload"], r["executor"]] for r in records]),
-            "--exclude", json.dumps(crashed),
+            sys.executable,
+            "-m",
+            "benchmarks.suite",
+            "--out",
+            str(out),
+            "--workloads",
+            ",".join(args.workload_list),
+            "--executors",
+            ",".join(args.executor_list),
+            "--options",
+            options_json(options),
+            "--skip",
+            json.dumps([[r["workload"], r["executor"]] for r in records]),
+            "--exclude",
+            json.dumps(crashed),
         ]
         if args.no_kernels:
             command.append("--no-kernels")
@@ -197,12 +241,20 @@ def run_setting(
         if current is None or worker_error:
             raise SystemExit(f"benchmark worker ({name}) failed: {worker_error or _died(code)}; see {log}")
         workload, executor = current
-        print(f"  [{name}] {workload} / {executor}: {'stalled' if stalled else _died(code)}; restarting without it",
-              flush=True)
+        print(
+            f"  [{name}] {workload} / {executor}: {'stalled' if stalled else _died(code)}; restarting without it",
+            flush=True,
+        )
         died = f"no result after {STALL_LIMIT_S} s, stopped" if stalled else _died(code)
-        records.append({"workload": workload, "executor": executor, "status": "crashed",
-                        "reason": f"{died} (the harness went on without it)",
-                        "log_tail": _log_tail(log, log_start)})
+        records.append(
+            {
+                "workload": workload,
+                "executor": executor,
+                "status": "crashed",
+                "reason": f"{died} (the harness went on without it)",
+                "log_tail": _log_tail(log, log_start),
+            }
+        )
         crashed.append(current)
     setting["wall_s"] = time.perf_counter() - start
     if not setting.get("label"):  # the worker died before it could say
@@ -243,13 +295,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path}")
         return 0
     options = make_options(args)
-    full = (not args.quick and args.workload_list == list(workloads_mod.by_name())
-            and set(args.executor_list) == set(executors_mod.by_key()) and args.threads == "both"
-            and not args.no_kernels and args.runs is None and args.budget is None)
+    full = (
+        not args.quick
+        and args.workload_list == list(workloads_mod.by_name())
+        and set(args.executor_list) == set(executors_mod.by_key())
+        and args.threads == "both"
+        and not args.no_kernels
+        and args.runs is None
+        and args.budget is None
+    )
     output_dir = args.output_dir or (ROOT / "docs" / "benchmarks" if full else ROOT / ".cache" / "benchmarks")
     settings = list(THREAD_SETTINGS) if args.threads == "both" else [args.threads]
-    compile_list = args.compile_list if args.compile_list is not None else (
-        compile_time.COMPILE_WORKLOADS if full else [])
+    compile_list = (
+        args.compile_list if args.compile_list is not None else (compile_time.COMPILE_WORKLOADS if full else [])
+    )
 
     env = dict(os.environ)
     env.setdefault("TOPHUB_LOCATION", "NONE")

@@ -258,8 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="profile a cold compile of each program")
     parser.add_argument("--cold", action="store_true", help="also measure a cold build (header cached, nothing else)")
     parser.add_argument("--cxxflags", default="", help="RELAY_AOT_CXXFLAGS for the builds (e.g. -O1)")
-    parser.add_argument("--programs", default=",".join(COMPILE_WORKLOADS),
-                        help="comma-separated: lstm, gen50 or workload names of benchmarks/workloads.py")
+    parser.add_argument(
+        "--programs",
+        default=",".join(COMPILE_WORKLOADS),
+        help="comma-separated: lstm, gen50 or workload names of benchmarks/workloads.py",
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -272,8 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in programs if p not in program_names()]
     if unknown:
         parser.error(f"unknown programs: {', '.join(unknown)} (choose from {', '.join(program_names())})")
-    print(f"cpus: {os.cpu_count()}, jobs: {os.environ.get('RELAY_AOT_JOBS', os.cpu_count())}, "
-          f"cxxflags: {args.cxxflags or '(default)'}, median of {args.repeat}", flush=True)
+    print(
+        f"cpus: {os.cpu_count()}, jobs: {os.environ.get('RELAY_AOT_JOBS', os.cpu_count())}, "
+        f"cxxflags: {args.cxxflags or '(default)'}, median of {args.repeat}",
+        flush=True,
+    )
     table: dict = {"repeat": args.repeat, "programs": {}}
     for program in programs:
         if args.profile:

@@ -161,7 +161,9 @@ class AotExecutor(_FactoryExecutor):
         if workload.model_zoo:
             # The graph executor runs the same kernels; AOT's build of a vision model takes
             # about four times as long (minutes per model and thread setting).
-            return "a vision model: the graph executor stands for relay.build (same kernels, a quarter of the build time)"
+            return (
+                "a vision model: the graph executor stands for relay.build (same kernels, a quarter of the build time)"
+            )
         return super().unsupported(workload)
 
     def build_options(self):

@@ -103,12 +103,14 @@ def kernel_floor(mod: tvm.IRModule, args: Sequence[np.ndarray], target: str, bud
     for call, count in sorted(counts.items(), key=lambda item: item[0].name):
         samples = np.asarray(time_kernel(exe.lib, call, budget))
         totals += count * np.sort(samples)
-        per_kernel.append({
-            "kernel": call.name,
-            "args": ", ".join(f"{d}{list(s)}" for d, s in call.args),
-            "calls": count,
-            "median_s": float(np.median(samples)),
-        })
+        per_kernel.append(
+            {
+                "kernel": call.name,
+                "args": ", ".join(f"{d}{list(s)}" for d, s in call.args),
+                "calls": count,
+                "median_s": float(np.median(samples)),
+            }
+        )
     per_kernel.sort(key=lambda k: -k["calls"] * k["median_s"])
     # Sorting each kernel's samples before adding pairs fastest with fastest: the totals'
     # minimum is the sum of minima and their maximum the sum of maxima.

@@ -47,8 +47,12 @@ def mlp(weights_as_inputs: bool):
     """The MLP, its weights bound as constants or left as parameters; and its arguments."""
     rng = np.random.default_rng(0)
     x = relay.var("x", shape=(1, 32))
-    arrays = {"w1": rng.uniform(-1, 1, (64, 32)), "b1": rng.uniform(-1, 1, (64,)),
-              "w2": rng.uniform(-1, 1, (10, 64)), "b2": rng.uniform(-1, 1, (10,))}
+    arrays = {
+        "w1": rng.uniform(-1, 1, (64, 32)),
+        "b1": rng.uniform(-1, 1, (64,)),
+        "w2": rng.uniform(-1, 1, (10, 64)),
+        "b2": rng.uniform(-1, 1, (10,)),
+    }
     arrays = {k: v.astype("float32") for k, v in arrays.items()}
     if weights_as_inputs:
         w = {k: relay.var(k, shape=v.shape) for k, v in arrays.items()}
@@ -64,9 +68,25 @@ def mlp(weights_as_inputs: bool):
 
 def _link(objects: list[str], main: Path, out: Path, include: list[str]) -> Path:
     board = sa.BOARD_DIR
-    command = [sa.tool(ROW, "gcc"), "-std=c99", *ROW.cflags, str(main), *[f"-I{d}" for d in include],
-               str(board / "startup.c"), "-T", str(board / "mps2-an386.ld"), "-nostartfiles", "--specs=nano.specs",
-               "--specs=rdimon.specs", "-Wl,--gc-sections", f"-Wl,-Map={out}.map", *objects, "-lm", "-o", str(out)]
+    command = [
+        sa.tool(ROW, "gcc"),
+        "-std=c99",
+        *ROW.cflags,
+        str(main),
+        *[f"-I{d}" for d in include],
+        str(board / "startup.c"),
+        "-T",
+        str(board / "mps2-an386.ld"),
+        "-nostartfiles",
+        "--specs=nano.specs",
+        "--specs=rdimon.specs",
+        "-Wl,--gc-sections",
+        f"-Wl,-Map={out}.map",
+        *objects,
+        "-lm",
+        "-o",
+        str(out),
+    ]
     subprocess.run(command, check=True, capture_output=True)
     return out
 
@@ -75,7 +95,11 @@ _SECTION = re.compile(r"^ (\.[\w.$]+|COMMON)\s*(?:\n\s+|\s+)0x([0-9a-f]+)\s+0x([
 
 
 #: The loaded sections by kind: flash (code, constants, unwind tables), initialised RAM, zeroed RAM.
-_KINDS = {"text": (".text", ".rodata", ".ARM.exidx", ".ARM.extab"), "data": (".data", ".got"), "bss": (".bss", "COMMON")}
+_KINDS = {
+    "text": (".text", ".rodata", ".ARM.exidx", ".ARM.extab"),
+    "data": (".data", ".got"),
+    "bss": (".bss", "COMMON"),
+}
 
 
 #: A map line placing bytes: an input section or a fill, its address and size.
@@ -90,7 +114,7 @@ def model_sizes(map_file: Path, is_model) -> dict:
     the next placed bytes start (nothing, if they start at its own address)."""
     sizes = {"text": 0, "data": 0, "bss": 0}
     text = map_file.read_text()
-    text = text[text.find("Linker script and memory map"):]
+    text = text[text.find("Linker script and memory map") :]
     for m in _SECTION.finditer(text):
         name, address, size, origin = m.group(1), int(m.group(2), 16), int(m.group(3), 16), m.group(4)
         after = _PLACED.search(text, m.end())
@@ -110,8 +134,12 @@ def instructions(elf_for_runs) -> int:
     for runs in (1, 11):
         elf = elf_for_runs(runs)
         log = elf.with_suffix(".trace")
-        subprocess.run([*ROW.run[:-1], "-singlestep", "-d", "exec,nochain", "-D", str(log), "-kernel", str(elf)],
-                       check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [*ROW.run[:-1], "-singlestep", "-d", "exec,nochain", "-D", str(log), "-kernel", str(elf)],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         with open(log) as f:
             counts.append(sum(1 for line in f if line.startswith("Trace")))
         log.unlink()
@@ -139,8 +167,12 @@ def measure_relay_aot(mod, args, work: Path) -> dict:
 
 def measure_tvm(mod, args, work: Path) -> dict:
     with tvm.transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True}):
-        lib = relay.build(mod, target=tvm.target.Target(TVM_TARGET),
-                          executor=Executor("aot", {"unpacked-api": True, "interface-api": "c"}), runtime=Runtime("crt"))
+        lib = relay.build(
+            mod,
+            target=tvm.target.Target(TVM_TARGET),
+            executor=Executor("aot", {"unpacked-api": True, "interface-api": "c"}),
+            runtime=Runtime("crt"),
+        )
     sources = [lib.lib.get_source()] + [m.get_source() for m in lib.lib.imported_modules]
     # TVM's code includes the interface header: the C API's header is that convention
     api = c_api(Signature.of_program(Request.make(mod, name="default").lower()[0], "default"))
@@ -151,8 +183,22 @@ def measure_tvm(mod, args, work: Path) -> dict:
         path = work / f"tvm_model{i}.c"
         path.write_text(source)
         obj = work / f"tvm_model{i}.o"
-        subprocess.run([sa.tool(ROW, "gcc"), "-std=gnu99", *ROW.cflags, "-ffunction-sections", "-fdata-sections",
-                        *[f"-I{d}" for d in include], "-c", str(path), "-o", str(obj)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sa.tool(ROW, "gcc"),
+                "-std=gnu99",
+                *ROW.cflags,
+                "-ffunction-sections",
+                "-fdata-sections",
+                *[f"-I{d}" for d in include],
+                "-c",
+                str(path),
+                "-o",
+                str(obj),
+            ],
+            check=True,
+            capture_output=True,
+        )
         objects.append(str(obj))
 
     def elf(runs: int) -> Path:
@@ -174,17 +220,24 @@ def run_all() -> dict:
             work = Path(tmp)
             (work / "ra").mkdir()
             (work / "tvm").mkdir()
-            results[placement] = {"relay_aot": measure_relay_aot(mod, args, work / "ra"),
-                                  "TVM AOT (crt)": measure_tvm(mod, args, work / "tvm")}
+            results[placement] = {
+                "relay_aot": measure_relay_aot(mod, args, work / "ra"),
+                "TVM AOT (crt)": measure_tvm(mod, args, work / "tvm"),
+            }
     return results
 
 
 def render(results: dict) -> str:
     """A Markdown table of :func:`run_all`'s results."""
-    lines = ["| weights | compiler | text (B) | data (B) | bss (B) | instructions per inference |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| weights | compiler | text (B) | data (B) | bss (B) | instructions per inference |",
+        "|---|---|---|---|---|---|",
+    ]
     for placement, rows in results.items():
         for compiler, r in rows.items():
-            lines.append(f"| {placement} | {compiler} | {r['text']:,} | {r['data']:,} | {r['bss']:,} | {r['instructions']:,} |")
+            lines.append(
+                f"| {placement} | {compiler} | {r['text']:,} | {r['data']:,} | {r['bss']:,} | {r['instructions']:,} |"
+            )
     return "\n".join(lines)
 
 

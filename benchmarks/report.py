@@ -151,21 +151,25 @@ def setting_tables(setting: dict, markdown: bool = False) -> str:
     names = [LABELS[c] if markdown else SHORT[c] for c in columns]
     times = [[w] + [_time_cell(pairs.get((w, c)), markdown) for c in columns] for w in workloads_of(records)]
     speedups = [[w] + [_ratio_cell(pairs.get((w, c)), "vs_vm") for c in columns] for w in workloads_of(records)]
-    floors = [[w] + [_ratio_cell(pairs.get((w, c)), "x_kernels") for c in columns if c != KERNELS]
-              for w in workloads_of(records)]
+    floors = [
+        [w] + [_ratio_cell(pairs.get((w, c)), "x_kernels") for c in columns if c != KERNELS]
+        for w in workloads_of(records)
+    ]
     prepare = [[w] + [_prepare_cell(pairs.get((w, c))) for c in columns if c != KERNELS] for w in workloads_of(records)]
     title = setting["setting"]["label"]
     heading = (lambda text: f"#### {text}\n") if markdown else (lambda text: f"{text}\n")
-    return "\n\n".join([
-        heading(f"{title}: time per call, median ({'min–max' if markdown else '± half the min–max range'})")
-        + table(["workload", *names], times, markdown),
-        heading(f"{title}: speedup over the Relay VM (VM median / median; higher is faster)")
-        + table(["workload", *names], speedups, markdown),
-        heading(f"{title}: multiple of the kernel-only time (median / kernels median; 1× = no overhead)")
-        + table(["workload", *[n for n, c in zip(names, columns) if c != KERNELS]], floors, markdown),
-        heading(f"{title}: preparation (compile, build, convert) + first call, seconds")
-        + table(["workload", *[n for n, c in zip(names, columns) if c != KERNELS]], prepare, markdown),
-    ])
+    return "\n\n".join(
+        [
+            heading(f"{title}: time per call, median ({'min–max' if markdown else '± half the min–max range'})")
+            + table(["workload", *names], times, markdown),
+            heading(f"{title}: speedup over the Relay VM (VM median / median; higher is faster)")
+            + table(["workload", *names], speedups, markdown),
+            heading(f"{title}: multiple of the kernel-only time (median / kernels median; 1× = no overhead)")
+            + table(["workload", *[n for n, c in zip(names, columns) if c != KERNELS]], floors, markdown),
+            heading(f"{title}: preparation (compile, build, convert) + first call, seconds")
+            + table(["workload", *[n for n, c in zip(names, columns) if c != KERNELS]], prepare, markdown),
+        ]
+    )
 
 
 def summary(result: dict, markdown: bool = False) -> str:
@@ -174,8 +178,14 @@ def summary(result: dict, markdown: bool = False) -> str:
     header = ["workload"]
     for s in settings:
         label = s["setting"]["TVM_NUM_THREADS"] or "default"
-        header += [f"C++ vs VM ({label})", f"C++ vs interp, no VM ({label})", f"C++ vs graph ({label})",
-                   f"C++ vs ORT ({label})", f"py vs py_conv ({label})", f"C++ / hand C++ ({label})"]
+        header += [
+            f"C++ vs VM ({label})",
+            f"C++ vs interp, no VM ({label})",
+            f"C++ vs graph ({label})",
+            f"C++ vs ORT ({label})",
+            f"py vs py_conv ({label})",
+            f"C++ / hand C++ ({label})",
+        ]
     rows = []
     for workload in workloads_of(r for s in settings for r in s["records"]):
         row = [workload]
@@ -202,11 +212,24 @@ def summary(result: dict, markdown: bool = False) -> str:
 
 
 #: The compile-time table's measures and the ratios it shows (see benchmarks/compile_time.py).
-COMPILE_COLUMNS = [("first", "first"), ("scratch", "nothing prebuilt"), ("cold", "cold"), ("new", "new module"),
-                   ("hit", "cache hit"), ("vm", "VM"), ("build", "relay.build")]
-COMPILE_RATIOS = [("first/vm", "first / VM"), ("scratch/vm", "nothing prebuilt / VM"), ("cold/vm", "cold / VM"),
-                  ("new/vm", "new / VM"), ("hit/vm", "hit / VM"), ("first/build", "first / build"),
-                  ("new/build", "new / build")]
+COMPILE_COLUMNS = [
+    ("first", "first"),
+    ("scratch", "nothing prebuilt"),
+    ("cold", "cold"),
+    ("new", "new module"),
+    ("hit", "cache hit"),
+    ("vm", "VM"),
+    ("build", "relay.build"),
+]
+COMPILE_RATIOS = [
+    ("first/vm", "first / VM"),
+    ("scratch/vm", "nothing prebuilt / VM"),
+    ("cold/vm", "cold / VM"),
+    ("new/vm", "new / VM"),
+    ("hit/vm", "hit / VM"),
+    ("first/build", "first / build"),
+    ("new/build", "new / build"),
+]
 
 
 def compile_time_table(table_result: dict, markdown: bool = False, only: list[str] | None = None) -> str:
@@ -267,8 +290,9 @@ def problems(result: dict) -> list[str]:
 def caption(result: dict) -> str:
     """Date, machine and versions, one line."""
     m = result["machine"]
-    return (f"{m['date'][:10]} · {m['cpu']}, {m['cores']} cores · TVM {m['tvm']} · relay_aot {m['relay_aot']}"
-            + (f" ({m['commit']})" if m.get("commit") else ""))
+    return f"{m['date'][:10]} · {m['cpu']}, {m['cores']} cores · TVM {m['tvm']} · relay_aot {m['relay_aot']}" + (
+        f" ({m['commit']})" if m.get("commit") else ""
+    )
 
 
 def text_report(result: dict) -> str:
@@ -299,9 +323,11 @@ def markdown_report(result: dict, chart_name: str | None) -> str:
     if chart_name:
         parts.append(f"![speedup over the Relay VM]({chart_name})")
     for name, tuned in result.get("tuning", {}).items():
-        parts.append(f"Tuned row `{name}`: AutoTVM and the graph tuner, up to {tuned['trials_per_kernel']} trials "
-                     f"per kernel, one thread, resumed from the records kept in `{tuned['records']}` "
-                     f"({tuned['wall_s']:.0f} s in this run); its TVM executors and relay_aot compile with them.")
+        parts.append(
+            f"Tuned row `{name}`: AutoTVM and the graph tuner, up to {tuned['trials_per_kernel']} trials "
+            f"per kernel, one thread, resumed from the records kept in `{tuned['records']}` "
+            f"({tuned['wall_s']:.0f} s in this run); its TVM executors and relay_aot compile with them."
+        )
     parts.append(summary(result, markdown=True))
     for s in result["settings"]:
         info = s["setting"]
@@ -358,10 +384,13 @@ def chart(result: dict, path: Path) -> str | None:
                 if bad:
                     bar.set_hatch("xx")
                     bar.set_edgecolor("red")
-        floor = [(x, pairs[(w, KERNELS)]["vs_vm"]) for x, w in enumerate(workloads) if "vs_vm" in pairs.get((w, KERNELS), {})]
+        floor = [
+            (x, pairs[(w, KERNELS)]["vs_vm"]) for x, w in enumerate(workloads) if "vs_vm" in pairs.get((w, KERNELS), {})
+        ]
         if floor:
-            drawn = ax.scatter(*zip(*floor), marker="_", s=1200, linewidths=2, color="black", zorder=3,
-                               label="the VM's kernels alone")
+            drawn = ax.scatter(
+                *zip(*floor), marker="_", s=1200, linewidths=2, color="black", zorder=3, label="the VM's kernels alone"
+            )
             handles.setdefault("the VM's kernels alone", drawn)
             values += [v for _, v in floor]
         ax.axhline(1.0, color="gray", linewidth=0.8)
@@ -375,8 +404,10 @@ def chart(result: dict, path: Path) -> str | None:
         ax.grid(axis="y", which="major", alpha=0.4)
     if handles:  # none when the VM ran nothing (gradient workloads alone)
         fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(7, len(handles)), fontsize=8)
-    fig.suptitle("Median time per call, relative to the Relay VM (higher is faster; hatched = wrong result)\n"
-                 + caption(result), fontsize=10)
+    fig.suptitle(
+        "Median time per call, relative to the Relay VM (higher is faster; hatched = wrong result)\n" + caption(result),
+        fontsize=10,
+    )
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)

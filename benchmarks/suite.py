@@ -103,8 +103,9 @@ class WorkloadRun:
             return _record(name, key, "n/a", reason=reason)
         try:
             with tuning.context(self.workload, self.options.target):  # a tuned row's executors compile with its records
-                call, prepare_s = timed(lambda: executor.prepare_workload(self.workload, self.mod, self.args,
-                                                                          self.options.target))
+                call, prepare_s = timed(
+                    lambda: executor.prepare_workload(self.workload, self.mod, self.args, self.options.target)
+                )
             first, first_call_s = timed(call)
         except Exception as err:  # noqa: BLE001 - any failure makes this executor n/a, reported
             return _record(name, key, "n/a", reason=_error(err))
@@ -162,11 +163,15 @@ class WorkloadRun:
         """The kernel-only floor of one call (from the VM's kernel calls)."""
         name = self.workload.name
         if self.workload.references:
-            return _record(name, KERNELS, "n/a", reason=f"it replays the VM's kernel calls, and {executors_mod.NO_REFERENCES}")
+            return _record(
+                name, KERNELS, "n/a", reason=f"it replays the VM's kernel calls, and {executors_mod.NO_REFERENCES}"
+            )
         try:
             with tuning.context(self.workload, self.options.target):
                 floor, prepare_s = timed(
-                    lambda: kernel_floor.kernel_floor(self.mod, self.args, self.options.target, self.options.kernel_budget)
+                    lambda: kernel_floor.kernel_floor(
+                        self.mod, self.args, self.options.target, self.options.kernel_budget
+                    )
                 )
         except Exception as err:  # noqa: BLE001
             return _record(name, KERNELS, "n/a", reason=_error(err))
@@ -205,10 +210,7 @@ def run_workload(
     holds executors that crashed the process on this workload: they do not run at all.
     """
     run = WorkloadRun(workload, options)
-    chosen = [
-        e for e in executors
-        if e.key not in exclude and (e.key not in skip or e.key in executors_mod.REFERENCES)
-    ]
+    chosen = [e for e in executors if e.key not in exclude and (e.key not in skip or e.key in executors_mod.REFERENCES)]
     for record in run.run_all(chosen, on_start):
         if record["executor"] not in skip:
             yield record

@@ -63,8 +63,10 @@ def context(workload: workloads_mod.Workload, target: str) -> contextlib.Abstrac
         return contextlib.nullcontext()
     path = records(workload, target)
     if path is None:
-        raise FileNotFoundError(f"no tuning records in {log_path(workload.tuned_from, target)}: "
-                                f"run python -m benchmarks (it tunes with --tune-trials, default {DEFAULT_TRIALS})")
+        raise FileNotFoundError(
+            f"no tuning records in {log_path(workload.tuned_from, target)}: "
+            f"run python -m benchmarks (it tunes with --tune-trials, default {DEFAULT_TRIALS})"
+        )
     from relay_aot.kernels import tuning
 
     # relay_aot's reader: TVM's context of the records, a cut last line dropped with a warning
@@ -72,8 +74,9 @@ def context(workload: workloads_mod.Workload, target: str) -> contextlib.Abstrac
     return tuning.records(path)
 
 
-def tune(workload: workloads_mod.Workload, trials: int, env: dict[str, str], target: str,
-         say: Callable[[str], None] = print) -> dict[str, Any]:
+def tune(
+    workload: workloads_mod.Workload, trials: int, env: dict[str, str], target: str, say: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Tune tuned row ``workload``'s kernels for ``target`` to ``trials`` each (in a child process,
     one thread); what was done, for the results."""
     RECORDS_DIR.mkdir(parents=True, exist_ok=True)
@@ -85,8 +88,11 @@ def tune(workload: workloads_mod.Workload, trials: int, env: dict[str, str], tar
             say(f"  {line.rstrip()}")
     if child.returncode != 0:
         raise SystemExit(f"tuning {workload.tuned_from} failed (exit status {child.returncode})")
-    return {"trials_per_kernel": trials, "wall_s": time.perf_counter() - started,
-            "records": str(records(workload, target).relative_to(machine.ROOT))}
+    return {
+        "trials_per_kernel": trials,
+        "wall_s": time.perf_counter() - started,
+        "records": str(records(workload, target).relative_to(machine.ROOT)),
+    }
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -94,11 +100,12 @@ def _main(argv: list[str] | None = None) -> int:
 
     import relay_aot
 
-    base, trials, target = (argv if argv is not None else sys.argv[1:])
+    base, trials, target = argv if argv is not None else sys.argv[1:]
     logging.getLogger("autotvm").setLevel(logging.ERROR)
     mod = workloads_mod.by_name()[base].module()
-    result = relay_aot.tune(mod, log_path(base, target), target=target, trials=int(trials),
-                            progress=lambda line: print(line, flush=True))
+    result = relay_aot.tune(
+        mod, log_path(base, target), target=target, trials=int(trials), progress=lambda line: print(line, flush=True)
+    )
     print(result, flush=True)
     return 0
 

@@ -373,21 +373,32 @@ def mlp(batch: int) -> Workload:
     )
 
 
-def _onnx_static(name: str, description: str, input_shape: tuple, model: Callable[[], Any],
-                 **options) -> Workload:
+def _onnx_static(name: str, description: str, input_shape: tuple, model: Callable[[], Any], **options) -> Workload:
     """A static ONNX model of one float32 input, drawn uniformly: TVM's ONNX frontend imports
     it, onnxruntime runs the model itself."""
-    return Workload(name=name, description=description, source="",
-                    make_inputs=lambda rng: ((_uniform(rng, *input_shape),), {}),
-                    onnx_model=model, static=True, **options)
+    return Workload(
+        name=name,
+        description=description,
+        source="",
+        make_inputs=lambda rng: ((_uniform(rng, *input_shape),), {}),
+        onnx_model=model,
+        static=True,
+        **options,
+    )
 
 
 def onnx_mlp(batch: int) -> Workload:
     """An MLP 784-512-512-10 written as ONNX ``Gemm``/``Relu`` (what an exporter produces)."""
     from relay_aot.testing import onnx_models
 
-    return _onnx_static(f"onnx_mlp_b{batch}", f"ONNX MLP 784-512-512-10 (Gemm, Relu), batch {batch}", (batch, 784),
-                        lambda: onnx_models.mlp(batch)[0], rtol=1e-4, atol=1e-5)
+    return _onnx_static(
+        f"onnx_mlp_b{batch}",
+        f"ONNX MLP 784-512-512-10 (Gemm, Relu), batch {batch}",
+        (batch, 784),
+        lambda: onnx_models.mlp(batch)[0],
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 def onnx_quantized_conv_net() -> Workload:
@@ -396,8 +407,14 @@ def onnx_quantized_conv_net() -> Workload:
     from relay_aot.testing import onnx_models
 
     # atol: one quantization step of the logits, where rounding may differ from onnxruntime's
-    return _onnx_static("onnx_qconv_net", "ONNX quantized conv net (QLinearConv x2, QLinearMatMul), 1x3x16x16",
-                        (1, 3, 16, 16), lambda: onnx_models.quantized_conv_net()[0], rtol=0.0, atol=0.1 + 1e-6)
+    return _onnx_static(
+        "onnx_qconv_net",
+        "ONNX quantized conv net (QLinearConv x2, QLinearMatMul), 1x3x16x16",
+        (1, 3, 16, 16),
+        lambda: onnx_models.quantized_conv_net()[0],
+        rtol=0.0,
+        atol=0.1 + 1e-6,
+    )
 
 
 # -- dynamic shapes -----------------------------------------------------------------------------
@@ -451,8 +468,11 @@ def greedy_decoder(hidden: int = 16, vocab: int = 32, steps: int = 50) -> Worklo
 
     def make_inputs(rng):
         scale = 1.0 / np.sqrt(hidden)
-        params = {"w": _uniform(rng, hidden, hidden, scale=scale), "emb": _uniform(rng, vocab, hidden),
-                  "proj": _uniform(rng, vocab, hidden, scale=scale)}
+        params = {
+            "w": _uniform(rng, hidden, hidden, scale=scale),
+            "emb": _uniform(rng, vocab, hidden),
+            "proj": _uniform(rng, vocab, hidden, scale=scale),
+        }
         return (_uniform(rng, 1, hidden),), params
 
     return Workload(
@@ -478,8 +498,11 @@ def _tensor_array_lstm_module(hidden: int, steps: int) -> tvm.IRModule:
     f32 = "float32"
 
     def weights():
-        return [relay.var("w_ih", shape=(gates, hidden), dtype=f32), relay.var("w_hh", shape=(gates, hidden), dtype=f32),
-                relay.var("bias", shape=(gates,), dtype=f32)]
+        return [
+            relay.var("w_ih", shape=(gates, hidden), dtype=f32),
+            relay.var("w_hh", shape=(gates, hidden), dtype=f32),
+            relay.var("bias", shape=(gates,), dtype=f32),
+        ]
 
     loop = relay.GlobalVar("loop")
     xs = relay.var("xs", shape=(steps, 1, hidden), dtype=f32)
@@ -493,16 +516,19 @@ def _tensor_array_lstm_module(hidden: int, steps: int) -> tvm.IRModule:
     next_c = relay.add(relay.multiply(relay.sigmoid(g[1]), c), relay.multiply(relay.sigmoid(g[0]), relay.tanh(g[2])))
     next_h = relay.multiply(relay.sigmoid(g[3]), relay.tanh(next_c))
     next_h_var, next_c_var = relay.var("next_h"), relay.var("next_c")
-    step = loop(xs, relay.add(i, relay.const(1)), next_h_var, next_c_var, write(ta, i, tensor2(next_h_var)),
-                w_ih, w_hh, bias)
-    body = relay.If(relay.less(i, relay.const(steps)),
-                    relay.Let(next_c_var, next_c, relay.Let(next_h_var, next_h, step)), ta)
+    step = loop(
+        xs, relay.add(i, relay.const(1)), next_h_var, next_c_var, write(ta, i, tensor2(next_h_var)), w_ih, w_hh, bias
+    )
+    body = relay.If(
+        relay.less(i, relay.const(steps)), relay.Let(next_c_var, next_c, relay.Let(next_h_var, next_h, step)), ta
+    )
     mod[loop] = relay.Function([xs, i, h, c, ta, w_ih, w_hh, bias], body)
     xs = relay.var("xs", shape=(steps, 1, hidden), dtype=f32)
     w_ih, w_hh, bias = weights()
     zero = relay.zeros((1, hidden), f32)
-    mod["main"] = relay.Function([xs, w_ih, w_hh, bias],
-                                 stack(loop(xs, relay.const(0), zero, zero, array(relay.const(steps)), w_ih, w_hh, bias)))
+    mod["main"] = relay.Function(
+        [xs, w_ih, w_hh, bias], stack(loop(xs, relay.const(0), zero, zero, array(relay.const(steps)), w_ih, w_hh, bias))
+    )
     return relay.transform.InferType()(mod)
 
 
@@ -511,8 +537,11 @@ def tensor_array_lstm(hidden: int = 16, steps: int = 50) -> Workload:
 
     def make_inputs(rng):
         scale = 1.0 / np.sqrt(hidden)
-        params = {"w_ih": _uniform(rng, 4 * hidden, hidden, scale=scale),
-                  "w_hh": _uniform(rng, 4 * hidden, hidden, scale=scale), "bias": _uniform(rng, 4 * hidden, scale=scale)}
+        params = {
+            "w_ih": _uniform(rng, 4 * hidden, hidden, scale=scale),
+            "w_hh": _uniform(rng, 4 * hidden, hidden, scale=scale),
+            "bias": _uniform(rng, 4 * hidden, scale=scale),
+        }
         return (_uniform(rng, steps, 1, hidden),), params
 
     return Workload(
@@ -598,8 +627,11 @@ def grad_lstm(hidden: int = 16, steps: int = 20) -> Workload:
     def data_and_weights(rng):
         scale = 1.0 / np.sqrt(hidden)
         xs = _uniform(rng, steps, 1, hidden)
-        weights = (_uniform(rng, 4 * hidden, hidden, scale=scale), _uniform(rng, 4 * hidden, hidden, scale=scale),
-                   _uniform(rng, 4 * hidden, scale=scale))
+        weights = (
+            _uniform(rng, 4 * hidden, hidden, scale=scale),
+            _uniform(rng, 4 * hidden, hidden, scale=scale),
+            _uniform(rng, 4 * hidden, scale=scale),
+        )
         return xs, weights
 
     source = _relay(_GRAD_LSTM, steps=steps, hidden=hidden, h2=2 * hidden, h3=3 * hidden, gates=4 * hidden)
@@ -705,8 +737,15 @@ def onnx_vision_model(name: str) -> Workload:
     """An ONNX model-zoo graph (the onnx package's light copy, random weights) at batch 1."""
     from relay_aot.testing.onnx_models import model_zoo_graph
 
-    return _onnx_static(f"onnx_{name}", f"ONNX model-zoo {name}, random weights, batch 1", (1, 3, 224, 224),
-                        lambda: model_zoo_graph(name, SEED), model_zoo=True, rtol=1e-4, atol=1e-6)
+    return _onnx_static(
+        f"onnx_{name}",
+        f"ONNX model-zoo {name}, random weights, batch 1",
+        (1, 3, 224, 224),
+        lambda: model_zoo_graph(name, SEED),
+        model_zoo=True,
+        rtol=1e-4,
+        atol=1e-6,
+    )
 
 
 #: The workloads that also have a tuned row (``<name>_tuned``; ``benchmarks/tuning.py``).
@@ -715,9 +754,12 @@ TUNED = ("onnx_squeezenet",)
 
 def tuned(workload: Workload) -> Workload:
     """``workload``'s tuned row: the same module and inputs, compiled with its tuning records."""
-    return dataclasses.replace(workload, name=f"{workload.name}_tuned",
-                               description=f"{workload.description}, tuned (AutoTVM, graph tuner)",
-                               tuned_from=workload.name)
+    return dataclasses.replace(
+        workload,
+        name=f"{workload.name}_tuned",
+        description=f"{workload.description}, tuned (AutoTVM, graph tuner)",
+        tuned_from=workload.name,
+    )
 
 
 def all_workloads() -> list[Workload]:

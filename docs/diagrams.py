@@ -79,33 +79,78 @@ def pipeline() -> str:
     """From a Relay module to a shared library: the stages of ``compiler.py``."""
     d = Drawing(860, 640, "relay_aot's compilation pipeline", centered=True)
     d.box(280, 10, 300, 46, "tvm.IRModule (Relay)", ["parsed text · tvm.relay Python API · ONNX"])
-    d.arrow(430, 56, 430, 112, ["passes/: prune to what @main reaches · bind params · InferType ·",
-                                "SimplifyInference · FoldConstant · relay.build's simplifications ·",
-                                "AlterOpLayout (if it pays) · ANF · InlinePureLets · FuseOps · ANF"], 442, 74)
+    d.arrow(
+        430,
+        56,
+        430,
+        112,
+        [
+            "passes/: prune to what @main reaches · bind params · InferType ·",
+            "SimplifyInference · FoldConstant · relay.build's simplifications ·",
+            "AlterOpLayout (if it pays) · ANF · InlinePureLets · FuseOps · ANF",
+        ],
+        442,
+        74,
+    )
     d.box(280, 114, 300, 46, "Relay: fused, A-normal form", ["each operator inside a Primitive=1 function"])
     d.arrow(360, 160, 180, 214, ["Primitive functions"], 190, 190)
     d.arrow(500, 160, 640, 214, ["everything else"], 578, 190)
-    d.box(30, 216, 300, 78, "kernels/  (+ scalars.py)", ["TVM's TE compiler, one tvm.build (LLVM)",
-                                                          "symbols <model>_k<i>_<ops>; 0-d elementwise",
-                                                          "kernels also get a native scalar form"], **ORANGE)
-    d.box(500, 216, 330, 78, "lower/  (+ types.py)", ["closure conversion · match compilation",
-                                                             "self tail calls → loops",
-                                                             "kernel calls by symbol"])
+    d.box(
+        30,
+        216,
+        300,
+        78,
+        "kernels/  (+ scalars.py)",
+        [
+            "TVM's TE compiler, one tvm.build (LLVM)",
+            "symbols <model>_k<i>_<ops>; 0-d elementwise",
+            "kernels also get a native scalar form",
+        ],
+        **ORANGE,
+    )
+    d.box(
+        500,
+        216,
+        330,
+        78,
+        "lower/  (+ types.py)",
+        ["closure conversion · match compilation", "self tail calls → loops", "kernel calls by symbol"],
+    )
     d.arrow(665, 294, 665, 336)
-    d.box(500, 338, 330, 62, "control IR (ir/)", ["typed statements: Let · If · Match · KernelCall ·",
-                                                  "MakeAdt · MakeClosure · CallGlobal · Ref* · TailCall"])
+    d.box(
+        500,
+        338,
+        330,
+        62,
+        "control IR (ir/)",
+        ["typed statements: Let · If · Match · KernelCall ·", "MakeAdt · MakeClosure · CallGlobal · Ref* · TailCall"],
+    )
     d.arrow(600, 400, 540, 446)
     d.arrow(730, 400, 760, 446)
     d.box(400, 448, 230, 46, "backends/cpp/emit.py", ["C++ on runtime_cpp/relay_aot/*.h"])
     d.box(650, 448, 190, 46, "backends/python/emit.py", ["Python source"], **GREEN)
     d.arrow(180, 294, 180, 522, ["kernels.o"], 190, 470)
     d.arrow(515, 494, 420, 522)
-    d.box(30, 524, 450, 46, "builder/: ninja · g++ · content-hash cache",
-          ["kernels.o + unit*.cc (precompiled header) → one .so, published atomically"], **ORANGE)
+    d.box(
+        30,
+        524,
+        450,
+        46,
+        "builder/: ninja · g++ · content-hash cache",
+        ["kernels.o + unit*.cc (precompiled header) → one .so, published atomically"],
+        **ORANGE,
+    )
     d.arrow(745, 494, 745, 586)
     d.arrow(255, 570, 255, 588)
-    d.box(30, 590, 450, 44, "one shared library: <model>, <model>__metadata, kernels",
-          ["relay_aot.load · tvm.runtime.load_module · C++ with libtvm_runtime.so"], **PURPLE)
+    d.box(
+        30,
+        590,
+        450,
+        44,
+        "one shared library: <model>, <model>__metadata, kernels",
+        ["relay_aot.load · tvm.runtime.load_module · C++ with libtvm_runtime.so"],
+        **PURPLE,
+    )
     d.box(560, 588, 290, 46, "CompiledModule (Python backend)", ["kernels built in memory; nothing on disk"], **GREEN)
     return d.svg()
 
@@ -132,9 +177,15 @@ def values() -> str:
     d.box(700, 142, 150, 56, "NDArray  0-d", ["%n, boxed only here"], **ORANGE)
 
     d.text(20, 222, "fn (%y) { ... %k ... %w ... }", "l", "start")
-    d.box(20, 236, 330, 84, "Closure_f1 : ClosureObj (a PackedFuncObj)",
-          ["entry: typed function f1(self, ...)", "c0: float   (capture %k, unboxed)", "c1: NDArray (capture %w)"],
-          **GREEN)
+    d.box(
+        20,
+        236,
+        330,
+        84,
+        "Closure_f1 : ClosureObj (a PackedFuncObj)",
+        ["entry: typed function f1(self, ...)", "c0: float   (capture %k, unboxed)", "c1: NDArray (capture %w)"],
+        **GREEN,
+    )
     d.text(380, 222, "ref(%v)", "l", "start")
     (r0,) = d.record(380, 236, "Array of 1", ("[0]",), **PURPLE)
     d.arrow(r0[0] + 45, r0[1] + 12, 540, r0[1] + 12)

@@ -19,8 +19,10 @@ from relay_aot import testing
 def main(path: str) -> int:
     mod = tvm.relay.parse(Path(path).read_text(), source_name=path)
     rng = np.random.default_rng(0)
-    args = [rng.uniform(-1, 1, size=[int(d) for d in p.checked_type.shape]).astype("float32")
-            for p in relay.transform.InferType()(mod)["main"].params]
+    args = [
+        rng.uniform(-1, 1, size=[int(d) for d in p.checked_type.shape]).astype("float32")
+        for p in relay.transform.InferType()(mod)["main"].params
+    ]
 
     start = time.perf_counter()
     compiled = relay_aot.compile(mod)
@@ -32,8 +34,9 @@ def main(path: str) -> int:
     for i, (a, b) in enumerate(zip(ours, reference)):
         print(f"result[{i}] relay_aot:   {a.numpy().ravel()}")
         print(f"result[{i}] interpreter: {b.numpy().ravel()}")
-    testing.assert_same(testing.normalize(ours), testing.normalize(reference), rtol=1e-4, atol=1e-5,
-                        names=("relay_aot", "interpreter"))
+    testing.assert_same(
+        testing.normalize(ours), testing.normalize(reference), rtol=1e-4, atol=1e-5, names=("relay_aot", "interpreter")
+    )
     print("relay_aot and the Relay interpreter agree.")
     return 0
 

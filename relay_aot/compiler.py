@@ -86,10 +86,11 @@ def compile(  # noqa: A001 - the name users expect
     with tuning.records(tuning_records):
         request = Request.make(mod, target, params, name, opt_level, profile)
         if request.config.standalone:
-            raise ValueError("RELAY_AOT_STANDALONE is set: standalone packages are written by export_standalone "
-                             "(relay-aot compile --standalone), not by compile")
+            raise ValueError(
+                "RELAY_AOT_STANDALONE is set: standalone packages are written by export_standalone "
+                "(relay-aot compile --standalone), not by compile"
+            )
         return compile_with(request, cache=cache, verbose=verbose)
-
 
 
 def generate_source(

@@ -66,44 +66,88 @@ class Config:
     """The settings of one compile (see ``docs/build.md`` for each variable)."""
 
     target: str = setting(
-        "RELAY_AOT_TARGET", "host", lambda text: text.strip() or "host", True,
+        "RELAY_AOT_TARGET",
+        "host",
+        lambda text: text.strip() or "host",
+        True,
         "the target of a compile that names none: host (this machine's CPU, named explicitly), or a TVM "
-        "target such as llvm (any x86-64) or 'llvm -mcpu=skylake'")
+        "target such as llvm (any x86-64) or 'llvm -mcpu=skylake'",
+    )
     scalar_fast_path: bool = setting(
-        "RELAY_AOT_SCALAR_FAST_PATH", "1", _flag, True,
-        "compute 0-d arithmetic kernels as native scalar code (0 turns it off)")
+        "RELAY_AOT_SCALAR_FAST_PATH",
+        "1",
+        _flag,
+        True,
+        "compute 0-d arithmetic kernels as native scalar code (0 turns it off)",
+    )
     parallel_threshold: int = setting(
-        "RELAY_AOT_PARALLEL_THRESHOLD", str(1 << 15), _count("RELAY_AOT_PARALLEL_THRESHOLD"), True,
-        "kernels with fewer loop iterations run without TVM's thread pool")
+        "RELAY_AOT_PARALLEL_THRESHOLD",
+        str(1 << 15),
+        _count("RELAY_AOT_PARALLEL_THRESHOLD"),
+        True,
+        "kernels with fewer loop iterations run without TVM's thread pool",
+    )
     winograd: bool = setting(
-        "RELAY_AOT_WINOGRAD", "1", _flag, True,
+        "RELAY_AOT_WINOGRAD",
+        "1",
+        _flag,
+        True,
         "compute 3x3 convolutions with constant weights by Winograd's algorithm on AVX-512 (fewer "
-        "multiplications, float32 results within a few ulps of the largest output; 0 turns it off)")
+        "multiplications, float32 results within a few ulps of the largest output; 0 turns it off)",
+    )
     cxx: str = setting("CXX", "g++", lambda text: text or "g++", True, "the C++ compiler")
     cxxflags: tuple = setting(
-        "RELAY_AOT_CXXFLAGS", "", lambda text: tuple(shlex.split(text)), True,
-        "extra compiler flags, after relay_aot's own")
+        "RELAY_AOT_CXXFLAGS",
+        "",
+        lambda text: tuple(shlex.split(text)),
+        True,
+        "extra compiler flags, after relay_aot's own",
+    )
     pch: bool = setting("RELAY_AOT_PCH", "1", _flag, True, "use a precompiled runtime header (GCC)")
     prebuilt: bool = setting(
-        "RELAY_AOT_PREBUILT", "1", _flag, False,
-        "start a cache with the precompiled header and runtime object pip install built (0: compile them)")
+        "RELAY_AOT_PREBUILT",
+        "1",
+        _flag,
+        False,
+        "start a cache with the precompiled header and runtime object pip install built (0: compile them)",
+    )
     profile: bool = setting(
-        "RELAY_AOT_PROFILE", "0", _flag, True,
-        "build every library instrumented for profiling (as compile(..., profile=True) does)")
+        "RELAY_AOT_PROFILE",
+        "0",
+        _flag,
+        True,
+        "build every library instrumented for profiling (as compile(..., profile=True) does)",
+    )
     standalone: bool = setting(
-        "RELAY_AOT_STANDALONE", "0", _flag, True,
+        "RELAY_AOT_STANDALONE",
+        "0",
+        _flag,
+        True,
         "compile for a standalone package: unpacked, serial kernels and the standalone runtime profile "
-        "(as export_standalone does)")
+        "(as export_standalone does)",
+    )
     jobs: int = setting(
-        "RELAY_AOT_JOBS", lambda environ: str(os.cpu_count() or 1), _count("RELAY_AOT_JOBS"), False,
-        "parallel C++ compile jobs")
+        "RELAY_AOT_JOBS",
+        lambda environ: str(os.cpu_count() or 1),
+        _count("RELAY_AOT_JOBS"),
+        False,
+        "parallel C++ compile jobs",
+    )
     cache_dir: Path = setting("RELAY_AOT_CACHE_DIR", _default_cache_dir, _cache_dir, False, "the build cache")
     lock_timeout: float = setting(
-        "RELAY_AOT_LOCK_TIMEOUT", "600", _seconds, False,
-        "seconds to wait for another process's build of the same library")
+        "RELAY_AOT_LOCK_TIMEOUT",
+        "600",
+        _seconds,
+        False,
+        "seconds to wait for another process's build of the same library",
+    )
     progress: bool | None = setting(
-        "RELAY_AOT_PROGRESS", None, _flag, False,
-        "1/0: force the progress line on or off (default: on when stderr is a terminal)")
+        "RELAY_AOT_PROGRESS",
+        None,
+        _flag,
+        False,
+        "1/0: force the progress line on or off (default: on when stderr is a terminal)",
+    )
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Config:

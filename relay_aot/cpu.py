@@ -83,10 +83,45 @@ def host_target() -> str:
 #: system instructions no kernel contains (``enqcmd``, ``pconfig``, ``ptwrite``, ``uintr``,
 #: ``waitpkg``, ``sgx``, cache control, random numbers, transactional memory, XSAVE...), which a
 #: hypervisor often hides: requiring them refused libraries built for the machine's own CPU name.
-CODE_FEATURE_PREFIXES = ("sse", "ssse3", "avx", "amx", "fma", "f16c", "xop", "bmi", "tbm", "lzcnt", "popcnt", "movbe",
-                         "adx", "aes", "vaes", "pclmul", "vpclmulqdq", "gfni", "sha", "sm3", "sm4", "crc32", "cmov",
-                         "cx8", "cx16", "sahf", "mmx", "prfchw", "64bit", "egpr", "ndd", "ccmp", "nf", "cf", "zu",
-                         "ppx", "push2pop2")
+CODE_FEATURE_PREFIXES = (
+    "sse",
+    "ssse3",
+    "avx",
+    "amx",
+    "fma",
+    "f16c",
+    "xop",
+    "bmi",
+    "tbm",
+    "lzcnt",
+    "popcnt",
+    "movbe",
+    "adx",
+    "aes",
+    "vaes",
+    "pclmul",
+    "vpclmulqdq",
+    "gfni",
+    "sha",
+    "sm3",
+    "sm4",
+    "crc32",
+    "cmov",
+    "cx8",
+    "cx16",
+    "sahf",
+    "mmx",
+    "prfchw",
+    "64bit",
+    "egpr",
+    "ndd",
+    "ccmp",
+    "nf",
+    "cf",
+    "zu",
+    "ppx",
+    "push2pop2",
+)
 
 
 def used_by_code(feature: str) -> bool:
@@ -108,4 +143,3 @@ def _requirement(target: str) -> CpuRequirement:
 def requirement(target: tvm.target.Target) -> CpuRequirement:
     """What kernels compiled for ``target`` need of the CPU that runs them."""
     return _requirement(str(target))
-

@@ -55,15 +55,19 @@ class Request:
     config: Config
 
     @classmethod
-    def make(cls, mod, target=None, params=None, name: str = "default", opt_level: int = 3,
-             profile: bool = False) -> Request:
+    def make(
+        cls, mod, target=None, params=None, name: str = "default", opt_level: int = 3, profile: bool = False
+    ) -> Request:
         """A checked request; the settings are read from the environment now (``target``: None
         is ``RELAY_AOT_TARGET``'s, by default this machine's CPU; ``profile``: build the variant
         instrumented for profiling, whatever ``RELAY_AOT_PROFILE`` says)."""
         names.check_model_name(name)
         if tvm.transform.PassContext.current().config.get("relay.backend.use_meta_schedule"):
-            warnings.warn("relay_aot does not read MetaSchedule databases: kernels use AutoTVM records in scope "
-                          "(autotvm.apply_history_best) or TVM's default schedules", stacklevel=3)
+            warnings.warn(
+                "relay_aot does not read MetaSchedule databases: kernels use AutoTVM records in scope "
+                "(autotvm.apply_history_best) or TVM's default schedules",
+                stacklevel=3,
+            )
         config = Config.from_environment()
         request = cls(mod, params, target_of(config.target if target is None else target), name, opt_level, config)
         return request.profiled() if profile else request
@@ -88,8 +92,9 @@ class Request:
             with tvm.transform.PassContext(opt_level=self.opt_level), tuning.watch():
                 # a standalone package keeps direct convolutions: their scratch is small, and planned
                 winograd = self.config.winograd and not self.config.standalone
-                prepared, extents = passes.prepare_with_extents(mod, self.params, self.opt_level, self.target, layouts,
-                                                                winograd=winograd)
+                prepared, extents = passes.prepare_with_extents(
+                    mod, self.params, self.opt_level, self.target, layouts, winograd=winograd
+                )
                 lowered.append(lower_program(prepared, self.name, self.target, self.config, extents))
             return prepared
 

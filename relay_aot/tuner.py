@@ -42,8 +42,7 @@ from .request import Request
 TUNERS = ("auto", "xgb", "ga", "random", "grid")
 
 
-def tasks(mod: tvm.IRModule, params: Mapping[str, object] | None = None, target=None,
-          opt_level: int = 3) -> list:
+def tasks(mod: tvm.IRModule, params: Mapping[str, object] | None = None, target=None, opt_level: int = 3) -> list:
     """The AutoTVM tasks of the kernels ``relay_aot.compile(mod, target, params, opt_level=...)``
     builds (``autotvm.task.Task``, in the order the kernels are lowered; none for kernels
     without a tunable template, such as those of ``?`` shapes)."""
@@ -93,8 +92,10 @@ class TuneResult:
         """What :func:`tune`'s check in the network found (``network`` must be set)."""
         tuned, untuned = self.network
         kept = "the untuned configurations replace it" if self.kept_untuned else "it stays"
-        return (f"in the network: the graph tuner's choice {tuned * 1e3:.3f} ms per call, the untuned build "
-                f"{untuned * 1e3:.3f} ms; {kept}")
+        return (
+            f"in the network: the graph tuner's choice {tuned * 1e3:.3f} ms per call, the untuned build "
+            f"{untuned * 1e3:.3f} ms; {kept}"
+        )
 
     def __str__(self) -> str:
         lines = [f"{self.log}: {len(self.tasks)} task{'s' if len(self.tasks) != 1 else ''}"]
@@ -120,11 +121,24 @@ def _beside(path: Path, part: str) -> Path:
     return path.with_name(f"{path.stem}.{part}{path.suffix or '.json'}")
 
 
-def tune(mod: tvm.IRModule, log: str | os.PathLike, params: Mapping[str, object] | None = None,
-         target=None, *, trials: int = 200, opt_level: int = 3, tuner: str = "auto",
-         number: int = 4, repeat: int = 3, min_repeat_ms: int = 50, timeout: float = 10.0,
-         layouts: bool = True, measurements: int = 3, network_check: bool = True,
-         progress: Callable[[str], None] | None = None) -> TuneResult:
+def tune(
+    mod: tvm.IRModule,
+    log: str | os.PathLike,
+    params: Mapping[str, object] | None = None,
+    target=None,
+    *,
+    trials: int = 200,
+    opt_level: int = 3,
+    tuner: str = "auto",
+    number: int = 4,
+    repeat: int = 3,
+    min_repeat_ms: int = 50,
+    timeout: float = 10.0,
+    layouts: bool = True,
+    measurements: int = 3,
+    network_check: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> TuneResult:
     """Tune the kernels of ``relay_aot.compile(mod, target, params, opt_level=...)`` with
     AutoTVM and append every measured configuration to ``log``.
 
@@ -191,8 +205,9 @@ def tune(mod: tvm.IRModule, log: str | os.PathLike, params: Mapping[str, object]
     if layouts and any(task.name.startswith(GRAPH_TUNED_TEMPLATE) for task in found):
         if progress is not None:
             progress("graph tuner: the convolutions' layouts, with the transforms between them")
-        result.graph_log = tune_layouts(mod, log, params, target, opt_level=opt_level, timeout=timeout,
-                                        progress=progress)
+        result.graph_log = tune_layouts(
+            mod, log, params, target, opt_level=opt_level, timeout=timeout, progress=progress
+        )
         if network_check and result.graph_log is not None:
             _check_in_the_network(mod, params, target, opt_level, found, result, progress)
     return result
@@ -204,8 +219,9 @@ NETWORK_ROUNDS = 9
 NETWORK_ROUND_S = 0.05
 
 
-def _check_in_the_network(mod, params, target, opt_level: int, found: list, result: TuneResult,
-                          progress: Callable[[str], None] | None) -> None:
+def _check_in_the_network(
+    mod, params, target, opt_level: int, found: list, result: TuneResult, progress: Callable[[str], None] | None
+) -> None:
     """:func:`tune`'s check of the graph tuner's choice in the network (``network_check``)."""
     untuned = _untuned_records(found, result.log)
     chosen = tuning.read(result.graph_log)
@@ -234,8 +250,11 @@ def _untuned_records(found: list, log: Path) -> dict:
         config = untuned_config(task)
         if config is None:
             continue
-        mine = [(inp, res) for inp, res in measured.get(_key(task.target, task.workload), [])
-                if config_key(inp.config) == config_key(config)]
+        mine = [
+            (inp, res)
+            for inp, res in measured.get(_key(task.target, task.workload), [])
+            if config_key(inp.config) == config_key(config)
+        ]
         if mine:
             records[repr(task.workload)] = median_costs(mine)[0]
     return records
@@ -255,12 +274,17 @@ def _network_times(mod, params, target, opt_level: int, records: Path) -> tuple[
         if params is not None and param.name_hint in params:
             continue  # bound by the compile
         ty = param.checked_type
-        if not (isinstance(ty, tvm.relay.TensorType) and ty.dtype.startswith("float")
-                and all(isinstance(d, tvm.tir.IntImm) for d in ty.shape)):
+        if not (
+            isinstance(ty, tvm.relay.TensorType)
+            and ty.dtype.startswith("float")
+            and all(isinstance(d, tvm.tir.IntImm) for d in ty.shape)
+        ):
             return None
         args.append(rng.uniform(-1, 1, [int(d) for d in ty.shape]).astype(ty.dtype))
-    calls = [compile_module(mod, target, params, opt_level=opt_level, tuning_records=records),
-             compile_module(mod, target, params, opt_level=opt_level)]
+    calls = [
+        compile_module(mod, target, params, opt_level=opt_level, tuning_records=records),
+        compile_module(mod, target, params, opt_level=opt_level),
+    ]
     for call in calls:
         call(*args)  # the first call into a library resolves its symbols
     samples: list = [[], []]
@@ -277,8 +301,16 @@ def _network_times(mod, params, target, opt_level: int, records: Path) -> tuple[
     return float(np.median(samples[0])), float(np.median(samples[1]))
 
 
-def _tune_tasks(found: list, measured: dict, option: dict, log: Path, trials: int, tuner: str,
-                progress: Callable[[str], None] | None, result: TuneResult) -> None:
+def _tune_tasks(
+    found: list,
+    measured: dict,
+    option: dict,
+    log: Path,
+    trials: int,
+    tuner: str,
+    progress: Callable[[str], None] | None,
+    result: TuneResult,
+) -> None:
     """:func:`tune`'s kernel tuning, task by task, into ``result``."""
     for index, task in enumerate(found, 1):
         key = _key(task.target, task.workload)
@@ -344,8 +376,9 @@ CONFIRM_CANDIDATES = 4
 CONFIRM_PASSES = 3
 
 
-def _confirm(found: list, measured: dict, option: dict, log: Path, measurements: int,
-             progress: Callable[[str], None] | None) -> int:
+def _confirm(
+    found: list, measured: dict, option: dict, log: Path, measurements: int, progress: Callable[[str], None] | None
+) -> int:
     """Measure each task's best configurations and its untuned one again (appended to ``log``)
     until each has ``measurements``; how many measurements that took. Each round measures each
     configuration once, so that the machine's slow and quiet moments fall on all of them."""
@@ -359,14 +392,20 @@ def _confirm(found: list, measured: dict, option: dict, log: Path, measurements:
             for inp, res in have:
                 costs.setdefault(config_key(inp.config), (inp.config, []))[1].append(measured_cost(res))
             ranked = sorted(costs.values(), key=lambda entry: statistics.median(entry[1]))[:CONFIRM_CANDIDATES]
-            if untuned is not None and config_key(untuned) in costs and all(config_key(c) != config_key(untuned) for c, _ in ranked):
+            if (
+                untuned is not None
+                and config_key(untuned) in costs
+                and all(config_key(c) != config_key(untuned) for c, _ in ranked)
+            ):
                 ranked.append(costs[config_key(untuned)])
             short = [(config, measurements - len(values)) for config, values in ranked if len(values) < measurements]
             if not short:
                 break
             if progress is not None:
-                progress(f"[{index}/{len(found)}] {task.name}: {sum(n for _, n in short)} measurements again "
-                         f"of its best configurations")
+                progress(
+                    f"[{index}/{len(found)}] {task.name}: {sum(n for _, n in short)} measurements again "
+                    f"of its best configurations"
+                )
             measure = measure or autotvm.measure.create_measure_batch(task, option)
             for round_ in range(max(n for _, n in short)):
                 inputs = [autotvm.MeasureInput(task.target, task, config) for config, n in short if n > round_]
@@ -386,10 +425,18 @@ DP_MAX_CONVOLUTIONS = 60
 GRAPH_TUNED_TEMPLATE = "conv2d_NCHWc.x86"
 
 
-def tune_layouts(mod: tvm.IRModule, log: str | os.PathLike, params: Mapping[str, object] | None = None,
-                 target=None, *, opt_level: int = 3, output: str | os.PathLike | None = None,
-                 max_candidates: int = 20, timeout: float = 10.0,
-                 progress: Callable[[str], None] | None = None) -> Path | None:
+def tune_layouts(
+    mod: tvm.IRModule,
+    log: str | os.PathLike,
+    params: Mapping[str, object] | None = None,
+    target=None,
+    *,
+    opt_level: int = 3,
+    output: str | os.PathLike | None = None,
+    max_candidates: int = 20,
+    timeout: float = 10.0,
+    progress: Callable[[str], None] | None = None,
+) -> Path | None:
     """TVM's graph tuner over the convolutions of ``mod``: from the records of ``log``, one
     configuration per convolution, chosen together with the layout transforms their blockings
     need between layers (whose times it measures here; kept in ``.layouts.json`` next to the
@@ -421,8 +468,11 @@ def tune_layouts(mod: tvm.IRModule, log: str | os.PathLike, params: Mapping[str,
     convolutions = _count_calls(graph, conv2d)
     if not convolutions or len(dtypes) > 1:
         return None
-    records = [(inp, res) for inp, res in median_costs(tuning.read(log))
-               if res.error_no == 0 and inp.task.name == GRAPH_TUNED_TEMPLATE]
+    records = [
+        (inp, res)
+        for inp, res in median_costs(tuning.read(log))
+        if res.error_no == 0 and inp.task.name == GRAPH_TUNED_TEMPLATE
+    ]
     output = Path(output) if output is not None else graph_log_path(log)
     layout_log = _beside(output, "layouts")
     # (records of layout transforms, which have no configuration space to check)
@@ -430,18 +480,31 @@ def tune_layouts(mod: tvm.IRModule, log: str | os.PathLike, params: Mapping[str,
     chosen = DPTuner if convolutions <= DP_MAX_CONVOLUTIONS else PBQPTuner
     with _quiet_autotvm(), request.target:
         try:
-            tuner = chosen(graph, shapes, records, [conv2d], request.target, max_sch_num=max_candidates,
-                           dtype=dtypes.pop(), verbose=False, log_file=os.devnull)
+            tuner = chosen(
+                graph,
+                shapes,
+                records,
+                [conv2d],
+                request.target,
+                max_sch_num=max_candidates,
+                dtype=dtypes.pop(),
+                verbose=False,
+                log_file=os.devnull,
+            )
         except KeyError as err:
-            raise ValueError(f"{log}: no record for a convolution of the module ({err}): tune its kernels first") from None
+            raise ValueError(
+                f"{log}: no record for a convolution of the module ({err}): tune its kernels first"
+            ) from None
         runner = _CountingRunner(progress, number=100, repeat=1, timeout=timeout)
         try:
             tuner.benchmark_layout_transform(timeout=timeout, layout_records=layout_records, runner=runner)
         finally:
             runner.close()
         if progress is not None:
-            progress(f"graph tuner: {runner.count} layout transforms measured, "
-                     f"{len(layout_records or [])} read from {layout_log}")
+            progress(
+                f"graph tuner: {runner.count} layout transforms measured, "
+                f"{len(layout_records or [])} read from {layout_log}"
+            )
         with layout_log.open("w") as out:
             for inp, res in tuner.layout_transform_perf_records.values():
                 if inp.task is not None:  # measured, not inferred
@@ -498,8 +561,12 @@ class _CountingRunner(_LocalRunner):
 
 
 def _count_calls(func, op) -> int:
-    return len(nodes_where(func, lambda node: isinstance(node, tvm.relay.Call) and isinstance(node.op, tvm.ir.Op)
-                           and node.op.same_as(op)))
+    return len(
+        nodes_where(
+            func,
+            lambda node: isinstance(node, tvm.relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.same_as(op),
+        )
+    )
 
 
 def untuned_config(task):
@@ -636,7 +703,11 @@ def end_lines(log: Path) -> None:
                 out.truncate(start)
                 logging.getLogger("relay_aot").warning(
                     "tuning records %s, line %d: the last line was cut off mid-write (no newline, not a record): "
-                    "removed (%d bytes) before appending", log, data.count(b"\n") + 1, size - start)
+                    "removed (%d bytes) before appending",
+                    log,
+                    data.count(b"\n") + 1,
+                    size - start,
+                )
             else:
                 out.seek(size)
                 out.write(b"\n")

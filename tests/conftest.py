@@ -34,8 +34,10 @@ def pytest_collection_modifyitems(items):
     first: dict = {}
     for index, item in enumerate(items):
         first.setdefault(_without_backend(item), index)
-    order = {id(item): (item.get_closest_marker("early") is None, first[_without_backend(item)], index)
-             for index, item in enumerate(items)}
+    order = {
+        id(item): (item.get_closest_marker("early") is None, first[_without_backend(item)], index)
+        for index, item in enumerate(items)
+    }
     items.sort(key=lambda item: order[id(item)])
 
 

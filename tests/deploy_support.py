@@ -71,8 +71,11 @@ def @main(%x: Tensor[(?, 3), float32], %w: Tensor[(2, 3), float32], %n: int32) {
 
 def dynamic_args() -> tuple:
     """Arguments of DYNAMIC's @main."""
-    return (np.linspace(-1, 1, 6, dtype="float32").reshape(2, 3), np.linspace(0, 1, 6, dtype="float32").reshape(2, 3),
-            np.int32(3))
+    return (
+        np.linspace(-1, 1, 6, dtype="float32").reshape(2, 3),
+        np.linspace(0, 1, 6, dtype="float32").reshape(2, 3),
+        np.int32(3),
+    )
 
 
 #: name -> (Relay text, arguments); the model names are the ones the tests compile them with.
@@ -106,9 +109,18 @@ def build_deploy(output: Path, link: tuple = ()) -> Path:
     includes = [f"-I{d}" for d in tvm._ffi.libinfo.find_include_path()]
     extra = ["-Wl,--no-as-needed", *map(str, link), "-Wl,--as-needed"] if link else []
     command = [
-        os.environ.get("CXX", "g++"), "-std=c++17", "-O2", str(DEPLOY_CC), "-o", str(output), *includes,
-        "-DDMLC_USE_LOGGING_LIBRARY=<tvm/runtime/logging.h>", *extra,
-        f"-L{tvm_dir()}", "-ltvm_runtime", f"-Wl,-rpath,{tvm_dir()}",
+        os.environ.get("CXX", "g++"),
+        "-std=c++17",
+        "-O2",
+        str(DEPLOY_CC),
+        "-o",
+        str(output),
+        *includes,
+        "-DDMLC_USE_LOGGING_LIBRARY=<tvm/runtime/logging.h>",
+        *extra,
+        f"-L{tvm_dir()}",
+        "-ltvm_runtime",
+        f"-Wl,-rpath,{tvm_dir()}",
     ]
     subprocess.run(command, check=True, capture_output=True, text=True)
     return output
@@ -147,7 +159,6 @@ def assert_same_printout(actual: str, expected: str, rtol: float = 1e-5) -> None
 def run_python(code: str, env_extra: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
     """Run Python ``code`` in a fresh interpreter (this one's), failing the test on a crash."""
     env = dict(os.environ, **(env_extra or {}))
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd,
-                            timeout=600)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
     assert result.returncode == 0, f"exit status {result.returncode}\n{result.stdout}\n{result.stderr}"
     return result

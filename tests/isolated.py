@@ -27,7 +27,9 @@ def run_isolated(code: str, timeout: float = 900, env: dict | None = None, stack
         text=True,
         timeout=timeout,
         env=full_env,
-        preexec_fn=None if stack_bytes is None else lambda: resource.setrlimit(resource.RLIMIT_STACK, (stack_bytes, stack_bytes)),
+        preexec_fn=None
+        if stack_bytes is None
+        else lambda: resource.setrlimit(resource.RLIMIT_STACK, (stack_bytes, stack_bytes)),
     )
     if done.returncode != 0:
         raise AssertionError(

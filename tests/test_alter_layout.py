@@ -79,8 +79,11 @@ def _same_kernels_as_relay_build(make):
     mod, params = make()  # relay.optimize binds the weights into the module it was given
     # relay_aot's own rewrites around global pools (test_pools) and of tanh, exp, sigmoid
     # (test_vector_math) aside
-    with mock.patch.object(pooled_pointwise, "rewrite", lambda m: m), mock.patch.object(global_pools, "rewrite", lambda m: m), \
-            mock.patch.object(vector_math, "rewrite", lambda m: m):
+    with (
+        mock.patch.object(pooled_pointwise, "rewrite", lambda m: m),
+        mock.patch.object(global_pools, "rewrite", lambda m: m),
+        mock.patch.object(vector_math, "rewrite", lambda m: m),
+    ):
         prepared = passes.prepare(mod, params, 3, TARGET)
     ours, theirs = _kernels(prepared), _kernels(built)
     assert ours == theirs, (ours - theirs, theirs - ours)
@@ -141,15 +144,19 @@ def test_multiply_accumulates_agree_with_tvms_count_and_survive_calls_it_aborts_
         return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(expr), expr)))
 
     resnet = relay.transform.InferType()(relay.testing.resnet.get_workload(num_layers=18)[0])
-    transposed = typed(relay.nn.conv2d_transpose(relay.var("x", shape=(1, 4, 8, 8)), relay.var("w", shape=(4, 3, 3, 3)),
-                                                 kernel_size=(3, 3), channels=3))
+    transposed = typed(
+        relay.nn.conv2d_transpose(
+            relay.var("x", shape=(1, 4, 8, 8)), relay.var("w", shape=(4, 3, 3, 3)), kernel_size=(3, 3), channels=3
+        )
+    )
     batched = typed(relay.nn.batch_matmul(relay.var("x", shape=(2, 5, 7)), relay.var("y", shape=(2, 3, 7))))
     for mod in (resnet, transposed, batched):
         assert passes._multiply_accumulates(mod) == relay.analysis.get_total_mac_number(mod["main"])
 
     # Depthwise, 16 channels: a 3x3 output, each a 32x32 reduction known only from the weight.
-    no_kernel_size = typed(relay.nn.conv2d(relay.var("x", shape=(1, 16, 34, 34)), relay.var("w", shape=(16, 1, 32, 32)),
-                                           groups=16))
+    no_kernel_size = typed(
+        relay.nn.conv2d(relay.var("x", shape=(1, 16, 34, 34)), relay.var("w", shape=(16, 1, 32, 32)), groups=16)
+    )
     assert no_kernel_size.astext().count("kernel_size") == 0
     assert passes._multiply_accumulates(no_kernel_size) == 16 * 3 * 3 * 32 * 32
     nd_dense = typed(relay.nn.dense(relay.var("x", shape=(2, 3, 16)), relay.var("w", shape=(8, 16))))
@@ -168,7 +175,7 @@ def test_conv2d_backward_weight_depthwise_compiles_and_agrees_with_numpy():
     expected = np.zeros((4, 1, 3, 3), "float32")
     for i in range(3):
         for j in range(3):
-            expected[:, 0, i, j] = (dy_np * padded[:, :, i:i + 8, j:j + 8]).sum(axis=(0, 2, 3))
+            expected[:, 0, i, j] = (dy_np * padded[:, :, i : i + 8, j : j + 8]).sum(axis=(0, 2, 3))
     np.testing.assert_allclose(relay_aot.compile(mod)(dy_np, x_np).numpy(), expected, rtol=1e-4, atol=1e-4)
 
 

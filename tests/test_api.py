@@ -118,13 +118,17 @@ def test_results_and_returned_closures(backend):
     # a Python function where the program expects a function value
     assert g(lambda x: tvm.nd.array(x.numpy() * 7)).numpy() == 21
     # a closure returned on its own converts its arguments and results like the program does
-    alone = relay_aot.compile(tvm.relay.parse(
-        """
+    alone = relay_aot.compile(
+        tvm.relay.parse(
+            """
         #[version = "0.0.5"]
         def @main(%k: int32) -> fn (fn (int32) -> int32) -> int32 {
           fn (%h: fn (int32) -> int32) -> int32 { %h(%k) }
         }
-        """), backend=backend)(4)
+        """
+        ),
+        backend=backend,
+    )(4)
     assert isinstance(alone, relay_aot.Closure)
     assert alone(lambda x: x.numpy() * 2).numpy() == 8
     assert isinstance(some, ADT) and some.tag == mod.get_type("Opt")[1].tag and some[0].numpy() == 3
@@ -158,8 +162,7 @@ def test_non_scalar_constants_of_every_dtype(backend):
     xs = [relay.var(f"x_{k}", shape=v.shape, dtype=k) for k, v in values.items()]
     consts = [relay.const(v, dtype=str(v.dtype)) for v in values.values()]
     outs = [
-        relay.logical_xor(x, c) if x.type_annotation.dtype == "bool" else relay.add(x, c)
-        for x, c in zip(xs, consts)
+        relay.logical_xor(x, c) if x.type_annotation.dtype == "bool" else relay.add(x, c) for x, c in zip(xs, consts)
     ]
     # constants also flow through control code untouched (a tuple of them)
     mod = tvm.IRModule.from_expr(relay.Function(xs, relay.Tuple(outs + [relay.Tuple(consts)])))
@@ -179,8 +182,14 @@ def test_compile_errors_name_the_problem():
             relay_aot.compile(fib, name=bad)
     # The entry is exported under the model name: "memcpy" crashed the compiling process, and
     # "malloc" replaced libc's in a C program linking the library.
-    for taken, owner in (("memcpy", "libc"), ("malloc", "libc"), ("strlen", "libc"), ("expf", "libm"),
-                         ("TVMFuncCall", "libtvm"), ("_sbrk", "C implementation")):
+    for taken, owner in (
+        ("memcpy", "libc"),
+        ("malloc", "libc"),
+        ("strlen", "libc"),
+        ("expf", "libm"),
+        ("TVMFuncCall", "libtvm"),
+        ("_sbrk", "C implementation"),
+    ):
         with pytest.raises(ValueError, match=f"model name '{taken}' is a symbol of .*{owner}"):
             relay_aot.compile(fib, name=taken)
     no_main = tvm.IRModule({relay.GlobalVar("f"): fib["fib"]})
@@ -278,8 +287,9 @@ def test_scalar_fast_path_agrees_with_kernels(monkeypatch):
     assert "call_kernel(" not in fast.source and "call_kernel(" in slow.source
     for case in program.cases:
         args = program.args(case)
-        testing.assert_same(testing.normalize(fast(*args)), testing.normalize(slow(*args)),
-                            names=("scalar fast path", "TVM kernels"))
+        testing.assert_same(
+            testing.normalize(fast(*args)), testing.normalize(slow(*args)), names=("scalar fast path", "TVM kernels")
+        )
 
 
 def test_fast_call_path_matches_the_ffi_path():
@@ -298,15 +308,22 @@ def test_fast_call_path_matches_the_ffi_path():
     assert compiled._address is not None
     x = np.arange(4, dtype="float32")
     via_fast = compiled(x, 3, True, (np.float32(1), np.int64(7)))  # the tuple falls back to Python
-    via_fast_nd = compiled(tvm.nd.array(x), np.int32(3), np.bool_(True), ADT(0, [tvm.nd.array(np.float32(1)),
-                                                                           tvm.nd.array(np.int64(7))]))
-    via_ffi = compiled.entry(tvm.nd.array(x), tvm.nd.array(np.int32(3)), tvm.nd.array(np.bool_(True)),
-                             ADT(0, [tvm.nd.array(np.float32(1)), tvm.nd.array(np.int64(7))]))
+    via_fast_nd = compiled(
+        tvm.nd.array(x), np.int32(3), np.bool_(True), ADT(0, [tvm.nd.array(np.float32(1)), tvm.nd.array(np.int64(7))])
+    )
+    via_ffi = compiled.entry(
+        tvm.nd.array(x),
+        tvm.nd.array(np.int32(3)),
+        tvm.nd.array(np.bool_(True)),
+        ADT(0, [tvm.nd.array(np.float32(1)), tvm.nd.array(np.int64(7))]),
+    )
     for result in (via_fast, via_fast_nd):
         testing.assert_same(testing.normalize(result), testing.normalize(via_ffi))
     # non-contiguous arrays fall back to Python (which copies them); errors are the library's
-    testing.assert_same(testing.normalize(compiled(np.arange(8, dtype="float32")[::2], 3, True, (1.0, 7))),
-                        testing.normalize(compiled(np.arange(0, 8, 2, dtype="float32"), 3, True, (1.0, 7))))
+    testing.assert_same(
+        testing.normalize(compiled(np.arange(8, dtype="float32")[::2], 3, True, (1.0, 7))),
+        testing.normalize(compiled(np.arange(0, 8, 2, dtype="float32"), 3, True, (1.0, 7))),
+    )
     for t in ((1.0, 7), ADT(0, [tvm.nd.array(np.float32(1)), tvm.nd.array(np.int64(7))])):  # both paths
         with pytest.raises(ValueError, match=r"%k.*does not fit in.*int32"):
             compiled(x, 2**40, True, t)

@@ -45,8 +45,7 @@ def test_workload_arguments_match_main(workload):
 def _dataflow(main) -> bool:
     """No closures, references, ``if``, ``match`` or constructors in ``main`` (a Relay gradient
     is @main alone, full of references and closures)."""
-    control = (relay.Function, relay.RefCreate, relay.RefRead, relay.RefWrite, relay.If, relay.Match,
-               relay.Constructor)
+    control = (relay.Function, relay.RefCreate, relay.RefRead, relay.RefWrite, relay.If, relay.Match, relay.Constructor)
     found = []
     relay.analysis.post_order_visit(main.body, lambda node: found.append(node) if isinstance(node, control) else None)
     return not found
@@ -71,7 +70,9 @@ def test_suite_runs_and_executors_agree():
     assert pairs[("fib15", KERNELS)]["kernel_calls"] == 986 * 4 + 987
     report.add_ratios(records)
     assert pairs[("mlp_b1", "relay_aot_cpp")]["vs_graph"] > 0
-    text = report.text_report({"machine": _machine(), "settings": [{"setting": suite.thread_setting(), "records": records}]})
+    text = report.text_report(
+        {"machine": _machine(), "settings": [{"setting": suite.thread_setting(), "records": records}]}
+    )
     assert "fib15" in text and "mlp_b1" in text
 
 
@@ -98,8 +99,12 @@ def test_wrong_results_and_failures_are_reported():
     wrong = run.run(_WrongAnswer())
     assert wrong["status"] == "mismatch" and "611" in wrong["reason"] and "610" in wrong["reason"]
     failed = run.run(_Raises())
-    assert failed == {"workload": "fib15", "executor": "relay_aot_python", "status": "n/a",
-                      "reason": "NotImplementedError: no such backend yet"}
+    assert failed == {
+        "workload": "fib15",
+        "executor": "relay_aot_python",
+        "status": "n/a",
+        "reason": "NotImplementedError: no such backend yet",
+    }
 
 
 def test_hand_written_cpp_agrees_with_the_vm():
@@ -119,9 +124,26 @@ def test_hand_written_cpp_agrees_with_the_vm():
 def test_command_line_writes_results(tmp_path):
     """``python -m benchmarks`` in quick mode: a worker process, JSON, Markdown and the table."""
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--workloads", "fib15", "--executors", "vm,relay_aot_cpp",
-         "--threads", "1", "--no-kernels", "--keep-cache", "--output-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--quick",
+            "--workloads",
+            "fib15",
+            "--executors",
+            "vm,relay_aot_cpp",
+            "--threads",
+            "1",
+            "--no-kernels",
+            "--keep-cache",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads((tmp_path / "results.json").read_text())
@@ -134,7 +156,14 @@ def test_command_line_writes_results(tmp_path):
 
 
 def _machine():
-    return {"date": "2000-01-01T00:00:00", "cpu": "cpu", "cores": 2, "tvm": tvm.__version__, "relay_aot": "0", "commit": None}
+    return {
+        "date": "2000-01-01T00:00:00",
+        "cpu": "cpu",
+        "cores": 2,
+        "tvm": tvm.__version__,
+        "relay_aot": "0",
+        "commit": None,
+    }
 
 
 def test_c_entry_benchmark_runs(tmp_path):
@@ -164,7 +193,11 @@ def test_interpreter_is_the_baseline_where_the_vm_cannot_run():
     assert "vs_interp" not in pairs[("fib", "relay_aot_cpp")]  # the VM ran: it stays the baseline
     result = {"machine": _machine(), "settings": [{"setting": suite.thread_setting(), "records": records}]}
     lines = report.summary(result, markdown=True).splitlines()
-    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in lines if line.startswith("| ")}
+    cells = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in lines
+        if line.startswith("| ")
+    }
     assert cells["workload"][:2] == ["C++ vs VM (default)", "C++ vs interp, no VM (default)"]
     assert cells["grad"][:2] == ["", "40×"] and cells["fib"][:2] == ["10×", ""]
     assert "40× vs interp" in report.setting_tables(result["settings"][0])

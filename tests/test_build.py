@@ -442,7 +442,9 @@ def test_an_index_record_cannot_name_a_library_outside_the_cache(env, tmp_path):
     marker = tmp_path / "loaded"
     planted = tmp_path / "planted.so"
     source = tmp_path / "planted.c"
-    source.write_text(f'#include <stdio.h>\n__attribute__((constructor)) static void f(void) {{ fopen("{marker}", "w"); }}\n')
+    source.write_text(
+        f'#include <stdio.h>\n__attribute__((constructor)) static void f(void) {{ fopen("{marker}", "w"); }}\n'
+    )
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(planted), str(source)], check=True)
     records = list((env.cache / "index").glob("*/*.json"))
     assert len(records) == 1
@@ -457,8 +459,14 @@ def test_an_index_record_cannot_name_a_library_outside_the_cache(env, tmp_path):
 
 def test_every_cache_directory_is_private_whatever_the_umask(env):
     child = "import os; os.umask(0)\n" + CHILD
-    proc = subprocess.run([sys.executable, "-c", child, program(18.0)], env={**os.environ, **env.env, "RELAY_AOT_PCH": "1"},
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", child, program(18.0)],
+        env={**os.environ, **env.env, "RELAY_AOT_PCH": "1"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     directories = [env.cache] + [p for p in env.cache.rglob("*") if p.is_dir()]
     assert {"index", "lib", "pch", "tmp", "locks"} <= {p.name for p in directories}
@@ -483,10 +491,12 @@ def test_a_library_that_needs_a_missing_symbol_fails_to_load_instead_of_crashing
     from relay_aot.builder.toolchain import BuildFlags
 
     flags = BuildFlags.default()
-    (tmp_path / "lib.cc").write_text(textwrap.dedent("""\
+    (tmp_path / "lib.cc").write_text(
+        textwrap.dedent("""\
         extern "C" void relay_aot_no_such_function();
         extern "C" __attribute__((visibility("default"))) void entry() { relay_aot_no_such_function(); }
-        """))
+        """)
+    )
     (tmp_path / "exports.map").write_text("{ global: entry; local: *; };\n")
     subprocess.run([flags.cxx, *flags.cxxflags, "lib.cc", "-o", "lib.so", *flags.ldflags], cwd=tmp_path, check=True)
     with pytest.raises(tvm.TVMError, match="undefined symbol: relay_aot_no_such_function"):
@@ -539,8 +549,12 @@ def test_a_unit_compiled_before_from_the_same_inputs_is_not_compiled_again(env, 
 
 
 def test_unit_inputs_follow_includes_and_incbin():
-    files = {"a.cc": '#include "h.h"\n#include <vector>\nasm(".incbin \\"c.bin\\"");', "h.h": '#include "g.h"',
-             "g.h": "", "b.cc": "int x;"}
+    files = {
+        "a.cc": '#include "h.h"\n#include <vector>\nasm(".incbin \\"c.bin\\"");',
+        "h.h": '#include "g.h"',
+        "g.h": "",
+        "b.cc": "int x;",
+    }
     assert builder.unit_inputs(files, {"c.bin": b""}, ["a.cc", "b.cc"]) == {"a.cc": ["c.bin", "g.h", "h.h"], "b.cc": []}
 
 

@@ -118,9 +118,22 @@ def _build(source: str, directory: Path, libraries, exe: str = "prog", extra=())
     """Compile C99 ``source`` with -Wall -Werror, linking only ``libraries`` and libtvm_runtime.so."""
     (directory / f"{exe}.c").write_text(source)
     command = [
-        os.environ.get("CC", "gcc"), "-std=c99", "-Wall", "-Werror", "-O1", "-pthread", f"-I{directory}",
-        *extra, f"{exe}.c", "-o", exe, "-Wl,--no-as-needed", *map(str, libraries),
-        f"-L{tvm_dir()}", "-ltvm_runtime", f"-Wl,-rpath,{tvm_dir()}",
+        os.environ.get("CC", "gcc"),
+        "-std=c99",
+        "-Wall",
+        "-Werror",
+        "-O1",
+        "-pthread",
+        f"-I{directory}",
+        *extra,
+        f"{exe}.c",
+        "-o",
+        exe,
+        "-Wl,--no-as-needed",
+        *map(str, libraries),
+        f"-L{tvm_dir()}",
+        "-ltvm_runtime",
+        f"-Wl,-rpath,{tvm_dir()}",
     ]
     done = subprocess.run(command, cwd=directory, capture_output=True, text=True)
     assert done.returncode == 0, f"{' '.join(command)}\n{done.stderr}"
@@ -159,12 +172,16 @@ def _model_code(name: str, api, files: list[str]) -> dict[str, str]:
     run, error = names.c_api(name, "run"), names.c_api(name, "last_error")
     size = api.size_macro
     declare = [f"struct {names.c_api(name, 'inputs')} {name}_in;", f"struct {names.c_api(name, 'outputs')} {name}_out;"]
-    setup = [f"{name}_in.{f.name} = read_input(\"{path}\", {size(f)}, offset);" for f, path in zip(api.inputs, files)]
+    setup = [f'{name}_in.{f.name} = read_input("{path}", {size(f)}, offset);' for f, path in zip(api.inputs, files)]
     setup += [f"{name}_out.{f.name} = malloc({size(f)});" for f in api.outputs]
-    call = [f"if ({run}(&{name}_in, &{name}_out) != 0) {{ fprintf(stderr, \"{name}: %s\\n\", {error}()); return 1; }}"]
-    write = [f"write_output(\"{name}_{f.name}.bin\", {name}_out.{f.name}, {size(f)});" for f in api.outputs]
-    return {"declare": "\n  ".join(declare), "setup": "\n    ".join(setup), "call": "\n    ".join(call),
-            "write": "\n  ".join(write)}
+    call = [f'if ({run}(&{name}_in, &{name}_out) != 0) {{ fprintf(stderr, "{name}: %s\\n", {error}()); return 1; }}']
+    write = [f'write_output("{name}_{f.name}.bin", {name}_out.{f.name}, {size(f)});' for f in api.outputs]
+    return {
+        "declare": "\n  ".join(declare),
+        "setup": "\n    ".join(setup),
+        "call": "\n    ".join(call),
+        "write": "\n  ".join(write),
+    }
 
 
 def _runner(models: dict, directory: Path) -> str:
@@ -175,32 +192,45 @@ def _runner(models: dict, directory: Path) -> str:
         code = _model_code(name, api, files)
         includes.append(f'#include "tvmgen_{name}.h"')
         declare.append(code["declare"])
-        body.append(f"""    {code['setup']}
-    {code['call']}""")
+        body.append(f"""    {code["setup"]}
+    {code["call"]}""")
         write.append(code["write"])
-        checks = [f"if (memcmp(first_{name}_{f.name}, {name}_out.{f.name}, {api.size_macro(f)}) != 0) return 7;"
-                  for f in api.outputs]
+        checks = [
+            f"if (memcmp(first_{name}_{f.name}, {name}_out.{f.name}, {api.size_macro(f)}) != 0) return 7;"
+            for f in api.outputs
+        ]
         saves = [f"memcpy(first_{name}_{f.name}, {name}_out.{f.name}, {api.size_macro(f)});" for f in api.outputs]
         declare += [f"static char first_{name}_{f.name}[{api.size_macro(f)}];" for f in api.outputs]
-        unchanged = [f"if (memcmp({name}_in.{f.name}, original_{name}_{f.name}, {api.size_macro(f)}) != 0) return 8;"
-                     for f in api.inputs]
+        unchanged = [
+            f"if (memcmp({name}_in.{f.name}, original_{name}_{f.name}, {api.size_macro(f)}) != 0) return 8;"
+            for f in api.inputs
+        ]
         declare += [f"static char original_{name}_{f.name}[{api.size_macro(f)}];" for f in api.inputs]
         originals = [f"memcpy(original_{name}_{f.name}, {name}_in.{f.name}, {api.size_macro(f)});" for f in api.inputs]
         body[-1] = body[-1].replace(code["call"], "\n    ".join(originals + [code["call"]] + unchanged))
-        body.append("    if (offset == 0) {\n      " + "\n      ".join(saves) + "\n    } else {\n      "
-                    + "\n      ".join(checks) + "\n    }")
-    return _PRELUDE.format(includes="\n".join(includes)) + _IO + f"""
+        body.append(
+            "    if (offset == 0) {\n      "
+            + "\n      ".join(saves)
+            + "\n    } else {\n      "
+            + "\n      ".join(checks)
+            + "\n    }"
+        )
+    return (
+        _PRELUDE.format(includes="\n".join(includes))
+        + _IO
+        + f"""
 int main(void) {{
   size_t offset;
-  {chr(10).join('  ' + d for d in declare).strip()}
+  {chr(10).join("  " + d for d in declare).strip()}
   for (offset = 0; offset <= 4; offset += 4) {{
 {chr(10).join(body)}
   }}
-  {chr(10).join('  ' + w for w in write).strip()}
+  {chr(10).join("  " + w for w in write).strip()}
   printf("ok\\n");
   return 0;
 }}
 """
+    )
 
 
 def _inputs(name: str, directory: Path) -> list[str]:
@@ -236,8 +266,10 @@ def test_c_program_matches_interpreter(libs, name, tmp_path):
 def test_header_declares_the_convention(libs):
     text = libs["nested"][1].read_text()
     for line in [
-        "struct tvmgen_nested_inputs {", "  void* xs; /* %xs: Tensor[(5, 1, 8), float32] */",
-        "struct tvmgen_nested_outputs {", "  void* output0; /* result[0][0]: Tensor[(1, 16), float32] */",
+        "struct tvmgen_nested_inputs {",
+        "  void* xs; /* %xs: Tensor[(5, 1, 8), float32] */",
+        "struct tvmgen_nested_outputs {",
+        "  void* output0; /* result[0][0]: Tensor[(1, 16), float32] */",
         "  void* output3; /* result[1][1]: Tensor[(1, 16), float32] */",
         "#define TVMGEN_NESTED_XS_SIZE 160 /* %xs: Tensor[(5, 1, 8), float32] */",
         "#define TVMGEN_NESTED_OUTPUT2_SIZE 4 /* result[1][0]: Tensor[(), int32] */",
@@ -251,8 +283,15 @@ def test_header_declares_the_convention(libs):
 def test_header_is_valid_cpp(libs, tmp_path):
     source = tmp_path / "both.cc"
     source.write_text("".join(f'#include "{h.name}"\n' for _, h, _ in libs.values()) + "int main() { return 0; }\n")
-    command = [os.environ.get("CXX", "g++"), "-std=c++11", "-Wall", "-Werror", "-fsyntax-only",
-               f"-I{libs['single'][1].parent}", str(source)]
+    command = [
+        os.environ.get("CXX", "g++"),
+        "-std=c++11",
+        "-Wall",
+        "-Werror",
+        "-fsyntax-only",
+        f"-I{libs['single'][1].parent}",
+        str(source),
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
@@ -332,8 +371,9 @@ def test_eight_threads(libs, tmp_path):
     library, header, api = libs["nested"]
     (tmp_path / header.name).write_bytes(header.read_bytes())
     exe = _build(_PRELUDE.format(includes='#include "tvmgen_nested.h"') + _IO + _THREADS, tmp_path, [library])
-    done = subprocess.run([str(exe), *_inputs("nested", tmp_path)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [str(exe), *_inputs("nested", tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
     _check_outputs("nested", api, tmp_path)
 
@@ -439,9 +479,21 @@ def test_packed_entry_from_c(tmp_path):
     library = tmp_path / "lstm.so"
     relay_aot.compile(tvm.relay.parse(LSTM.read_text()), name="lstm").export_library(library)
     includes = [f"-I{d}" for d in tvm._ffi.libinfo.find_include_path()]
-    command = [os.environ.get("CC", "gcc"), "-std=c99", "-Wall", "-Werror", "-O1", *includes,
-               str(C_DEPLOY / "packed.c"), str(C_DEPLOY / "npy.c"), "-o", "packed",
-               f"-L{tvm_dir()}", "-ltvm_runtime", f"-Wl,-rpath,{tvm_dir()}"]
+    command = [
+        os.environ.get("CC", "gcc"),
+        "-std=c99",
+        "-Wall",
+        "-Werror",
+        "-O1",
+        *includes,
+        str(C_DEPLOY / "packed.c"),
+        str(C_DEPLOY / "npy.c"),
+        "-o",
+        "packed",
+        f"-L{tvm_dir()}",
+        "-ltvm_runtime",
+        f"-Wl,-rpath,{tvm_dir()}",
+    ]
     subprocess.run(command, cwd=tmp_path, check=True, capture_output=True, text=True)
     inputs = save_npy(lstm_args(), tmp_path)
     done = subprocess.run([str(tmp_path / "packed"), str(library), *inputs], capture_output=True, text=True)

@@ -46,8 +46,18 @@ def interpreter(text: str, args) -> object:
 
 _OPTIONS = {
     "": ["compile", "run", "show", "--debug"],
-    "compile": ["MODEL", "-o", "--name", "--params", "--backend", "--opt-level", "--input-shapes", "--format",
-                "--profile", "--debug"],
+    "compile": [
+        "MODEL",
+        "-o",
+        "--name",
+        "--params",
+        "--backend",
+        "--opt-level",
+        "--input-shapes",
+        "--format",
+        "--profile",
+        "--debug",
+    ],
     "run": ["LIBRARY", "--inputs", "--output", "--name", "--profile", "--profile-json", "--debug"],
     "show": ["MODEL", "--backend", "--name", "--params", "--input-shapes", "--ir", "--profile", "--debug"],
 }
@@ -96,9 +106,11 @@ def test_run_inputs_three_ways_match_the_interpreter(lstm_so, tmp_path):
 def test_compile_with_params_and_opt_level(tmp_path):
     """--params binds @main's weights; --opt-level 0 and the default build differently, same result."""
     model = tmp_path / "scale.relay"
-    model.write_text('#[version = "0.0.5"]\n'
-                     "def @main(%x: Tensor[(3), float32], %w: Tensor[(3), float32]) {\n"
-                     "  add(multiply(%x, %w), ones(shape=[3], dtype=\"float32\"))\n}\n")
+    model.write_text(
+        '#[version = "0.0.5"]\n'
+        "def @main(%x: Tensor[(3), float32], %w: Tensor[(3), float32]) {\n"
+        '  add(multiply(%x, %w), ones(shape=[3], dtype="float32"))\n}\n'
+    )
     w, x = np.array([2, -1, 0.5], dtype="float32"), np.array([1, 2, 3], dtype="float32")
     np.savez(tmp_path / "params.npz", w=w)
     np.save(tmp_path / "x.npy", x)
@@ -119,8 +131,15 @@ def test_show_prints_the_source_without_building(tmp_path):
     model.write_text(STRUCTURES)
     env = dict(os.environ, CXX="/nonexistent/c++", RELAY_AOT_CACHE_DIR=str(tmp_path / "cache"))
     source = relay_aot_cli("show", model, "--name", "shown", env=env).stdout
-    for expected in ("namespace shown_relay_aot", '__asm__("shown")', '__asm__("shown__metadata")',
-                     'const char __tvm_main__[] = "shown"', "===== exports.map =====", "shown_k*;", "local:"):
+    for expected in (
+        "namespace shown_relay_aot",
+        '__asm__("shown")',
+        '__asm__("shown__metadata")',
+        'const char __tvm_main__[] = "shown"',
+        "===== exports.map =====",
+        "shown_k*;",
+        "local:",
+    ):
         assert expected in source
     assert not (tmp_path / "cache").exists()
 
@@ -155,52 +174,92 @@ def test_failures_exit_with_one_line(tmp_path):
 _BAD_RELAY = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(3), float32]) { add(%x, }\n'
 _BAD_TYPES = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(3), float32], %y: Tensor[(4), float32]) { add(%x, %y) }\n'
 # nn.dense without units=: TVM's parser builds DenseAttrs by reflection and raises AttributeError
-_NO_UNITS = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(2, 3), float32], %w: Tensor[(4, 3), float32]) { nn.dense(%x, %w) }\n'
+_NO_UNITS = (
+    '#[version = "0.0.5"]\ndef @main(%x: Tensor[(2, 3), float32], %w: Tensor[(4, 3), float32]) { nn.dense(%x, %w) }\n'
+)
 
 MISTAKES = [
     # (argv with {dir} and {lstm} placeholders, exit status, regex the one stderr line must match)
     ([], 2, r"^relay-aot: error: the following arguments are required: COMMAND \(see relay-aot --help\)$"),
     (["frob"], 2, r"invalid choice: 'frob'"),
     (["compile", "{dir}/missing.relay", "-o", "{dir}/x.so"], 1, r"missing\.relay: no such file$"),
-    (["compile", "{dir}/good.relay"], 2, r"^relay-aot compile: error: one of the arguments -o/--output --standalone is required"),
-    (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--backend", "rust"], 2,
-     r"--backend: invalid choice: 'rust' \(choose from 'cpp', 'python'\)"),
-    (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--backend", "python"], 2,
-     r"the python backend builds no shared library"),
-    (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--name", "9lives"], 2,
-     r"--name: model name '9lives' is not usable as a symbol prefix"),
+    (
+        ["compile", "{dir}/good.relay"],
+        2,
+        r"^relay-aot compile: error: one of the arguments -o/--output --standalone is required",
+    ),
+    (
+        ["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--backend", "rust"],
+        2,
+        r"--backend: invalid choice: 'rust' \(choose from 'cpp', 'python'\)",
+    ),
+    (
+        ["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--backend", "python"],
+        2,
+        r"the python backend builds no shared library",
+    ),
+    (
+        ["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--name", "9lives"],
+        2,
+        r"--name: model name '9lives' is not usable as a symbol prefix",
+    ),
     (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--opt-level", "7"], 2, r"--opt-level: invalid choice"),
     (["compile", "{dir}/good.relay", "-o", "{dir}/no/such/dir/x.so"], 1, r"directory .*no/such/dir does not exist"),
-    (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--input-shapes", "x:[3]"], 2,
-     r"--input-shapes applies to ONNX models"),
+    (
+        ["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--input-shapes", "x:[3]"],
+        2,
+        r"--input-shapes applies to ONNX models",
+    ),
     (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--params", "{dir}/x.npy"], 2, r"expected a \.npz file"),
-    (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--params", "{dir}/unknown.npz"], 1,
-     r"params name no parameter of @main: nope"),
+    (
+        ["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--params", "{dir}/unknown.npz"],
+        1,
+        r"params name no parameter of @main: nope",
+    ),
     (["compile", "{dir}/bad.relay", "-o", "{dir}/x.so"], 1, r"bad\.relay:2:48: expected an expression"),
     (["show", "{dir}/badtypes.relay"], 1, r"badtypes\.relay:2:66: Incompatible broadcast type"),
-    (["compile", "{dir}/nounits.relay", "-o", "{dir}/x.so"], 1,
-     r"nounits\.relay: the Relay text does not parse: an operator call lacks its attribute 'units', which "
-     r"relay\.attrs\.DenseAttrs requires: write it out as TVM prints it \(e\.g\. nn\.dense\(%x, %w, units=None\)\)$"),
+    (
+        ["compile", "{dir}/nounits.relay", "-o", "{dir}/x.so"],
+        1,
+        r"nounits\.relay: the Relay text does not parse: an operator call lacks its attribute 'units', which "
+        r"relay\.attrs\.DenseAttrs requires: write it out as TVM prints it \(e\.g\. nn\.dense\(%x, %w, units=None\)\)$",
+    ),
     (["show", "{dir}/x.npy"], 1, r"x\.npy: not a Relay text file"),
-    (["compile", "{dir}/good.relay", "--format", "onnx", "-o", "{dir}/x.so"], 1, r"good\.relay: not an ONNX model|onnx package"),
+    (
+        ["compile", "{dir}/good.relay", "--format", "onnx", "-o", "{dir}/x.so"],
+        1,
+        r"good\.relay: not an ONNX model|onnx package",
+    ),
     (["run", "{dir}/good.relay"], 1, r"good\.relay is not an ELF shared library"),
     (["run", "{lstm}"], 1, r"@main takes 4 parameters, got no --inputs"),
     (["run", "{lstm}", "--inputs", "{dir}/x.npy"], 1, r"@main takes 4 parameters, got 1 \.npy files"),
-    (["run", "{lstm}", "--inputs", "{dir}/x.npy", "{dir}/x.npy", "{dir}/x.npy", "{dir}/x.npy"], 1,
-     r"argument 0 \(%xs\): expected Tensor\[\(10, 1, 8\), float32\], got .*shape \(3,\)"),
-    (["run", "{lstm}", "--inputs", "{dir}/unknown.npz"], 1,
-     r"unknown\.npz: expected arrays named xs, w_ih, w_hh, bias \(or arr_0 \.\.\. arr_3\), found nope"),
+    (
+        ["run", "{lstm}", "--inputs", "{dir}/x.npy", "{dir}/x.npy", "{dir}/x.npy", "{dir}/x.npy"],
+        1,
+        r"argument 0 \(%xs\): expected Tensor\[\(10, 1, 8\), float32\], got .*shape \(3,\)",
+    ),
+    (
+        ["run", "{lstm}", "--inputs", "{dir}/unknown.npz"],
+        1,
+        r"unknown\.npz: expected arrays named xs, w_ih, w_hh, bias \(or arr_0 \.\.\. arr_3\), found nope",
+    ),
     (["run", "{lstm}", "--inputs", "{dir}/good.relay"], 2, r"--inputs takes one \.npz file or one \.npy file per"),
     (["run", "{lstm}", "--inputs", *["{dir}/fake.npy"] * 4], 1, r"fake\.npy: not a NumPy"),
     (["run", "{lstm}", "--name", "other"], 1, r"holds no relay_aot model named 'other' \(models: lstm\)"),
     # a path that exists but is not a regular file is named for what it is (a FIFO is not opened)
     (["compile", "{dir}/fifo.relay", "-o", "{dir}/x.so"], 1, r"fifo\.relay: is a FIFO, not a regular file$"),
     (["show", "{dir}"], 1, r": is a directory, not a regular file$"),
-    (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--tuning-records", "{dir}"], 1,
-     r"--tuning-records .*: is a directory, not a regular file$"),
+    (
+        ["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--tuning-records", "{dir}"],
+        1,
+        r"--tuning-records .*: is a directory, not a regular file$",
+    ),
     (["run", "{dir}/fifo.relay"], 1, r"fifo\.relay is a FIFO, not a library file$"),
-    (["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--input-shapes", '{{"x": [1.5]}}'], 2,
-     r"--input-shapes .*a JSON object"),
+    (
+        ["compile", "{dir}/good.relay", "-o", "{dir}/x.so", "--input-shapes", '{{"x": [1.5]}}'],
+        2,
+        r"--input-shapes .*a JSON object",
+    ),
 ]
 
 
@@ -238,9 +297,22 @@ def test_dense_with_units_none_compiles_and_runs(tmp_path, capsys):
     (tmp_path / "dense.relay").write_text(_NO_UNITS.replace("nn.dense(%x, %w)", "nn.dense(%x, %w, units=None)"))
     x, w = np.arange(6, dtype="float32").reshape(2, 3), np.ones((4, 3), "float32")
     np.savez(tmp_path / "in.npz", x=x, w=w)
-    assert cli.main(["compile", str(tmp_path / "dense.relay"), "-o", str(tmp_path / "dense.so"), "--name", "dense"]) == 0
-    assert cli.main(["run", str(tmp_path / "dense.so"), "--inputs", str(tmp_path / "in.npz"),
-                     "--output", str(tmp_path / "out.npz")]) == 0
+    assert (
+        cli.main(["compile", str(tmp_path / "dense.relay"), "-o", str(tmp_path / "dense.so"), "--name", "dense"]) == 0
+    )
+    assert (
+        cli.main(
+            [
+                "run",
+                str(tmp_path / "dense.so"),
+                "--inputs",
+                str(tmp_path / "in.npz"),
+                "--output",
+                str(tmp_path / "out.npz"),
+            ]
+        )
+        == 0
+    )
     with np.load(tmp_path / "out.npz") as out:
         np.testing.assert_allclose(out["result"], x @ w.T)
 
@@ -258,7 +330,8 @@ def test_internal_errors_are_one_line_and_debug_shows_the_traceback(monkeypatch,
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
         "relay-aot: error: internal error, AttributeError: 'NoneType' object has no attribute 'shape' "
-        "(a bug: --debug shows its traceback)"]
+        "(a bug: --debug shows its traceback)"
+    ]
     for argv in (["--debug", "show", str(tmp_path / "good.relay")], ["show", str(tmp_path / "good.relay"), "--debug"]):
         with pytest.raises(AttributeError, match="no attribute 'shape'"):
             cli.main(argv)
@@ -298,8 +371,11 @@ def test_damaged_relay_text_ends_in_one_line(tmp_path, capsys):
     tokens = re.findall(r"\w+|\s+|.", text)
 
     @hypothesis.settings(max_examples=40, deadline=None, database=None)
-    @hypothesis.given(edits=st.lists(st.tuples(st.sampled_from(["drop", "repeat", "swap"]), st.integers(0, 10_000)),
-                                     min_size=1, max_size=3))
+    @hypothesis.given(
+        edits=st.lists(
+            st.tuples(st.sampled_from(["drop", "repeat", "swap"]), st.integers(0, 10_000)), min_size=1, max_size=3
+        )
+    )
     def damaged(edits):
         mutated = list(tokens)
         for how, position in edits:
@@ -314,8 +390,12 @@ def test_damaged_relay_text_ends_in_one_line(tmp_path, capsys):
         status = cli.main(["show", str(tmp_path / "damaged.relay"), "--ir"])
         captured = capsys.readouterr()
         lines = captured.err.strip().splitlines()
-        assert status == 0 or (status == 1 and len(lines) == 1 and lines[0].startswith("relay-aot: error: ")
-                               and "internal error" not in lines[0]), (status, captured.err, "".join(mutated))
+        assert status == 0 or (
+            status == 1
+            and len(lines) == 1
+            and lines[0].startswith("relay-aot: error: ")
+            and "internal error" not in lines[0]
+        ), (status, captured.err, "".join(mutated))
 
     damaged()
 
@@ -323,10 +403,12 @@ def test_damaged_relay_text_ends_in_one_line(tmp_path, capsys):
 def test_program_failure_is_one_line(tmp_path, capsys):
     """A match failure inside the compiled program, reported by `run` as one line."""
     model = tmp_path / "partial.relay"
-    model.write_text('#[version = "0.0.5"]\ntype T { A, B }\n'
-                     "def @main(%x: int32) -> int32 {\n"
-                     "  let %t = if (less(%x, 0)) { A } else { B };\n"
-                     "  match? (%t) { A => 1 }\n}\n")
+    model.write_text(
+        '#[version = "0.0.5"]\ntype T { A, B }\n'
+        "def @main(%x: int32) -> int32 {\n"
+        "  let %t = if (less(%x, 0)) { A } else { B };\n"
+        "  match? (%t) { A => 1 }\n}\n"
+    )
     np.save(tmp_path / "x.npy", np.int32(5))
     lib = tmp_path / "partial.so"
     assert cli.main(["compile", str(model), "-o", str(lib), "--name", "partial"]) == 0
@@ -346,8 +428,10 @@ def _onnx_model(path: Path):
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(1)
-    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype("float32"), name)
-               for name, shape in (("w", (4, 3)), ("b", (3,)))]
+    weights = [
+        numpy_helper.from_array(rng.standard_normal(shape).astype("float32"), name)
+        for name, shape in (("w", (4, 3)), ("b", (3,)))
+    ]
     nodes = [
         helper.make_node("MatMul", ["x", "w"], ["h"]),
         helper.make_node("Add", ["h", "b"], ["a"]),
@@ -356,9 +440,13 @@ def _onnx_model(path: Path):
         helper.make_node("Concat", ["r", "a"], ["both"], axis=1),
     ]
     graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 3]),
-         helper.make_tensor_value_info("both", TensorProto.FLOAT, ["batch", 6])],
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [
+            helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 3]),
+            helper.make_tensor_value_info("both", TensorProto.FLOAT, ["batch", 6]),
+        ],
         initializer=weights,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -402,11 +490,14 @@ def test_input_shapes_name_inputs_with_spaces_and_colons(tmp_path, capsys):
         assert "Tensor[(5, 4), float32]" in capsys.readouterr().out, shapes
 
 
-@pytest.mark.parametrize("shapes,message", [
-    ("y:[5,4]", r"--input-shapes names y, but the model's inputs are x"),
-    ("x:[5]", r"--input-shapes gives 'x' 1 dimensions, the model has 2"),
-    ("x:5,4", r"--input-shapes 'x:5,4': expected entries like"),
-])
+@pytest.mark.parametrize(
+    "shapes,message",
+    [
+        ("y:[5,4]", r"--input-shapes names y, but the model's inputs are x"),
+        ("x:[5]", r"--input-shapes gives 'x' 1 dimensions, the model has 2"),
+        ("x:5,4", r"--input-shapes 'x:5,4': expected entries like"),
+    ],
+)
 def test_onnx_shape_mistakes(shapes, message, tmp_path, capsys):
     _onnx_model(tmp_path / "mlp.onnx")
     argv = ["compile", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "x.so"), "--input-shapes", shapes]
@@ -417,15 +508,16 @@ def test_onnx_shape_mistakes(shapes, message, tmp_path, capsys):
 
 def test_run_takes_tensor_parameters_only(tmp_path, capsys):
     model = tmp_path / "pair.relay"
-    model.write_text('#[version = "0.0.5"]\n'
-                     "def @main(%p: (Tensor[(3), float32], Tensor[(3), float32])) { %p.1 }\n")
+    model.write_text('#[version = "0.0.5"]\ndef @main(%p: (Tensor[(3), float32], Tensor[(3), float32])) { %p.1 }\n')
     lib = tmp_path / "pair.so"
     assert cli.main(["compile", str(model), "-o", str(lib), "--name", "pair"]) == 0
     capsys.readouterr()
     assert cli.main(["run", str(lib)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["relay-aot: error: parameter %p has type (Tensor[(3), float32], Tensor[(3), float32]): "
-                   "relay-aot run passes tensors only"], err
+    assert err == [
+        "relay-aot: error: parameter %p has type (Tensor[(3), float32], Tensor[(3), float32]): "
+        "relay-aot run passes tensors only"
+    ], err
 
 
 # -- damaged and unexpected input files ------------------------------------------------------------
@@ -458,11 +550,26 @@ def _input_files(directory: Path) -> dict[str, list[str]]:
     np.save(directory / "npz-named.npy", 0)
     (directory / "npz-named.npy").write_bytes(archive)
     rest = good[1:]
-    cases = {name: [str(directory / name), *rest] for name in
-             ("empty.npy", "truncated.npy", "header-only.npy", "garbage.npy", "dir.npy", "object.npy",
-              "float64.npy", "wrong-shape.npy", "npz-named.npy")}
-    cases.update({name: [str(directory / name)] for name in
-                  ("empty.npz", "truncated.npz", "garbage.npz", "dir.npz", "wrong-names.npz")})
+    cases = {
+        name: [str(directory / name), *rest]
+        for name in (
+            "empty.npy",
+            "truncated.npy",
+            "header-only.npy",
+            "garbage.npy",
+            "dir.npy",
+            "object.npy",
+            "float64.npy",
+            "wrong-shape.npy",
+            "npz-named.npy",
+        )
+    }
+    cases.update(
+        {
+            name: [str(directory / name)]
+            for name in ("empty.npz", "truncated.npz", "garbage.npz", "dir.npz", "wrong-names.npz")
+        }
+    )
     cases["too few"] = good[:2]
     return cases
 
@@ -492,8 +599,11 @@ def test_randomly_damaged_input_files_end_in_one_line(lstm_so, tmp_path, capsys)
     originals = {".npy": Path(good[0]).read_bytes(), ".npz": (tmp_path / "good.npz").read_bytes()}
 
     @hypothesis.settings(max_examples=60, deadline=None, database=None)
-    @hypothesis.given(suffix=st.sampled_from([".npy", ".npz"]), cut=st.integers(0, 100_000),
-                      flips=st.lists(st.tuples(st.integers(0, 100_000), st.integers(1, 255)), max_size=4))
+    @hypothesis.given(
+        suffix=st.sampled_from([".npy", ".npz"]),
+        cut=st.integers(0, 100_000),
+        flips=st.lists(st.tuples(st.integers(0, 100_000), st.integers(1, 255)), max_size=4),
+    )
     def damaged(suffix, cut, flips):
         data = bytearray(originals[suffix])
         for position, value in flips:
@@ -512,7 +622,8 @@ def test_randomly_damaged_input_files_end_in_one_line(lstm_so, tmp_path, capsys)
 def test_tune_writes_records_that_compile_reads(tmp_path, capsys):
     (tmp_path / "dense.relay").write_text(
         '#[version = "0.0.5"]\ndef @main(%x: Tensor[(2, 24), float32], %w: Tensor[(40, 24), float32]) {\n'
-        "  nn.relu(nn.dense(%x, %w, units=40))\n}\n")
+        "  nn.relu(nn.dense(%x, %w, units=40))\n}\n"
+    )
     log = tmp_path / "records.json"
     assert cli.main(["tune", str(tmp_path / "dense.relay"), "-o", str(log), "--trials", "1", "--tuner", "random"]) == 0
     out = capsys.readouterr().out
@@ -520,11 +631,26 @@ def test_tune_writes_records_that_compile_reads(tmp_path, capsys):
     assert log.read_text().count("\n") >= 1
     assert cli.main(["tune", str(tmp_path / "dense.relay"), "-o", str(log), "--trials", "1"]) == 0
     assert "0 trials measured now" in capsys.readouterr().out
-    assert cli.main(["compile", str(tmp_path / "dense.relay"), "-o", str(tmp_path / "dense.so"),
-                     "--tuning-records", str(log)]) == 0
+    assert (
+        cli.main(
+            ["compile", str(tmp_path / "dense.relay"), "-o", str(tmp_path / "dense.so"), "--tuning-records", str(log)]
+        )
+        == 0
+    )
     x, w = np.ones((2, 24), "float32"), np.ones((40, 24), "float32")
     result = relay_aot.load(tmp_path / "dense.so")(x, w).numpy()
     np.testing.assert_allclose(result, np.full((2, 40), 24.0))
-    assert cli.main(["compile", str(tmp_path / "dense.relay"), "-o", str(tmp_path / "x.so"),
-                     "--tuning-records", str(tmp_path / "none.json")]) == 1
+    assert (
+        cli.main(
+            [
+                "compile",
+                str(tmp_path / "dense.relay"),
+                "-o",
+                str(tmp_path / "x.so"),
+                "--tuning-records",
+                str(tmp_path / "none.json"),
+            ]
+        )
+        == 1
+    )
     assert "--tuning-records" in capsys.readouterr().err

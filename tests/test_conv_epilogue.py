@@ -22,8 +22,14 @@ def _conv_net(channels, width, filters, kernel, stride, epilogue):
     data = relay.var("data", shape=(1, channels, width, width))
     weight = relay.const(rng.normal(0, 0.3, (filters, channels, kernel, kernel)).astype("float32"))
     bias = relay.const(rng.normal(0, 0.3, (filters,)).astype("float32"))
-    y = relay.nn.conv2d(data, weight, strides=(stride, stride), padding=(kernel // 2, kernel // 2),
-                        channels=filters, kernel_size=(kernel, kernel))
+    y = relay.nn.conv2d(
+        data,
+        weight,
+        strides=(stride, stride),
+        padding=(kernel // 2, kernel // 2),
+        channels=filters,
+        kernel_size=(kernel, kernel),
+    )
     y = relay.nn.bias_add(y, bias)
     if epilogue == "relu":
         y = relay.nn.relu(y)
@@ -34,17 +40,22 @@ def _conv_net(channels, width, filters, kernel, stride, epilogue):
         y = relay.nn.relu(y + relay.var("skip", shape=(1, filters, out_width, out_width)))
     mod = tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(y), y))
     params = relay.transform.InferType()(mod)["main"].params
-    return mod, {v.name_hint: rng.normal(0, 1, [int(d) for d in v.checked_type.shape]).astype("float32") for v in params}
+    return mod, {
+        v.name_hint: rng.normal(0, 1, [int(d) for d in v.checked_type.shape]).astype("float32") for v in params
+    }
 
 
-@pytest.mark.parametrize("channels,width,filters,kernel,stride,epilogue", [
-    (3, 45, 32, 3, 2, "relu"),        # few channels; 22 columns: a partial last block
-    (16, 22, 32, 3, 1, "relu"),       # columns that divide the row
-    (32, 13, 64, 1, 1, "relu"),       # the 1x1 schedule
-    (48, 17, 32, 1, 1, "clip"),       # 1x1, a width with no wide divisor
-    (16, 14, 32, 3, 1, "residual"),   # an epilogue reading another tensor
-    (16, 15, 16, 3, 1, "none"),       # bias only
-])
+@pytest.mark.parametrize(
+    "channels,width,filters,kernel,stride,epilogue",
+    [
+        (3, 45, 32, 3, 2, "relu"),  # few channels; 22 columns: a partial last block
+        (16, 22, 32, 3, 1, "relu"),  # columns that divide the row
+        (32, 13, 64, 1, 1, "relu"),  # the 1x1 schedule
+        (48, 17, 32, 1, 1, "clip"),  # 1x1, a width with no wide divisor
+        (16, 14, 32, 3, 1, "residual"),  # an epilogue reading another tensor
+        (16, 15, 16, 3, 1, "none"),  # bias only
+    ],
+)
 def test_fused_convolutions_equal_the_graph_executors(channels, width, filters, kernel, stride, epilogue):
     mod, args = _conv_net(channels, width, filters, kernel, stride, epilogue)
     target = host_target()
@@ -82,10 +93,13 @@ def _conv_buffers(text: str) -> dict:
     return {name: int(size) for name, size in re.findall(r"(conv2d_NCHWc\w*) = T.allocate\(\[(\d+)\]", text)}
 
 
-@pytest.mark.parametrize("kernel,tvms_buffers", [
-    (3, {"conv2d_NCHWc": 14, "conv2d_NCHWc_global": 7}),  # a scratch row, read back
-    (1, {"conv2d_NCHWc_global": 14}),  # the whole row's accumulators, then the epilogue
-])
+@pytest.mark.parametrize(
+    "kernel,tvms_buffers",
+    [
+        (3, {"conv2d_NCHWc": 14, "conv2d_NCHWc_global": 7}),  # a scratch row, read back
+        (1, {"conv2d_NCHWc_global": 14}),  # the whole row's accumulators, then the epilogue
+    ],
+)
 def test_the_epilogue_reads_one_register_block(kernel, tvms_buffers):
     """TVM's schedule keeps a row of the convolution's output and applies the epilogue to it
     afterwards; within ``building`` each block of 7 accumulators (the configuration's columns)

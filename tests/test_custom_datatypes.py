@@ -48,8 +48,10 @@ def test_constants_and_kernels_of_a_custom_datatype_agree_with_numpy(backend):
     # The constants are cast to the custom type by TVM itself, as ChangeDatatype leaves them.
     to_custom = relay.create_executor("graph", target="llvm")
     with tvm.transform.PassContext(config={"tir.disable_vectorize": True}):
-        w_custom, b_custom = (to_custom.evaluate(relay.Function([v], v.astype(DTYPE)))(value)
-                              for v, value in [(relay.var("w", shape=(4, 64)), weight), (relay.var("b", shape=(4, 64)), bias)])
+        w_custom, b_custom = (
+            to_custom.evaluate(relay.Function([v], v.astype(DTYPE)))(value)
+            for v, value in [(relay.var("w", shape=(4, 64)), weight), (relay.var("b", shape=(4, 64)), bias)]
+        )
     x = relay.var("x", shape=(4, 64))
     y = relay.exp(relay.add(relay.multiply(x.astype(DTYPE), relay.const(w_custom)), relay.const(b_custom)))
     mod = tvm.IRModule.from_expr(relay.Function([x], y.astype("float32")))

@@ -28,7 +28,8 @@ def _kernel_ops(mod: tvm.IRModule) -> collections.Counter:
         if isinstance(node, relay.Function) and node.attrs and int(node.attrs.get("Primitive", 0)) == 1:
             ops = []
             relay.analysis.post_order_visit(
-                node.body, lambda n: ops.append(n.op.name) if isinstance(n, relay.Call) and isinstance(n.op, tvm.ir.Op) else None
+                node.body,
+                lambda n: ops.append(n.op.name) if isinstance(n, relay.Call) and isinstance(n.op, tvm.ir.Op) else None,
             )
             found["+".join(ops)] += 1
 
@@ -72,8 +73,15 @@ def test_opt_level_2_keeps_the_layout():
 def test_same_values_as_tvm_and_numpy(opt_level):
     g, x, w, acc = _gradient_args()
     expected = (acc + g.T @ x, g @ w)
-    testing.check_equivalence(_parse(_GRADIENTS), [g, x, w, acc], backends=["cpp", "python"], expected=expected,
-                              opt_level=opt_level, rtol=1e-5, atol=1e-6)
+    testing.check_equivalence(
+        _parse(_GRADIENTS),
+        [g, x, w, acc],
+        backends=["cpp", "python"],
+        expected=expected,
+        opt_level=opt_level,
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def _real_product():  # contracted extent 2
@@ -102,7 +110,9 @@ def test_other_products_are_left_alone_and_agree(make):
     for param in params:
         shape = [3 if isinstance(d, tvm.tir.Any) else int(d) for d in param.type_annotation.shape]
         dtype = param.type_annotation.dtype
-        args.append(rng.integers(-5, 5, shape).astype(dtype) if "int" in dtype else rng.uniform(-1, 1, shape).astype(dtype))
+        args.append(
+            rng.integers(-5, 5, shape).astype(dtype) if "int" in dtype else rng.uniform(-1, 1, shape).astype(dtype)
+        )
     testing.check_equivalence(mod, args, backends=["cpp"], rtol=1e-5, atol=1e-6)
 
 

@@ -120,7 +120,7 @@ def test_models_side_by_side_in_one_process(libs, tmp_path):
 import pickle
 import relay_aot
 from relay_aot import testing
-paths, args = {({k: str(v) for k, v in libs.items()})!r}, pickle.loads({pickle.dumps(args)!r})
+paths, args = { ({k: str(v) for k, v in libs.items()})!r}, pickle.loads({pickle.dumps(args)!r})
 modules = {{name: relay_aot.load(path) for name, path in paths.items()}}
 results = {{name: testing.normalize(module(*args[name])) for name, module in modules.items()}}
 with open({str(out)!r}, "wb") as f:
@@ -133,7 +133,8 @@ with open({str(out)!r}, "wb") as f:
 
 def test_values_outlive_the_module(libs):
     """ADTs, references and closures the library made stay usable after its module is freed."""
-    run_python(f"""
+    run_python(
+        f"""
 import gc, numpy as np, tvm, relay_aot
 from deploy_support import structures_args
 module = relay_aot.load({str(libs["structures"])!r})
@@ -145,7 +146,9 @@ assert float(result[1][0].numpy()) == 1.5, result[1][0]
 np.testing.assert_allclose(scale(tvm.nd.array(np.int32(2))).numpy(), 2 * structures_args()[0])
 del result, scale
 gc.collect()
-""", {"PYTHONPATH": TESTS})
+""",
+        {"PYTHONPATH": TESTS},
+    )
 
 
 def test_two_models_linked_into_one_executable(libs, tmp_path):
@@ -189,11 +192,14 @@ def test_export_library_is_self_contained(tmp_path):
     copy = compiled.export_library(tmp_path / "copy.so")
     shutil.rmtree(compiled.library_path.parent)
     out = tmp_path / "result.pickle"
-    run_python(f"""
+    run_python(
+        f"""
 import pickle, relay_aot
 from relay_aot import testing
 from deploy_support import lstm_args
 with open({str(out)!r}, "wb") as f:
     pickle.dump(testing.normalize(relay_aot.load({str(copy)!r})(*lstm_args())), f)
-""", {"PYTHONPATH": TESTS})
+""",
+        {"PYTHONPATH": TESTS},
+    )
     testing.assert_same(pickle.loads(out.read_bytes()), reference("lstm"), rtol=1e-4)

@@ -35,11 +35,14 @@ def test_cpp_result_matches_interpreter(deploy, model, tmp_path):
     assert_same_printout(run.stdout, "\n".join(expected), rtol=1e-4)
 
 
-@pytest.mark.parametrize("inputs,message", [
-    (["missing.npy"], "missing.npy: cannot open"),
-    (["notnpy.npy"], "notnpy.npy: not a .npy file"),
-    (["x.npy"], "ArgumentTypeError: the program takes 2 arguments, got 1"),
-])
+@pytest.mark.parametrize(
+    "inputs,message",
+    [
+        (["missing.npy"], "missing.npy: cannot open"),
+        (["notnpy.npy"], "notnpy.npy: not a .npy file"),
+        (["x.npy"], "ArgumentTypeError: the program takes 2 arguments, got 1"),
+    ],
+)
 def test_cpp_errors_are_one_line(deploy, inputs, message, tmp_path):
     library = export("structures", "structures", tmp_path)
     (tmp_path / "notnpy.npy").write_text("hello")

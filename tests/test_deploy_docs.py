@@ -41,7 +41,9 @@ def test_documented_commands_run_as_shown(tmp_path):
         else:
             command = [sys.executable, "-c", block.body]
         result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-        assert result.returncode == 0, f"block at line {block.line} failed:\n{block.body}\n{result.stdout}\n{result.stderr}"
+        assert result.returncode == 0, (
+            f"block at line {block.line} failed:\n{block.body}\n{result.stdout}\n{result.stderr}"
+        )
         outputs[index] = result.stdout
     run_output = next(out for i, out in outputs.items() if "relay-aot run lstm.so" in page[i].body)
     result_lines = "\n".join(line for line in run_output.splitlines() if line.startswith("result"))

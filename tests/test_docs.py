@@ -47,7 +47,11 @@ def test_examples_run_as_shown(page, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(
         [sys.executable, str(RUNNER), _name(page), str(tmp_path / "blocks.json"), str(tmp_path / "outputs.json")],
-        cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=900,
+        cwd=tmp_path / "work",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, f"an example of {_name(page)} failed:\n{done.stderr[-4000:]}"
     outputs = dict(zip(run, json.loads((tmp_path / "outputs.json").read_text())))
@@ -75,8 +79,13 @@ def test_every_command_block_is_run_or_says_why_not(page):
 def test_readme_example_script_runs_and_agrees():
     """The README's first set-up command ends by running the shipped example."""
     assert "python examples/run_example.py" in (ROOT / "README.md").read_text()
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "run_example.py"), str(ROOT / "examples" / "lstm.relay")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "run_example.py"), str(ROOT / "examples" / "lstm.relay")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     assert "relay_aot and the Relay interpreter agree." in done.stdout
 

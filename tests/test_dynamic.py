@@ -50,25 +50,48 @@ def _data_dependent() -> tvm.IRModule:
     k = relay.var("k", shape=(), dtype="int32")
     begin = relay.var("begin", shape=(1,), dtype="int64")
     end = relay.var("end", shape=(1,), dtype="int64")
-    body = relay.Tuple([
-        relay.arange(relay.const(0, "int32"), n, relay.const(1, "int32"), dtype="int32"),
-        relay.argwhere(x),
-        relay.reshape(x, s),
-        relay.topk(v, k, ret_type="values"),
-        relay.strided_slice(v, begin, end, relay.const(np.array([1], "int64"))),
-        relay.shape_of(v),
-        relay.ndarray_size(v, dtype="int32"),
-    ])
+    body = relay.Tuple(
+        [
+            relay.arange(relay.const(0, "int32"), n, relay.const(1, "int32"), dtype="int32"),
+            relay.argwhere(x),
+            relay.reshape(x, s),
+            relay.topk(v, k, ret_type="values"),
+            relay.strided_slice(v, begin, end, relay.const(np.array([1], "int64"))),
+            relay.shape_of(v),
+            relay.ndarray_size(v, dtype="int32"),
+        ]
+    )
     return _module(relay.Function([n, x, s, v, k, begin, end], body))
 
 
 DATA_DEPENDENT_CASES = [
-    (np.int32(5), np.array([[1, 0, 2], [0, 3, 0]], "float32"), np.array([3, 2], "int64"),
-     np.array([4, 1, 3, 2, 5], "float32"), np.int32(3), np.array([1], "int64"), np.array([4], "int64")),
-    (np.int32(0), np.zeros((2, 3), "float32"), np.array([1, 6], "int64"),
-     np.array([2, 1], "float32"), np.int32(1), np.array([0], "int64"), np.array([0], "int64")),
-    (np.int32(2), np.ones((2, 3), "float32"), np.array([6, 1], "int64"),
-     np.zeros(0, "float32"), np.int32(0), np.array([0], "int64"), np.array([0], "int64")),
+    (
+        np.int32(5),
+        np.array([[1, 0, 2], [0, 3, 0]], "float32"),
+        np.array([3, 2], "int64"),
+        np.array([4, 1, 3, 2, 5], "float32"),
+        np.int32(3),
+        np.array([1], "int64"),
+        np.array([4], "int64"),
+    ),
+    (
+        np.int32(0),
+        np.zeros((2, 3), "float32"),
+        np.array([1, 6], "int64"),
+        np.array([2, 1], "float32"),
+        np.int32(1),
+        np.array([0], "int64"),
+        np.array([0], "int64"),
+    ),
+    (
+        np.int32(2),
+        np.ones((2, 3), "float32"),
+        np.array([6, 1], "int64"),
+        np.zeros(0, "float32"),
+        np.int32(0),
+        np.array([0], "int64"),
+        np.array([0], "int64"),
+    ),
 ]
 
 
@@ -106,8 +129,11 @@ def _tensor_array_loop() -> tvm.IRModule:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tensor_array_written_in_a_loop_then_stacked(backend):
-    cases = [(np.arange(12, dtype="float32").reshape(4, 3),), (np.ones((1, 5), "float32"),),
-             (np.arange(14, dtype="float32").reshape(7, 2),)]
+    cases = [
+        (np.arange(12, dtype="float32").reshape(4, 3),),
+        (np.ones((1, 5), "float32"),),
+        (np.arange(14, dtype="float32").reshape(7, 2),),
+    ]
     _agree(_tensor_array_loop(), cases, backend)
 
 
@@ -126,16 +152,20 @@ def test_incompatible_shapes_raise_naming_the_operator_and_shapes(backend):
     with pytest.raises(relay_aot.KernelError, match=r"fused_add.*\(3, 4\), \(5, 4\).*[Ii]ncompatible"):
         compiled(np.ones((3, 4), "float32"), np.ones((5, 4), "float32"))
     # the process goes on, and a good call works
-    np.testing.assert_array_equal(compiled(np.ones((2, 4), "float32"), np.ones((1, 4), "float32")).numpy(),
-                                  np.full((2, 4), 2, "float32"))
+    np.testing.assert_array_equal(
+        compiled(np.ones((2, 4), "float32"), np.ones((1, 4), "float32")).numpy(), np.full((2, 4), 2, "float32")
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_entry_checks_rank_dtype_and_static_dimensions(backend):
     compiled = relay_aot.compile(_two_inputs(relay.subtract), backend=backend)
     good = np.ones((3, 4), "float32")
-    for bad, error in [(np.ones((3, 5), "float32"), ValueError), (np.ones((3, 4, 1), "float32"), ValueError),
-                       (np.full((3, 4), 2**24 + 1, "int32"), TypeError)]:
+    for bad, error in [
+        (np.ones((3, 5), "float32"), ValueError),
+        (np.ones((3, 4, 1), "float32"), ValueError),
+        (np.full((3, 4), 2**24 + 1, "int32"), TypeError),
+    ]:
         with pytest.raises(error, match=r"Tensor\[\(\?, 4\), float32\]|float32 does not hold exactly"):
             compiled(good, bad)
     # an int32 tensor whose values float32 holds exactly is converted (docs/guarantees.md)
@@ -148,8 +178,10 @@ def test_reshape_to_a_wrong_element_count_raises(backend):
     x = relay.var("x", shape=(A,), dtype="float32")
     s = relay.var("s", shape=(2,), dtype="int64")
     compiled = relay_aot.compile(_module(relay.Function([x, s], relay.reshape(x, s))), backend=backend)
-    np.testing.assert_array_equal(compiled(np.arange(6, dtype="float32"), np.array([2, 3], "int64")).numpy(),
-                                  np.arange(6, dtype="float32").reshape(2, 3))
+    np.testing.assert_array_equal(
+        compiled(np.arange(6, dtype="float32"), np.array([2, 3], "int64")).numpy(),
+        np.arange(6, dtype="float32").reshape(2, 3),
+    )
     with pytest.raises((relay_aot.KernelError, ValueError), match="reshape"):
         compiled(np.arange(6, dtype="float32"), np.array([4, 2], "int64"))
 
@@ -161,8 +193,12 @@ def test_1x1_convolution_over_unknown_height_and_width():
     kernel = relay.var("kernel", shape=(8, 8, 1, 1))
     mod = _module(relay.Function([data, kernel], relay.nn.conv2d(data, kernel, padding=(1, 1), kernel_size=(1, 1))))
     rng = np.random.default_rng(0)
-    testing.check_equivalence(mod, [rng.random((1, 8, 5, 7), dtype="float32"), rng.random((8, 8, 1, 1), dtype="float32")],
-                              references=("vm",), atol=1e-5)
+    testing.check_equivalence(
+        mod,
+        [rng.random((1, 8, 5, 7), dtype="float32"), rng.random((8, 8, 1, 1), dtype="float32")],
+        references=("vm",),
+        atol=1e-5,
+    )
 
 
 def test_reshape_of_a_scalar_inside_a_loop_with_a_growing_result():
@@ -172,8 +208,10 @@ def test_reshape_of_a_scalar_inside_a_loop_with_a_growing_result():
     i = relay.var("i", shape=(), dtype="int32")
     st = relay.var("st", shape=(A, 1), dtype="int32")
     loop = relay.loops.while_loop(
-        lambda i, st: relay.op.min(relay.op.less(i, relay.const(10))), [i, st],
-        lambda i, st: (i + relay.const(1), relay.op.concatenate([st, relay.op.reshape(i, (1, 1))], axis=0)))
+        lambda i, st: relay.op.min(relay.op.less(i, relay.const(10))),
+        [i, st],
+        lambda i, st: (i + relay.const(1), relay.op.concatenate([st, relay.op.reshape(i, (1, 1))], axis=0)),
+    )
     start = relay.var("start", shape=(), dtype="int32")
     mod = tvm.IRModule()
     mod["main"] = relay.Function([start], relay.TupleGetItem(loop(start, relay.reshape(relay.const(0), (1, 1))), 1))
@@ -239,8 +277,9 @@ def test_concatenate_of_growing_rows(backend):
     along other axes, or with 0-row pieces, the results are the kernel's."""
     x = relay.var("x", shape=(1, A, 2), dtype="float32")
     y = relay.var("y", shape=(1, A, 2), dtype="float32")
-    body = relay.Tuple([relay.concatenate([x, relay.expand_dims(relay.squeeze(y, [0]), 0)], axis=1),
-                        relay.concatenate([x, y], axis=2)])
+    body = relay.Tuple(
+        [relay.concatenate([x, relay.expand_dims(relay.squeeze(y, [0]), 0)], axis=1), relay.concatenate([x, y], axis=2)]
+    )
     mod = _module(relay.Function([x, y], body))
     rng = np.random.default_rng(0)
     _agree(mod, [(rng.random((1, n, 2), "float32"), rng.random((1, n, 2), "float32")) for n in (3, 0, 1)], backend)
@@ -264,7 +303,9 @@ def test_kernels_over_unknown_extents_choose_serial_or_parallel_at_run_time():
     chosen = serialize_if_small(func, threshold=64)
     assert isinstance(chosen.body, tvm.tir.IfThenElse)
     kinds = []
-    tvm.tir.stmt_functor.post_order_visit(chosen.body, lambda s: kinds.append(s.kind) if isinstance(s, tvm.tir.For) else None)
+    tvm.tir.stmt_functor.post_order_visit(
+        chosen.body, lambda s: kinds.append(s.kind) if isinstance(s, tvm.tir.For) else None
+    )
     assert tvm.tir.ForKind.PARALLEL in kinds and tvm.tir.ForKind.SERIAL in kinds
     built = tvm.build(chosen, target="llvm")
     for rows in (0, 3, 100):  # serial, serial, parallel
@@ -381,8 +422,15 @@ def test_named_dimensions_are_run_time_extents(backend, dimension):
     references = ("vm",) if "int64" not in dimension else ()
     compiled = relay_aot.compile(mod, backend=backend)
     for args in _named_cases(np.random.default_rng(0)):
-        testing.check_equivalence(mod, args, backends=[(backend, compiled)], references=references,
-                                  expected=_named_expected(*args), rtol=1e-4, atol=1e-4)
+        testing.check_equivalence(
+            mod,
+            args,
+            backends=[(backend, compiled)],
+            references=references,
+            expected=_named_expected(*args),
+            rtol=1e-4,
+            atol=1e-4,
+        )
         assert compiled(*args)[1].shape == (2 * args[0].shape[0], 16)
 
 
@@ -394,8 +442,10 @@ def test_parameters_sharing_a_named_dimension_must_agree(backend, tmp_path):
     PackedFunc call (and a library loaded in another process) is checked too."""
     compiled = relay_aot.compile(_named(tvm.tir.Var("n", "int64")), backend=backend)
     x, y, w = np.ones((3, 16), "float32"), np.ones((1, 16), "float32"), np.ones((8, 16), "float32")
-    message = (r"argument 0 \(%x\) axis 0 and argument 1 \(%y\) axis 0 are both the dimension n of the "
-               r"program's types, but have the extents 3 and 1")
+    message = (
+        r"argument 0 \(%x\) axis 0 and argument 1 \(%y\) axis 0 are both the dimension n of the "
+        r"program's types, but have the extents 3 and 1"
+    )
     for args in [(x, y, w), (tvm.nd.array(x), tvm.nd.array(y), tvm.nd.array(w))]:
         with pytest.raises(ArgumentValueError, match=message):
             compiled(*args)
@@ -424,11 +474,13 @@ def test_named_dimension_on_two_axes_and_inside_a_tuple(backend):
     compiled = relay_aot.compile(mod, backend=backend)
     square, row = np.arange(9, dtype="float32").reshape(3, 3), np.ones(3, "float32")
     np.testing.assert_allclose(compiled(square, (np.ones(4, "float32"), row)).numpy(), square.sum(1) + 1)
-    with pytest.raises(ArgumentValueError,
-                       match=r"argument 0 \(%m\) axis 0 and argument 0 \(%m\) axis 1 .* extents 3 and 2"):
+    with pytest.raises(
+        ArgumentValueError, match=r"argument 0 \(%m\) axis 0 and argument 0 \(%m\) axis 1 .* extents 3 and 2"
+    ):
         compiled(np.ones((3, 2), "float32"), (np.ones(4, "float32"), row))
-    with pytest.raises(ArgumentValueError,
-                       match=r"argument 0 \(%m\) axis 0 and argument 1 \(%p\)\[1\] axis 0 .* extents 3 and 5"):
+    with pytest.raises(
+        ArgumentValueError, match=r"argument 0 \(%m\) axis 0 and argument 1 \(%p\)\[1\] axis 0 .* extents 3 and 5"
+    ):
         compiled(square, (np.ones(4, "float32"), np.ones(5, "float32")))
 
 

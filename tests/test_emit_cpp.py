@@ -12,11 +12,14 @@ SCALAR = ir.TensorType((), "int32")
 ANY = ir.AnyType()
 PAIR = ir.TupleType((F32, SCALAR))
 LIST = ir.AdtType(0, (F32,))
-LIST_DEF = ir.AdtDef("List", 1, (ir.CtorDef("Cons", 7, (ir.TypeParam(0), ir.AdtType(0, (ir.TypeParam(0),)))),
-                                 ir.CtorDef("Nil", 8, ())))
+LIST_DEF = ir.AdtDef(
+    "List", 1, (ir.CtorDef("Cons", 7, (ir.TypeParam(0), ir.AdtType(0, (ir.TypeParam(0),)))), ir.CtorDef("Nil", 8, ()))
+)
 FN = ir.FuncType((F32,), F32)
 KERNEL = ir.Kernel(0, "m_k0_fused_add", (F32, F32), (F32, F32), (F32,), F32, ("add",))
-SPLIT = ir.Kernel(1, "m_k1_fused_split", (PAIR,), (F32, SCALAR), (SCALAR, SCALAR), ir.TupleType((SCALAR, SCALAR)), ("split",))
+SPLIT = ir.Kernel(
+    1, "m_k1_fused_split", (PAIR,), (F32, SCALAR), (SCALAR, SCALAR), ir.TupleType((SCALAR, SCALAR)), ("split",)
+)
 
 
 def v(i, ty, hint=""):

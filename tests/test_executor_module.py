@@ -41,7 +41,10 @@ def test_graph_module(library):
     assert (module.get_num_inputs(), module.get_num_outputs()) == (2, 3)
     assert (module.get_input_index("y"), module.get_input_index("z")) == (1, -1)
     shapes, dtypes = module.get_input_info()
-    assert ({k: tuple(v) for k, v in shapes.items()}, dict(dtypes)) == ({"x": (2, 3), "y": (3,)}, {"x": "float32", "y": "float32"})
+    assert ({k: tuple(v) for k, v in shapes.items()}, dict(dtypes)) == (
+        {"x": (2, 3), "y": (3,)},
+        {"x": "float32", "y": "float32"},
+    )
     module.set_input("x", a)
     module.set_input(1, b)
     module.run()
@@ -110,8 +113,11 @@ def test_dynamic_and_structured_values():
 @pytest.mark.parametrize(
     "misuse, error, message",
     [
-        (lambda lib, e: e["set_input"]("z", tvm.nd.array(np.zeros(3, "float32"))), ArgumentValueError,
-         "no input named 'z' (its inputs: %x, %y)"),
+        (
+            lambda lib, e: e["set_input"]("z", tvm.nd.array(np.zeros(3, "float32"))),
+            ArgumentValueError,
+            "no input named 'z' (its inputs: %x, %y)",
+        ),
         (lambda lib, e: e["get_output"](0), ArgumentValueError, "has not run yet"),
         (lambda lib, e: e["run"](), ArgumentValueError, "argument 0 (%x) was never set"),
         (lambda lib, e: e["get_input_name"](2), ArgumentValueError, "there is no input 2 (the program has 2)"),

@@ -35,8 +35,13 @@ def check_batches(reference, examples: int, fixed_seed=None, dynamic: bool = Fal
     compared nearly every program."""
     totals = fuzz.Checked()
 
-    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck),
-              phases=[Phase.generate])
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate],
+    )
     @given(strategies.batches(cases=CASES, dynamic=dynamic))
     def check(program):
         totals.add(fuzz.check_program(program, reference))

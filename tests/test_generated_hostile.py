@@ -18,33 +18,49 @@ from relay_aot.testing.oracle import Outcome
 
 VALUE = Outcome("value", np.arange(3, dtype="float32"))
 REFUSED = Outcome("raised", detail="Refused: topk: k is larger than the axis")
-UNREPRESENTABLE = Outcome("raised", detail="Unrepresentable: numpy cannot represent an array of shape "
-                                           "(1099511627776, 0, 4294967296) and dtype int32")
+UNREPRESENTABLE = Outcome(
+    "raised",
+    detail="Unrepresentable: numpy cannot represent an array of shape (1099511627776, 0, 4294967296) and dtype int32",
+)
 
 
-@pytest.mark.parametrize("outcome, expected, verdict", [
-    (VALUE, VALUE, None),
-    (Outcome("raised", detail="KernelError: kernel k0 failed: topk: k is larger than the axis"), REFUSED, None),
-    (Outcome("raised", detail="OutOfMemoryError: unable to allocate 8796093022208 bytes"), REFUSED, None),
-    (Outcome("value", np.arange(1, 4, dtype="float32")), VALUE, "wrong result"),
-    (Outcome("value", np.arange(3, dtype="float64")), VALUE, "wrong result"),
-    (Outcome("value", np.arange(2, dtype="float32")), VALUE, "wrong result"),
-    (VALUE, REFUSED, "accepted"),
-    (Outcome("raised", detail="KernelError: kernel k0 failed: Assert fail"), VALUE, "spurious error"),
-    (Outcome("raised", detail="TVMError: std::bad_alloc"), REFUSED, "unclear error"),
-    (Outcome("raised", detail="RuntimeError: something"), REFUSED, "unclear error"),
-    (Outcome("unavailable", detail="relay_aot cpp crashed (killed by SIGFPE)", cause="crashed"), REFUSED, "crash"),
-    (Outcome("unavailable", detail="cpp did not finish within 300 s", cause="hung"), VALUE, "crash"),
-    (Outcome("unavailable", detail="cpp rejected the program: CompileError: g++ failed", cause="rejected"), VALUE,
-     "compile error"),
-    (Outcome("unavailable", detail="cpp rejected the program: UnsupportedError: TVM could not lower it",
-             cause="rejected"), VALUE, None),
-    # an empty (2^40, 0, 2^32) tensor numpy cannot represent, reshaped to (0,) (seed 7102): an
-    # empty result or a clear error are both right; a non-empty one is not
-    (Outcome("value", np.zeros(0, "int32")), UNREPRESENTABLE, None),
-    (Outcome("raised", detail="ShapeError: too big"), UNREPRESENTABLE, None),
-    (Outcome("value", np.zeros(2, "int32")), UNREPRESENTABLE, "accepted"),
-], ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    "outcome, expected, verdict",
+    [
+        (VALUE, VALUE, None),
+        (Outcome("raised", detail="KernelError: kernel k0 failed: topk: k is larger than the axis"), REFUSED, None),
+        (Outcome("raised", detail="OutOfMemoryError: unable to allocate 8796093022208 bytes"), REFUSED, None),
+        (Outcome("value", np.arange(1, 4, dtype="float32")), VALUE, "wrong result"),
+        (Outcome("value", np.arange(3, dtype="float64")), VALUE, "wrong result"),
+        (Outcome("value", np.arange(2, dtype="float32")), VALUE, "wrong result"),
+        (VALUE, REFUSED, "accepted"),
+        (Outcome("raised", detail="KernelError: kernel k0 failed: Assert fail"), VALUE, "spurious error"),
+        (Outcome("raised", detail="TVMError: std::bad_alloc"), REFUSED, "unclear error"),
+        (Outcome("raised", detail="RuntimeError: something"), REFUSED, "unclear error"),
+        (Outcome("unavailable", detail="relay_aot cpp crashed (killed by SIGFPE)", cause="crashed"), REFUSED, "crash"),
+        (Outcome("unavailable", detail="cpp did not finish within 300 s", cause="hung"), VALUE, "crash"),
+        (
+            Outcome("unavailable", detail="cpp rejected the program: CompileError: g++ failed", cause="rejected"),
+            VALUE,
+            "compile error",
+        ),
+        (
+            Outcome(
+                "unavailable",
+                detail="cpp rejected the program: UnsupportedError: TVM could not lower it",
+                cause="rejected",
+            ),
+            VALUE,
+            None,
+        ),
+        # an empty (2^40, 0, 2^32) tensor numpy cannot represent, reshaped to (0,) (seed 7102): an
+        # empty result or a clear error are both right; a non-empty one is not
+        (Outcome("value", np.zeros(0, "int32")), UNREPRESENTABLE, None),
+        (Outcome("raised", detail="ShapeError: too big"), UNREPRESENTABLE, None),
+        (Outcome("value", np.zeros(2, "int32")), UNREPRESENTABLE, "accepted"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
 def test_the_rule_catches_each_way_of_breaking_it(outcome, expected, verdict):
     found = hostile.judge(outcome, expected)
     assert (found and found[0]) == verdict, found

@@ -24,7 +24,9 @@ def test_a_kernel_tvm_cannot_lower_is_reported_every_time(backend):
     caches the failed function, which once made the next compile produce an empty kernel
     module ("Expected a non-empty IRModule")."""
     for _ in range(2):
-        with pytest.raises(relay_aot.UnsupportedError, match=r"could not lower the fused kernel of broadcast_to, cast: .*Check failed"):
+        with pytest.raises(
+            relay_aot.UnsupportedError, match=r"could not lower the fused kernel of broadcast_to, cast: .*Check failed"
+        ):
             relay_aot.compile(CONSTANT_CAST, backend=backend, opt_level=1)
     folded = relay_aot.compile(CONSTANT_CAST, backend=backend)  # FoldConstant computes it instead
     assert folded(np.float64(0)).numpy().tolist() == [True, True]
@@ -41,6 +43,9 @@ def @main(%d: Tensor[(1, 1, 3, 2), float32], %g: Tensor[(1, 2, 2, 4), float32]) 
 def test_a_python_exception_inside_tvms_lowering_is_what_the_error_names(backend):
     """TOPI's grid_sample asserts its method. The error names that exception (as the VM's does),
     not the last line of the failing function's text, where TVM's message ends."""
-    with pytest.raises(relay_aot.UnsupportedError, match=r"could not lower the fused kernel of image.grid_sample: "
-                                                         r"AssertionError: linear is not supported$"):
+    with pytest.raises(
+        relay_aot.UnsupportedError,
+        match=r"could not lower the fused kernel of image.grid_sample: "
+        r"AssertionError: linear is not supported$",
+    ):
         relay_aot.compile(GRID_SAMPLE_LINEAR, backend=backend)

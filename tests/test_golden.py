@@ -48,8 +48,9 @@ def _program(name: str):
 
 OUTPUTS = {
     "ir": lambda program: format_program(program, liveness=True),
-    "cc": lambda program: add_c_api(emit_cpp(program, "golden", lambda file_name: f"// {file_name}"), program,
-                                    "golden").text(),
+    "cc": lambda program: add_c_api(
+        emit_cpp(program, "golden", lambda file_name: f"// {file_name}"), program, "golden"
+    ).text(),
     "py": lambda program: emit_python(program, "golden"),
 }
 
@@ -66,7 +67,9 @@ def test_golden(name, suffix):
     if actual != expected:
         import difflib
 
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), str(path), "actual", n=2))
+        diff = "".join(
+            difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), str(path), "actual", n=2)
+        )
         pytest.fail(f"{path.name} differs (RELAY_AOT_UPDATE_GOLDEN=1 regenerates it):\n{diff[:6000]}")
 
 

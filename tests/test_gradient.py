@@ -67,10 +67,14 @@ def test_gradient_module_shape_and_vm_cannot_run_it():
     grad = gradient(_parse(_RNN))
     main = grad["main"]
     assert [p.name_hint for p in main.params] == ["x", "w"]
-    assert str(main.checked_type.ret_type) == str(relay.TupleType([
-        relay.TensorType((3,), "float64"),
-        relay.TupleType([relay.TensorType((3,), "float64"), relay.TensorType((3, 3), "float64")]),
-    ]))
+    assert str(main.checked_type.ret_type) == str(
+        relay.TupleType(
+            [
+                relay.TensorType((3,), "float64"),
+                relay.TupleType([relay.TensorType((3,), "float64"), relay.TensorType((3, 3), "float64")]),
+            ]
+        )
+    )
     assert "references" in testing.oracle.unsupported_reason(grad, "vm")
 
 
@@ -81,8 +85,9 @@ def test_rnn_gradient_matches_interpreter_numpy_and_finite_differences(backend):
     grad = gradient(_parse(_RNN))
     expected = (_rnn_numpy(x, w), _finite_differences(_rnn_numpy, [x, w]))
     # relay_aot against the interpreter, and both against numpy's forward and finite differences.
-    testing.check_equivalence(grad, [x, w], backends=[backend], references=("interpreter",), expected=expected,
-                              rtol=1e-6, atol=1e-8)
+    testing.check_equivalence(
+        grad, [x, w], backends=[backend], references=("interpreter",), expected=expected, rtol=1e-6, atol=1e-8
+    )
 
 
 def test_lstm_over_a_list_matches_interpreter():
@@ -91,8 +96,9 @@ def test_lstm_over_a_list_matches_interpreter():
     workload = workloads.grad_lstm(hidden=4, steps=3)
     mod = workload.module()
     compiled = relay_aot.compile(mod)
-    report = testing.equivalence_report(mod, workload.args(), backends=[("cpp", compiled), "python"],
-                                        rtol=1e-4, atol=1e-5)
+    report = testing.equivalence_report(
+        mod, workload.args(), backends=[("cpp", compiled), "python"], rtol=1e-4, atol=1e-5
+    )
     assert "vm" in report.skipped and "interpreter" in report.ran
     value, grads = compiled(*workload.args())
     assert value.shape == (1, 4) and [g.shape for g in grads] == [(16, 4), (16, 4), (16,)]
@@ -117,8 +123,9 @@ def @main(%x: Tensor[(2, 5), float32], %w: Tensor[(4, 5), float32], %b: Tensor[(
     expected = (np.maximum(pre, 0), (active.T @ x, active.sum(axis=0)))
     result = relay_aot.compile(grad, backend=backend)(w, b)
     testing.assert_same(testing.normalize(result), testing.normalize(expected), 1e-5, 1e-6)
-    testing.check_equivalence(grad, [w, b], backends=[(backend, relay_aot.compile(grad, backend=backend))],
-                              references=("interpreter",))
+    testing.check_equivalence(
+        grad, [w, b], backends=[(backend, relay_aot.compile(grad, backend=backend))], references=("interpreter",)
+    )
 
 
 # The RNN with its loop and its cell as global functions: bound inside @main before the pass.
@@ -141,8 +148,9 @@ def test_monomorphic_globals_are_differentiated(backend):
     grad = gradient(_parse(_RNN_GLOBALS))
     assert [g.name_hint for g in grad.get_global_vars()] == ["main"]
     expected = (_rnn_numpy(x, w), _finite_differences(_rnn_numpy, [x, w]))
-    testing.check_equivalence(grad, [x, w], backends=[backend], references=("interpreter",), expected=expected,
-                              rtol=1e-6, atol=1e-8)
+    testing.check_equivalence(
+        grad, [x, w], backends=[backend], references=("interpreter",), expected=expected, rtol=1e-6, atol=1e-8
+    )
 
 
 def test_tuple_result_differentiates_its_first_tensor():
@@ -161,16 +169,23 @@ def @main(%x: Tensor[(2), float32]) -> (Tensor[(2), float32], Tensor[(2), float3
 @pytest.mark.parametrize(
     "source, message",
     [
-        ("""
+        (
+            """
 def @id[A](%x: A) -> A { %x }
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] { @id(%x) }
-""", "calls the polymorphic global function @id"),
-        ("""
+""",
+            "calls the polymorphic global function @id",
+        ),
+        (
+            """
 def @main(%x: Tensor[(2), float32], %n: Tensor[(), float32]) -> Tensor[(2), float32] {
   if (less_equal(%n, 0f)) { %x } else { @main(multiply(%x, %x), subtract(%n, 1f)) }
 }
-""", "@main is recursive (through @main)"),
-        ("""
+""",
+            "@main is recursive (through @main)",
+        ),
+        (
+            """
 def @even(%x: Tensor[(2), float32], %n: Tensor[(), float32]) -> Tensor[(2), float32] {
   if (less_equal(%n, 0f)) { %x } else { @odd(%x, subtract(%n, 1f)) }
 }
@@ -178,18 +193,36 @@ def @odd(%x: Tensor[(2), float32], %n: Tensor[(), float32]) -> Tensor[(2), float
   if (less_equal(%n, 0f)) { %x } else { @even(tanh(%x), subtract(%n, 1f)) }
 }
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] { @even(%x, 3f) }
-""", "the global functions @even, @odd are mutually recursive"),
-        ("""
+""",
+            "the global functions @even, @odd are mutually recursive",
+        ),
+        (
+            """
 def @main(%x: (Tensor[(2), float32], Tensor[(2), float32])) -> Tensor[(2), float32] { add(%x.0, %x.1) }
-""", "differentiates functions of tensor parameters only"),
-        ("""
+""",
+            "differentiates functions of tensor parameters only",
+        ),
+        (
+            """
 def @main(%x: Tensor[(4), float32]) -> Tensor[(2), float32] { let %s = split(%x, indices_or_sections=2); %s.0 }
-""", "no gradient is registered for the operators split"),
-        ("""
+""",
+            "no gradient is registered for the operators split",
+        ),
+        (
+            """
 def @main(%x: Tensor[(2), float32]) -> fn () -> Tensor[(2), float32] { fn () { %x } }
-""", "needs a tensor or a tuple of tensors"),
+""",
+            "needs a tensor or a tuple of tensors",
+        ),
     ],
-    ids=["polymorphic-global", "recursive-main", "mutual-recursion", "tuple-parameter", "missing-gradient", "closure-result"],
+    ids=[
+        "polymorphic-global",
+        "recursive-main",
+        "mutual-recursion",
+        "tuple-parameter",
+        "missing-gradient",
+        "closure-result",
+    ],
 )
 def test_unsupported_programs_are_refused_clearly(source, message):
     with pytest.raises(relay_aot.UnsupportedError, match=re.escape(message)):

@@ -64,7 +64,8 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
 # Each: (program, whether a RefWrite must survive the cleanup).
 PROGRAMS = {
     # accumulated into itself by a closure (called twice: not inlined), then returned: observed.
-    "returned": ("""
+    "returned": (
+        """
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %r = ref(zeros_like(%x));
   let %f = fn () -> () { ref_write(%r, add(ref_read(%r), %x)) };
@@ -72,36 +73,48 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %u2 = %f();
   ref_read(%r)
 }
-""", True),
+""",
+        True,
+    ),
     # the same in one let chain: every read is of known contents, so the cell goes.
-    "known-contents": ("""
+    "known-contents": (
+        """
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %r = ref(zeros_like(%x));
   let %u = ref_write(%r, add(ref_read(%r), %x));
   ref_read(%r)
 }
-""", False),
+""",
+        False,
+    ),
     # only ever feeds itself: dead.
-    "self-only": ("""
+    "self-only": (
+        """
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %r = ref(zeros_like(%x));
   let %u = ref_write(%r, add(ref_read(%r), %x));
   let %v = ref_write(%r, multiply(ref_read(%r), %x));
   %x
 }
-""", False),
+""",
+        False,
+    ),
     # passed to a function: escapes.
-    "escapes-to-call": ("""
+    "escapes-to-call": (
+        """
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %f = fn (%c) -> Tensor[(2), float32] { ref_read(%c) };
   let %r = ref(zeros_like(%x));
   let %u = ref_write(%r, add(ref_read(%r), %x));
   %f(%r)
 }
-""", True),
+""",
+        True,
+    ),
     # in a tuple, written and read in a closure (called twice): its value flows into another
     # cell, returned.
-    "read-into-another-cell": ("""
+    "read-into-another-cell": (
+        """
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %t = (%x, ref(zeros_like(%x)));
   let %out = ref(%x);
@@ -111,18 +124,24 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %v2 = %k();
   ref_read(%out)
 }
-""", True),
+""",
+        True,
+    ),
     # in a tuple, written in a closure, the value of the tuple used: the cell is dead.
-    "tuple-in-closure": ("""
+    "tuple-in-closure": (
+        """
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %t = (%x, ref(zeros_like(%x)));
   let %k = fn () -> () { ref_write(%t.1, add(ref_read(%t.1), %t.0)) };
   let %v = %k();
   add(%t.0, %x)
 }
-""", False),
+""",
+        False,
+    ),
     # a function writing a cell is called (twice: not inlined) for its effect: the calls stay.
-    "effectful-call": ("""
+    "effectful-call": (
+        """
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %w = ref(%x);
   let %f = fn () -> () { ref_write(%w, multiply(%x, %x)) };
@@ -130,9 +149,12 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %u2 = %f();
   ref_read(%w)
 }
-""", True),
+""",
+        True,
+    ),
     # cells passed to a function that is only ever called: dead together.
-    "through-a-parameter": ("""
+    "through-a-parameter": (
+        """
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %f = fn (%p) -> Tensor[(2), float32] {
     let %u = ref_write(%p.1, add(ref_read(%p.1), %p.0));
@@ -142,9 +164,12 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %t2 = (negative(%x), ref(zeros_like(%x)));
   add(%f(%t1), %f(%t2))
 }
-""", False),
+""",
+        False,
+    ),
     # the same, but one of the cells passed is also read and returned: all kept.
-    "through-a-parameter-observed": ("""
+    "through-a-parameter-observed": (
+        """
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %f = fn (%p) -> Tensor[(2), float32] {
     let %u = ref_write(%p.1, add(ref_read(%p.1), %p.0));
@@ -156,10 +181,13 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %y = add(%f(%t1), %f(%t2));
   add(%y, ref_read(%r))
 }
-""", True),
+""",
+        True,
+    ),
     # stored in another cell, accumulated by a closure (called twice), read through the other
     # cell: escapes.
-    "stored-in-a-cell": ("""
+    "stored-in-a-cell": (
+        """
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %r = ref(zeros_like(%x));
   let %h = ref(%r);
@@ -168,9 +196,12 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %u2 = %f();
   ref_read(ref_read(%h))
 }
-""", True),
+""",
+        True,
+    ),
     # a cell written under another name (a tuple's field) is not known after the write.
-    "aliased-write": ("""
+    "aliased-write": (
+        """
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %r = ref(%x);
   let %t = (%x, %r);
@@ -178,12 +209,16 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %w = ref_write(%s, add(%x, %x));
   ref_read(%r)
 }
-""", False),
+""",
+        False,
+    ),
     # in a list, written in a closure that matches on it: nothing reads it but itself, dead.
     "through-a-list": (_THROUGH_A_LIST.replace("RESULT", "%x"), False),
     # the same, and the cell read back through the list and returned: observed.
     "through-a-list-observed": (
-        _THROUGH_A_LIST.replace("RESULT", "match (%l) { Cons(%q, _) => ref_read(%q.1), Nil => %x }"), True),
+        _THROUGH_A_LIST.replace("RESULT", "match (%l) { Cons(%q, _) => ref_read(%q.1), Nil => %x }"),
+        True,
+    ),
 }
 
 
@@ -200,7 +235,8 @@ def test_cleanup_keeps_what_is_observed(name):
 
 
 def test_unused_call_of_a_pure_recursive_function_goes():
-    mod = relay.transform.InferType()(_parse("""
+    mod = relay.transform.InferType()(
+        _parse("""
 def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %loop = fn (%i: int32, %h: Tensor[(2), float32]) -> Tensor[(2), float32] {
     if (less_equal(3, %i)) { %h } else { %loop(add(%i, 1), tanh(%h)) }
@@ -208,18 +244,21 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   let %unused = %loop(0, %x);
   %x
 }
-"""))
+""")
+    )
     cleaned = cleanup(mod)
     assert _census(cleaned)["tanh"] == 0
     np.testing.assert_array_equal(_interpret(cleaned, X).numpy(), X)
 
 
 def test_identity_collapse_sum_goes_broadcasting_one_stays():
-    mod = relay.transform.InferType()(_parse("""
+    mod = relay.transform.InferType()(
+        _parse("""
 def @main(%x: Tensor[(2, 3), float32], %b: Tensor[(3), float32]) -> (Tensor[(2, 3), float32], Tensor[(3), float32]) {
   (collapse_sum_like(%x, %x), collapse_sum_like(%x, %b))
 }
-"""))
+""")
+    )
     assert _census(cleanup(mod))["collapse_sum_like"] == 1
 
 
@@ -232,7 +271,9 @@ def @main(%x: Tensor[(2), float64], %y: Tensor[(?), float32]) -> (Tensor[(2), fl
     cleaned = cleanup(mod)
     assert _census(cleaned)["zeros_like"] == 1  # the dynamic one stays
     constants = []
-    relay.analysis.post_order_visit(cleaned["main"], lambda n: constants.append(n) if isinstance(n, relay.Constant) else None)
+    relay.analysis.post_order_visit(
+        cleaned["main"], lambda n: constants.append(n) if isinstance(n, relay.Constant) else None
+    )
     assert [(c.data.shape, c.data.dtype) for c in constants] == [((2,), "float64")]
     x, y = np.array([1.5, -2.0]), np.array([3.0, 4.0, 5.0], "float32")
     for got, want in zip(_interpret(cleaned, x, y), (x, y)):
@@ -269,10 +310,11 @@ def @main(%x: Tensor[(2, 6), float32]) -> Tensor[(2, {width}), float32] {{
     assert _census(grad)["nn.pad"] == pads and _census(grad)["strided_set"] == 1 - pads
     x = np.arange(12, dtype="float32").reshape(2, 6)
     dx = np.zeros_like(x)
-    dx[:, 0:4:strides[1]] = 3
-    expected = (3 * x[:, 0:4:strides[1]], (dx,))
-    testing.check_equivalence(grad, [x], backends=[("cpp", relay_aot.compile(grad))], references=("interpreter",),
-                              expected=expected)
+    dx[:, 0 : 4 : strides[1]] = 3
+    expected = (3 * x[:, 0 : 4 : strides[1]], (dx,))
+    testing.check_equivalence(
+        grad, [x], backends=[("cpp", relay_aot.compile(grad))], references=("interpreter",), expected=expected
+    )
 
 
 _BACKPROP = """
@@ -293,11 +335,15 @@ def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
 _ADD_X = "fn () -> () { ref_write(%out, add(ref_read(%out), %x)) }"
 
 
-@pytest.mark.parametrize("between", [
-    "",
-    f"let %w = ref_write(%bp, {_ADD_X});",  # written, then written again before any read
-    f"let %w = ref_write(%bp, {_ADD_X}); let %g = ref_read(%bp); let %y = %g();",  # and called
-], ids=["write-back", "overwritten-between", "called-between"])
+@pytest.mark.parametrize(
+    "between",
+    [
+        "",
+        f"let %w = ref_write(%bp, {_ADD_X});",  # written, then written again before any read
+        f"let %w = ref_write(%bp, {_ADD_X}); let %g = ref_read(%bp); let %y = %g();",  # and called
+    ],
+    ids=["write-back", "overwritten-between", "called-between"],
+)
 def test_backpropagator_chain_becomes_dataflow(between):
     """A chain of backpropagator steps in one ``let`` chain: each read of the cell holding the
     chain is of known contents, each step is called once and inlined, and then every cell's

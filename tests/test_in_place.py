@@ -44,16 +44,24 @@ def _fire(case):
     return relay.transform.InferType()(mod)
 
 
-CASES = {"pieces_from_kernels": True, "three_pieces": True, "rows": True, "piece_read_again": False,
-         "input_piece": False, "unaligned": False}
+CASES = {
+    "pieces_from_kernels": True,
+    "three_pieces": True,
+    "rows": True,
+    "piece_read_again": False,
+    "input_piece": False,
+    "unaligned": False,
+}
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_results_equal_the_graph_executors(case):
     mod = _fire(case)
     rng = np.random.default_rng(0)
-    args = {p.name_hint: rng.normal(0, 1, [int(d) for d in p.checked_type.shape]).astype("float32")
-            for p in mod["main"].params}
+    args = {
+        p.name_hint: rng.normal(0, 1, [int(d) for d in p.checked_type.shape]).astype("float32")
+        for p in mod["main"].params
+    }
     target = host_target()
     with tvm.transform.PassContext(opt_level=3):
         graph = graph_executor.GraphModule(relay.build(mod, target=target)["default"](tvm.cpu()))

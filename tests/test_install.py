@@ -174,9 +174,10 @@ def extras():
 
 
 def _run(command: list, env: dict, cwd: Path, timeout: float = 1200) -> str:
-    proc = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=timeout)
-    assert proc.returncode == 0, f"{command}: exit status {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    proc = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    assert proc.returncode == 0, (
+        f"{command}: exit status {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    )
     return proc.stdout
 
 
@@ -185,7 +186,11 @@ def _checkout_files() -> set[str]:
     wheel: tracked ones, and new ones git does not ignore (a module not added yet)."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "relay_aot", "runtime_cpp"],
-        cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     files = {name for name in listed.split("\0") if name and (ROOT / name).is_file()}
     return {f"relay_aot/{name}" if name.startswith("runtime_cpp/") else name for name in files}
 
@@ -200,8 +205,11 @@ def _module_name(path: str) -> str:
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="lists the checkout's files with git")
 def test_the_wheel_installs_and_works_outside_the_checkout(tmp_path):
     assert not tmp_path.resolve().is_relative_to(ROOT)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("RELAY_AOT_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("RELAY_AOT_")
+    }
     env["TOPHUB_LOCATION"] = "NONE"
     # pip byte-compiles every module it installs (TVM's thousands, three times: the build
     # environment and the two installs below); imports compile what they use.
@@ -223,7 +231,8 @@ def test_the_wheel_installs_and_works_outside_the_checkout(tmp_path):
     extension = EXTENSION.replace(".", "/") + sysconfig.get_config_var("EXT_SUFFIX")
     built = {extension} | {
         path.relative_to(package.parent).as_posix()
-        for path in (prebuilt.pch(), prebuilt.runtime_object(), prebuilt.PREBUILT_DIR / prebuilt.MANIFEST)}
+        for path in (prebuilt.pch(), prebuilt.runtime_object(), prebuilt.PREBUILT_DIR / prebuilt.MANIFEST)
+    }
     assert not (expected | built) - packed, f"missing from the wheel: {sorted((expected | built) - packed)}"
     prebuilt_dir = prebuilt.PREBUILT_DIR.relative_to(package.parent).as_posix() + "/"
     unexpected = {name for name in packed - expected - built if not name.startswith(prebuilt_dir)}
@@ -238,12 +247,16 @@ def test_the_wheel_installs_and_works_outside_the_checkout(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     (tmp_path / "smoke.py").write_text(SMOKE)
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
-               RELAY_AOT_CACHE_DIR=str(tmp_path / "cache"))
+    env.update(
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        VIRTUAL_ENV=str(venv),
+        RELAY_AOT_CACHE_DIR=str(tmp_path / "cache"),
+    )
     _run([python, "-I", tmp_path / "smoke.py", "core"], env, work)
 
     _run([python, "-m", "pip", "install", f"{wheel}[onnx,test]"], env, tmp_path)
     imported = json.loads(_run([python, "-I", tmp_path / "smoke.py", "extras"], env, work).splitlines()[-1])
     modules = {_module_name(name) for name in expected if name.endswith(".py")} | {EXTENSION}
-    assert set(imported) == modules, f"not installed: {sorted(modules - set(imported))}; " \
-                                     f"not in the checkout: {sorted(set(imported) - modules)}"
+    assert set(imported) == modules, (
+        f"not installed: {sorted(modules - set(imported))}; not in the checkout: {sorted(set(imported) - modules)}"
+    )

@@ -66,14 +66,18 @@ def _vm(mod: tvm.IRModule, args):
     return relay.create_executor("vm", mod=mod, device=tvm.cpu(), target="llvm").evaluate()(*args).numpy()
 
 
-@pytest.mark.parametrize("weight, moved", [
-    ("transpose(%w, axes=None)", ["transpose"]),
-    ("multiply(transpose(%w, axes=None), 2f)", ["transpose", "multiply"]),
-    # the product depends on the loop's parameter and stays; the transpose in it moves
-    ('multiply(transpose(%w, axes=None), cast(%i, dtype="float32"))', ["transpose"]),
-    # indexes with data: stays, even over outer values only
-    ('broadcast_to(take(%w, %n, axis=0, mode="clip"), shape=[4, 4])', []),
-], ids=["transpose", "expression", "depends-on-the-loop", "data-indexed"])
+@pytest.mark.parametrize(
+    "weight, moved",
+    [
+        ("transpose(%w, axes=None)", ["transpose"]),
+        ("multiply(transpose(%w, axes=None), 2f)", ["transpose", "multiply"]),
+        # the product depends on the loop's parameter and stays; the transpose in it moves
+        ('multiply(transpose(%w, axes=None), cast(%i, dtype="float32"))', ["transpose"]),
+        # indexes with data: stays, even over outer values only
+        ('broadcast_to(take(%w, %n, axis=0, mode="clip"), shape=[4, 4])', []),
+    ],
+    ids=["transpose", "expression", "depends-on-the-loop", "data-indexed"],
+)
 def test_what_moves_out_of_a_loop(weight, moved):
     mod = _parse(_LOOP.replace("STEP_WEIGHT", weight))
     hoisted = invariants.hoist(mod)
@@ -81,8 +85,9 @@ def test_what_moves_out_of_a_loop(weight, moved):
     inside, outside = _ops_in_functions(hoisted)
     assert sorted(outside) == sorted(moved)
     assert sorted(inside + outside) == sorted(inside_before)
-    testing.check_equivalence(hoisted, _loop_args(), backends=["cpp"], references=("interpreter",),
-                              expected=_vm(mod, _loop_args()))
+    testing.check_equivalence(
+        hoisted, _loop_args(), backends=["cpp"], references=("interpreter",), expected=_vm(mod, _loop_args())
+    )
 
 
 def test_a_function_called_once_keeps_its_work():
@@ -114,8 +119,9 @@ def @main(%w: Tensor[(4, 4), float32], %x: Tensor[(1, 4), float32], %n: int32) -
 """)
     hoisted = invariants.hoist(mod)
     assert _ops_in_functions(hoisted)[1] == ["transpose"]
-    testing.check_equivalence(hoisted, _loop_args(), backends=["cpp"], references=("interpreter",),
-                              expected=_vm(mod, _loop_args()))
+    testing.check_equivalence(
+        hoisted, _loop_args(), backends=["cpp"], references=("interpreter",), expected=_vm(mod, _loop_args())
+    )
 
 
 def test_gradient_lstm_packs_its_weight_once():

@@ -22,11 +22,24 @@ RANKS = [
     ("1 passes", ["passes"]),
     ("2 kernels", ["kernels"]),
     ("3 lowering", ["lower", "request"]),
-    ("4 emitters", ["backends", "backends.emitter", "backends.cpp", "backends.cpp.emit", "backends.python",
-                    "backends.python.emit", "backends.standalone"]),
+    (
+        "4 emitters",
+        [
+            "backends",
+            "backends.emitter",
+            "backends.cpp",
+            "backends.cpp.emit",
+            "backends.python",
+            "backends.python.emit",
+            "backends.standalone",
+        ],
+    ),
     ("5 build", ["builder"]),
     ("6 runtime", ["runtime", "backends.python.runtime"]),
-    ("drivers", ["backends.cpp.driver", "backends.python.driver", "backends.standalone.driver", "compiler", "tuner", ""]),
+    (
+        "drivers",
+        ["backends.cpp.driver", "backends.python.driver", "backends.standalone.driver", "compiler", "tuner", ""],
+    ),
     ("tools", ["cli", "testing"]),
 ]
 
@@ -69,7 +82,7 @@ def _imports(module: str, path: Path, modules: dict) -> set[str]:
                 base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
                 target = ".".join(base + ([node.module] if node.module else []))
             elif node.module and node.module.split(".")[0] == "relay_aot":
-                target = node.module[len("relay_aot."):] if node.module != "relay_aot" else ""
+                target = node.module[len("relay_aot.") :] if node.module != "relay_aot" else ""
             else:
                 continue
             for alias in node.names:
@@ -78,7 +91,7 @@ def _imports(module: str, path: Path, modules: dict) -> set[str]:
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("relay_aot."):
-                    found.add(alias.name[len("relay_aot."):])
+                    found.add(alias.name[len("relay_aot.") :])
     found.discard(module)
     return found
 
@@ -91,8 +104,10 @@ def test_imports_follow_the_pipeline():
             if imported == "" and module != "":
                 problems.append(f"relay_aot.{module} imports the relay_aot package itself (reach the module instead)")
             elif _rank(imported) > _rank(module):
-                problems.append(f"relay_aot.{module} ({RANKS[_rank(module)][0]}) imports relay_aot.{imported} "
-                                f"({RANKS[_rank(imported)][0]})")
+                problems.append(
+                    f"relay_aot.{module} ({RANKS[_rank(module)][0]}) imports relay_aot.{imported} "
+                    f"({RANKS[_rank(imported)][0]})"
+                )
     assert not problems, "\n".join(problems)
 
 
@@ -108,7 +123,7 @@ def test_no_import_cycles():
         stack.append(node)
         for nxt in graph.get(node, ()):
             if state.get(nxt) == 1:
-                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+                cycles.append(" -> ".join(stack[stack.index(nxt) :] + [nxt]))
             elif nxt not in state:
                 visit(nxt, stack)
         stack.pop()
@@ -121,6 +136,8 @@ def test_no_import_cycles():
 
 
 def test_testing_tools_do_not_need_hypothesis_unless_generating_programs():
-    code = ("import sys; import relay_aot, relay_aot.testing, relay_aot.testing.oracle, relay_aot.cli; "
-            "assert 'hypothesis' not in sys.modules, 'hypothesis was imported'")
+    code = (
+        "import sys; import relay_aot, relay_aot.testing, relay_aot.testing.oracle, relay_aot.cli; "
+        "assert 'hypothesis' not in sys.modules, 'hypothesis was imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)

@@ -37,8 +37,9 @@ def _erf16() -> tvm.IRModule:
 def test_float16_erf_is_computed_in_float32_as_by_the_vm(backend, opt_level):
     # x86's LLVM code generator has no float16 erf; erf's legalization casts to float32 and back.
     x = np.random.default_rng(0).uniform(-3, 3, (10, 4)).astype("float16")
-    result = testing.check_equivalence(_erf16(), [x], backends=[backend], references=("vm",), opt_level=opt_level,
-                                       rtol=1e-3, atol=1e-3)
+    result = testing.check_equivalence(
+        _erf16(), [x], backends=[backend], references=("vm",), opt_level=opt_level, rtol=1e-3, atol=1e-3
+    )
     assert result.dtype == "float16"
 
 
@@ -59,19 +60,36 @@ def _quantized_dense() -> tvm.IRModule:
     x = relay.var("x", shape=(4, 8), dtype="float32")
     w = relay.var("w", shape=(5, 8), dtype="int8")
     q = relay.qnn.op.quantize(x, relay.const(0.05), relay.const(3, "int32"), out_dtype="int8")
-    d = relay.qnn.op.dense(q, w, relay.const(3, "int32"), relay.const(0, "int32"), relay.const(0.05),
-                           relay.const(0.1), units=5)
-    return tvm.IRModule.from_expr(relay.Function([x, w], relay.qnn.op.dequantize(d, relay.const(0.005),
-                                                                                  relay.const(0, "int32"))))
+    d = relay.qnn.op.dense(
+        q, w, relay.const(3, "int32"), relay.const(0, "int32"), relay.const(0.05), relay.const(0.1), units=5
+    )
+    return tvm.IRModule.from_expr(
+        relay.Function([x, w], relay.qnn.op.dequantize(d, relay.const(0.005), relay.const(0, "int32")))
+    )
 
 
 def _quantized_conv2d() -> tvm.IRModule:
     x = relay.var("x", shape=(1, 3, 8, 8), dtype="uint8")
     w = relay.var("w", shape=(4, 3, 3, 3), dtype="int8")
-    conv = relay.qnn.op.conv2d(x, w, relay.const(128, "int32"), relay.const(0, "int32"), relay.const(0.02),
-                               relay.const(0.01), kernel_size=(3, 3), channels=4, padding=(1, 1))
-    out = relay.qnn.op.requantize(conv, relay.const(0.0002), relay.const(0, "int32"), relay.const(0.05),
-                                  relay.const(10, "int32"), out_dtype="uint8")
+    conv = relay.qnn.op.conv2d(
+        x,
+        w,
+        relay.const(128, "int32"),
+        relay.const(0, "int32"),
+        relay.const(0.02),
+        relay.const(0.01),
+        kernel_size=(3, 3),
+        channels=4,
+        padding=(1, 1),
+    )
+    out = relay.qnn.op.requantize(
+        conv,
+        relay.const(0.0002),
+        relay.const(0, "int32"),
+        relay.const(0.05),
+        relay.const(10, "int32"),
+        out_dtype="uint8",
+    )
     return tvm.IRModule.from_expr(relay.Function([x, w], out))
 
 
@@ -99,8 +117,11 @@ def test_qnn_operators_agree_with_the_vm(backend, make):
 
 
 def _u8_by_s8(op: str) -> tvm.IRModule:
-    shapes = {"conv2d": ((1, 16, 6, 6), (32, 16, 3, 3)), "dense": ((4, 64), (32, 64)),
-              "batch_matmul": ((2, 4, 64), (2, 32, 64))}[op]
+    shapes = {
+        "conv2d": ((1, 16, 6, 6), (32, 16, 3, 3)),
+        "dense": ((4, 64), (32, 64)),
+        "batch_matmul": ((2, 4, 64), (2, 32, 64)),
+    }[op]
     x = relay.var("x", shape=shapes[0], dtype="uint8")
     w = relay.var("w", shape=shapes[1], dtype="int8")
     if op == "conv2d":
@@ -118,11 +139,16 @@ def test_uint8_by_int8_products_are_exact_on_the_host_cpu(op):
     # the CPU has VNNI: full-range values gave wrong sums on the host target (passes/exact_int8.py).
     rng = np.random.default_rng(3)
     mod = relay.transform.InferType()(_u8_by_s8(op))
-    x, w = (np.full([int(d) for d in p.checked_type.shape], value, p.checked_type.dtype)
-            for p, value in zip(mod["main"].params, (255, 127)))
+    x, w = (
+        np.full([int(d) for d in p.checked_type.shape], value, p.checked_type.dtype)
+        for p, value in zip(mod["main"].params, (255, 127))
+    )
     x = np.where(rng.random(x.shape) < 0.2, rng.integers(0, 255, x.shape), x).astype("uint8")
-    expected = {"conv2d": lambda: _conv2d_reference(x, w), "dense": lambda: x.astype("int64") @ w.astype("int64").T,
-                "batch_matmul": lambda: x.astype("int64") @ w.astype("int64").transpose(0, 2, 1)}[op]()
+    expected = {
+        "conv2d": lambda: _conv2d_reference(x, w),
+        "dense": lambda: x.astype("int64") @ w.astype("int64").T,
+        "batch_matmul": lambda: x.astype("int64") @ w.astype("int64").transpose(0, 2, 1),
+    }[op]()
     got = relay_aot.compile(mod)(x, w).numpy()  # the default target: this machine's CPU
     np.testing.assert_array_equal(got, expected)
 
@@ -134,8 +160,10 @@ def test_uint8_by_int8_products_build_for_a_vnni_cpu(op):
     # whatever this machine is; run where this machine can.
     mod = relay.transform.InferType()(_u8_by_s8(op))
     compiled = relay_aot.compile(mod, target="llvm -mcpu=cascadelake")
-    x, w = (np.full([int(d) for d in p.checked_type.shape], value, p.checked_type.dtype)
-            for p, value in zip(mod["main"].params, (255, 127)))
+    x, w = (
+        np.full([int(d) for d in p.checked_type.shape], value, p.checked_type.dtype)
+        for p, value in zip(mod["main"].params, (255, 127))
+    )
     try:
         got = compiled(x, w).numpy()
     except relay_aot.CpuFeatureError:
@@ -149,7 +177,7 @@ def _conv2d_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     out = np.zeros((n, k, h - r + 1, width - s + 1), "int64")
     for i in range(r):
         for j in range(s):
-            patch = x[:, :, i:i + h - r + 1, j:j + width - s + 1].astype("int64")
+            patch = x[:, :, i : i + h - r + 1, j : j + width - s + 1].astype("int64")
             out += np.einsum("nchw,kc->nkhw", patch, w[:, :, i, j].astype("int64"))
     return out
 

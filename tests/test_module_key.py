@@ -28,47 +28,107 @@ FLOAT_ATTRIBUTES = [
     ("relay.attrs.ClipAttrs", "a_min", lambda x, v: relay.clip(x, v, 1e9)),
     ("relay.attrs.ClipAttrs", "a_max", lambda x, v: relay.clip(x, -1e9, v)),
     ("relay.attrs.LeakyReluAttrs", "alpha", lambda x, v: relay.nn.leaky_relu(x, v)),
-    ("relay.attrs.LayerNormAttrs", "epsilon",
-     lambda x, v: relay.nn.layer_norm(x, relay.const(np.ones(4, "float32")), relay.const(np.zeros(4, "float32")), epsilon=v)),
-    ("relay.attrs.InstanceNormAttrs", "epsilon",
-     lambda x, v: relay.nn.instance_norm(x, relay.const(np.ones(2, "float32")), relay.const(np.zeros(2, "float32")), epsilon=v)),
-    ("relay.attrs.GroupNormAttrs", "epsilon",
-     lambda x, v: relay.nn.group_norm(x, relay.const(np.ones(2, "float32")), relay.const(np.zeros(2, "float32")), 1, epsilon=v)),
-    ("relay.attrs.BatchNormAttrs", "epsilon",
-     lambda x, v: relay.nn.batch_norm(x, *[relay.const(np.ones(2, "float32"))] * 4, epsilon=v)[0]),
+    (
+        "relay.attrs.LayerNormAttrs",
+        "epsilon",
+        lambda x, v: relay.nn.layer_norm(
+            x, relay.const(np.ones(4, "float32")), relay.const(np.zeros(4, "float32")), epsilon=v
+        ),
+    ),
+    (
+        "relay.attrs.InstanceNormAttrs",
+        "epsilon",
+        lambda x, v: relay.nn.instance_norm(
+            x, relay.const(np.ones(2, "float32")), relay.const(np.zeros(2, "float32")), epsilon=v
+        ),
+    ),
+    (
+        "relay.attrs.GroupNormAttrs",
+        "epsilon",
+        lambda x, v: relay.nn.group_norm(
+            x, relay.const(np.ones(2, "float32")), relay.const(np.zeros(2, "float32")), 1, epsilon=v
+        ),
+    ),
+    (
+        "relay.attrs.BatchNormAttrs",
+        "epsilon",
+        lambda x, v: relay.nn.batch_norm(x, *[relay.const(np.ones(2, "float32"))] * 4, epsilon=v)[0],
+    ),
     ("relay.attrs.LRNAttrs", "alpha", lambda x, v: relay.nn.lrn(x, alpha=v)),
     ("relay.attrs.LRNAttrs", "beta", lambda x, v: relay.nn.lrn(x, beta=v)),
     ("relay.attrs.LRNAttrs", "bias", lambda x, v: relay.nn.lrn(x, bias=v)),
     ("relay.attrs.DropoutAttrs", "rate", lambda x, v: relay.nn.dropout(x, rate=v)),
     ("relay.attrs.L2NormalizeAttrs", "eps", lambda x, v: relay.nn.l2_normalize(x, v)),
-    ("relay.attrs.Resize1DAttrs", "cubic_alpha",
-     lambda x, v: relay.image.resize1d(relay.reshape(x, (2, 2, 8)), (16,), method="cubic", cubic_alpha=v)),
-    ("relay.attrs.Resize1DAttrs", "extrapolation_value",
-     lambda x, v: relay.image.resize1d(relay.reshape(x, (2, 2, 8)), (16,), extrapolation_value=v)),
-    ("relay.attrs.Resize2DAttrs", "cubic_alpha",
-     lambda x, v: relay.image.resize2d(x, (8, 8), method="cubic", cubic_alpha=v)),
-    ("relay.attrs.Resize2DAttrs", "extrapolation_value", lambda x, v: relay.image.resize2d(x, (8, 8), extrapolation_value=v)),
-    ("relay.attrs.Resize3DAttrs", "cubic_alpha",
-     lambda x, v: relay.image.resize3d(relay.reshape(x, (1, 2, 2, 2, 4)), (4, 4, 8), method="cubic", cubic_alpha=v)),
-    ("relay.attrs.Resize3DAttrs", "extrapolation_value",
-     lambda x, v: relay.image.resize3d(relay.reshape(x, (1, 2, 2, 2, 4)), (4, 4, 8), extrapolation_value=v)),
-    ("relay.attrs.CropAndResizeAttrs", "extrapolation_value",
-     lambda x, v: relay.image.crop_and_resize(x, relay.const(np.array([[0, 0, 1, 1]], "float32")),
-                                              relay.const(np.array([0], "int32")), (2, 2), "NCHW", extrapolation_value=v)),
-    ("relay.attrs.SequenceMaskAttrs", "mask_value",
-     lambda x, v: relay.sequence_mask(relay.reshape(x, (8, 4)), relay.const(np.array([1, 2, 3, 4], "int32")), mask_value=v)),
+    (
+        "relay.attrs.Resize1DAttrs",
+        "cubic_alpha",
+        lambda x, v: relay.image.resize1d(relay.reshape(x, (2, 2, 8)), (16,), method="cubic", cubic_alpha=v),
+    ),
+    (
+        "relay.attrs.Resize1DAttrs",
+        "extrapolation_value",
+        lambda x, v: relay.image.resize1d(relay.reshape(x, (2, 2, 8)), (16,), extrapolation_value=v),
+    ),
+    (
+        "relay.attrs.Resize2DAttrs",
+        "cubic_alpha",
+        lambda x, v: relay.image.resize2d(x, (8, 8), method="cubic", cubic_alpha=v),
+    ),
+    (
+        "relay.attrs.Resize2DAttrs",
+        "extrapolation_value",
+        lambda x, v: relay.image.resize2d(x, (8, 8), extrapolation_value=v),
+    ),
+    (
+        "relay.attrs.Resize3DAttrs",
+        "cubic_alpha",
+        lambda x, v: relay.image.resize3d(relay.reshape(x, (1, 2, 2, 2, 4)), (4, 4, 8), method="cubic", cubic_alpha=v),
+    ),
+    (
+        "relay.attrs.Resize3DAttrs",
+        "extrapolation_value",
+        lambda x, v: relay.image.resize3d(relay.reshape(x, (1, 2, 2, 2, 4)), (4, 4, 8), extrapolation_value=v),
+    ),
+    (
+        "relay.attrs.CropAndResizeAttrs",
+        "extrapolation_value",
+        lambda x, v: relay.image.crop_and_resize(
+            x,
+            relay.const(np.array([[0, 0, 1, 1]], "float32")),
+            relay.const(np.array([0], "int32")),
+            (2, 2),
+            "NCHW",
+            extrapolation_value=v,
+        ),
+    ),
+    (
+        "relay.attrs.SequenceMaskAttrs",
+        "mask_value",
+        lambda x, v: relay.sequence_mask(
+            relay.reshape(x, (8, 4)), relay.const(np.array([1, 2, 3, 4], "int32")), mask_value=v
+        ),
+    ),
     ("relay.attrs.UpSamplingAttrs", "scale_h", lambda x, v: relay.nn.upsampling(x, scale_h=v, scale_w=2.0)),
     ("relay.attrs.UpSamplingAttrs", "scale_w", lambda x, v: relay.nn.upsampling(x, scale_h=2.0, scale_w=v)),
-    ("relay.attrs.UpSampling3DAttrs", "scale_d",
-     lambda x, v: relay.nn.upsampling3d(relay.reshape(x, (1, 2, 2, 2, 4)), scale_d=v, scale_h=2.0, scale_w=2.0)),
+    (
+        "relay.attrs.UpSampling3DAttrs",
+        "scale_d",
+        lambda x, v: relay.nn.upsampling3d(relay.reshape(x, (1, 2, 2, 2, 4)), scale_d=v, scale_h=2.0, scale_w=2.0),
+    ),
     ("relay.attrs.MultiBoxPriorAttrs", "sizes", lambda x, v: relay.vision.multibox_prior(x, sizes=(v,))),
     ("relay.attrs.MultiBoxPriorAttrs", "ratios", lambda x, v: relay.vision.multibox_prior(x, ratios=(v,))),
     ("relay.attrs.MultiBoxPriorAttrs", "steps", lambda x, v: relay.vision.multibox_prior(x, steps=(v, v))),
     ("relay.attrs.MultiBoxPriorAttrs", "offsets", lambda x, v: relay.vision.multibox_prior(x, offsets=(v, v))),
-    ("relay.attrs.MultiBoxTransformLocAttrs", "threshold",
-     lambda x, v: relay.vision.multibox_transform_loc(x, x, x, threshold=v)[0]),
-    ("relay.attrs.MultiBoxTransformLocAttrs", "variances",
-     lambda x, v: relay.vision.multibox_transform_loc(x, x, x, variances=(v, 0.1, 0.2, 0.2))[0]),
+    (
+        "relay.attrs.MultiBoxTransformLocAttrs",
+        "threshold",
+        lambda x, v: relay.vision.multibox_transform_loc(x, x, x, threshold=v)[0],
+    ),
+    (
+        "relay.attrs.MultiBoxTransformLocAttrs",
+        "variances",
+        lambda x, v: relay.vision.multibox_transform_loc(x, x, x, variances=(v, 0.1, 0.2, 0.2))[0],
+    ),
 ]
 
 #: Two values that print alike with 6 significant digits.
@@ -80,7 +140,11 @@ def _float_fields(type_key: str) -> set[str]:
         infos = tvm.ir.make_node(type_key).list_field_info()
     except (tvm.error.TVMError, AttributeError):
         return set()  # needs required fields to be built: covered by hand in FLOAT_ATTRIBUTES
-    return {f.name for f in infos if f.type_info.split(",")[0] in ("double", "float", "FloatImm") or "T.float" in f.type_info}
+    return {
+        f.name
+        for f in infos
+        if f.type_info.split(",")[0] in ("double", "float", "FloatImm") or "T.float" in f.type_info
+    }
 
 
 def test_the_list_covers_every_float_attribute_tvm_registers():
@@ -94,7 +158,9 @@ def test_the_list_covers_every_float_attribute_tvm_registers():
     assert registered <= covered, f"float attributes without a look-alike test: {sorted(registered - covered)}"
 
 
-@pytest.mark.parametrize("type_key,field,make", FLOAT_ATTRIBUTES, ids=[f"{k.split('.')[-1]}.{f}" for k, f, _ in FLOAT_ATTRIBUTES])
+@pytest.mark.parametrize(
+    "type_key,field,make", FLOAT_ATTRIBUTES, ids=[f"{k.split('.')[-1]}.{f}" for k, f, _ in FLOAT_ATTRIBUTES]
+)
 def test_attributes_differing_past_six_digits_have_different_keys(type_key, field, make):
     first, second = _module(lambda x: make(x, A)), _module(lambda x: make(x, B))
     assert first.astext() == second.astext(), "the pair is not a look-alike"
@@ -120,8 +186,11 @@ LOOKALIKE_PROGRAMS = [
 def test_compiling_a_look_alike_runs_its_own_program(what, make, a, b):
     first, second = make(a), make(b)
     param = first["main"].params[0].type_annotation
-    x = np.linspace(-3, 20000, int(np.prod([int(d) for d in param.shape]) or 1)).reshape(
-        [int(d) for d in param.shape]).astype(param.dtype)
+    x = (
+        np.linspace(-3, 20000, int(np.prod([int(d) for d in param.shape]) or 1))
+        .reshape([int(d) for d in param.shape])
+        .astype(param.dtype)
+    )
     results = []
     for mod in (first, second):
         compiled = relay_aot.compile(mod)
@@ -135,10 +204,22 @@ def test_compiling_a_look_alike_runs_its_own_program(what, make, a, b):
 
 def test_every_output_setting_changes_the_key(monkeypatch):
     """Each setting that changes what is built is in the key; the others are not."""
-    alternative = {"RELAY_AOT_TARGET": "llvm", "RELAY_AOT_SCALAR_FAST_PATH": "0", "RELAY_AOT_PARALLEL_THRESHOLD": "7", "CXX": "c++",
-                   "RELAY_AOT_CXXFLAGS": "-DRELAY_AOT_TEST_FLAG", "RELAY_AOT_PCH": "0", "RELAY_AOT_PREBUILT": "0", "RELAY_AOT_PROFILE": "1",
-                   "RELAY_AOT_STANDALONE": "1", "RELAY_AOT_WINOGRAD": "0", "RELAY_AOT_JOBS": "3",
-                   "RELAY_AOT_CACHE_DIR": "/tmp/elsewhere", "RELAY_AOT_LOCK_TIMEOUT": "5", "RELAY_AOT_PROGRESS": "1"}
+    alternative = {
+        "RELAY_AOT_TARGET": "llvm",
+        "RELAY_AOT_SCALAR_FAST_PATH": "0",
+        "RELAY_AOT_PARALLEL_THRESHOLD": "7",
+        "CXX": "c++",
+        "RELAY_AOT_CXXFLAGS": "-DRELAY_AOT_TEST_FLAG",
+        "RELAY_AOT_PCH": "0",
+        "RELAY_AOT_PREBUILT": "0",
+        "RELAY_AOT_PROFILE": "1",
+        "RELAY_AOT_STANDALONE": "1",
+        "RELAY_AOT_WINOGRAD": "0",
+        "RELAY_AOT_JOBS": "3",
+        "RELAY_AOT_CACHE_DIR": "/tmp/elsewhere",
+        "RELAY_AOT_LOCK_TIMEOUT": "5",
+        "RELAY_AOT_PROGRESS": "1",
+    }
     fields = dataclasses.fields(config.Config)
     assert {f.metadata["env"] for f in fields} == set(alternative), "a setting without a test value"
     for variable in alternative:

@@ -41,7 +41,7 @@ UPDATE = os.environ.get("RELAY_AOT_UPDATE_CONFORMANCE") == "1"
 HOW_TO_UPDATE = (
     "If the change is intended, rewrite the file with\n"
     "  RELAY_AOT_UPDATE_CONFORMANCE=1 python -m pytest tests/test_onnx_conformance.py -n 2\n"
-    "and review its diff (docs/testing.md, \"ONNX conformance\")."
+    'and review its diff (docs/testing.md, "ONNX conformance").'
 )
 
 #: Cases per compiled module.
@@ -63,7 +63,7 @@ NAMES = conformance.case_names()
 
 
 def _batches(names: list[str]) -> list[list[str]]:
-    return [names[i:i + BATCH] for i in range(0, len(names), BATCH)]
+    return [names[i : i + BATCH] for i in range(0, len(names), BATCH)]
 
 
 _PASSING = [n for n in NAMES if n in RECORDS and RECORDS[n].status == conformance.PASS]
@@ -138,10 +138,10 @@ def _run(names: list[str], backend: str) -> tuple[list[conformance.Prepared], di
     """Import ``names`` (except the unstable ones) and run those imported on ``backend``."""
     prepared = [conformance.prepare(name) for name in names if name not in UNSTABLE]
     imported = [p for p in prepared if p.mod is not None]
-    outcomes = conformance.run_relay_aot([p for p in imported if not _raises(p.name)], backend,
-                                         tolerances=TOLERANCES)
-    outcomes.update(conformance.run_relay_aot([p for p in imported if _raises(p.name)], backend, batch=False,
-                                              tolerances=TOLERANCES))
+    outcomes = conformance.run_relay_aot([p for p in imported if not _raises(p.name)], backend, tolerances=TOLERANCES)
+    outcomes.update(
+        conformance.run_relay_aot([p for p in imported if _raises(p.name)], backend, batch=False, tolerances=TOLERANCES)
+    )
     return prepared, outcomes
 
 
@@ -155,15 +155,17 @@ def test_cpp_backend(names):
         vm = recorded.vm if recorded is not None and recorded.vm is not None else None
         if vm is None and p.mod is not None:  # a case the file does not know yet
             vm = conformance.run_vm(p)
-        record = conformance.classify({"import_error": p.import_error, "inputs_differ": p.inputs_differ, "vm": vm,
-                                       "cpp": outcomes.get(p.name)})
+        record = conformance.classify(
+            {"import_error": p.import_error, "inputs_differ": p.inputs_differ, "vm": vm, "cpp": outcomes.get(p.name)}
+        )
         record.python = recorded.python if recorded is not None else None  # test_python_backend checks it
         observed[p.name] = record
     _compare_or_update(observed, "C++ backend")
 
 
-@pytest.mark.parametrize("names", [_param(b, slow=i % PYTHON_STRIDE != 0 or b in SLOW_BATCHES)
-                                   for i, b in enumerate(BATCHES)])
+@pytest.mark.parametrize(
+    "names", [_param(b, slow=i % PYTHON_STRIDE != 0 or b in SLOW_BATCHES) for i, b in enumerate(BATCHES)]
+)
 def test_python_backend(names):
     """The Python backend's outcome is the C++ backend's, except where the file records another."""
     prepared, outcomes = _run(names, "python")
@@ -173,7 +175,9 @@ def test_python_backend(names):
         if p.mod is None or recorded is None:
             continue  # test_cpp_backend reports these
         python = outcomes[p.name]
-        observed[p.name] = dataclasses.replace(recorded, python=None if python == (recorded.error or "pass") else python)
+        observed[p.name] = dataclasses.replace(
+            recorded, python=None if python == (recorded.error or "pass") else python
+        )
     _compare_or_update(observed, "Python backend")
 
 
@@ -198,7 +202,8 @@ def test_the_file_lists_every_case_of_the_installed_onnx():
 
     assert _DATA["onnx"] == onnx.__version__, (
         f"tests/data/onnx_conformance.json was measured with onnx {_DATA['onnx']}, this is onnx {onnx.__version__}: "
-        "measure it again (docs/testing.md, \"ONNX conformance\")")
+        'measure it again (docs/testing.md, "ONNX conformance")'
+    )
     assert sorted(RECORDS) == NAMES
     assert set(UNSTABLE) <= set(NAMES)
     for name, record in RECORDS.items():
@@ -232,4 +237,5 @@ def test_language_md_quotes_the_file():
             _write_summary(conformance.read_data(DATA))
         return
     assert quoted.group(2) == conformance.summary(_DATA), (
-        "docs/language.md's ONNX conformance summary is not the data file's.\n" + HOW_TO_UPDATE)
+        "docs/language.md's ONNX conformance summary is not the data file's.\n" + HOW_TO_UPDATE
+    )

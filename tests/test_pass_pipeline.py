@@ -33,8 +33,12 @@ def _module() -> tvm.IRModule:
 
 def _reshapes(func) -> int:
     found = []
-    relay.analysis.post_order_visit(func, lambda node: found.append(
-        isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == "reshape"))
+    relay.analysis.post_order_visit(
+        func,
+        lambda node: found.append(
+            isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == "reshape"
+        ),
+    )
     return sum(found)
 
 

@@ -53,22 +53,29 @@ def _convolutions(target: str) -> list[tuple]:
 
     def visit(node):
         if isinstance(node, relay.Call) and getattr(node.op, "name", None) == "nn.conv2d":
-            found.append((tuple(int(d) for d in node.args[0].checked_type.shape),
-                          int(node.checked_type.shape[1]), tuple(int(s) for s in node.attrs.strides)))
+            found.append(
+                (
+                    tuple(int(d) for d in node.args[0].checked_type.shape),
+                    int(node.checked_type.shape[1]),
+                    tuple(int(s) for s in node.attrs.strides),
+                )
+            )
 
     relay.analysis.post_order_visit(mod["main"], visit)
     return sorted(found)
 
 
 def test_pooled_pointwise_convolutions_run_over_one_row_padded_on_avx2():
-    assert _convolutions(AVX2) == sorted([
-        (FLAT, 100, (1, 1)),  # residual operand: flattened, not padded
-        (FLAT, 112, (1, 1)),  # bias and relu
-        (FLAT, 112, (1, 1)),  # per-channel scale and clip
-        (KEPT, 100, (1, 1)),  # also returned whole
-        (KEPT, 100, (1, 1)),  # the 3x3 residual
-        (KEPT, 100, (2, 2)),  # strided
-    ])
+    assert _convolutions(AVX2) == sorted(
+        [
+            (FLAT, 100, (1, 1)),  # residual operand: flattened, not padded
+            (FLAT, 112, (1, 1)),  # bias and relu
+            (FLAT, 112, (1, 1)),  # per-channel scale and clip
+            (KEPT, 100, (1, 1)),  # also returned whole
+            (KEPT, 100, (1, 1)),  # the 3x3 residual
+            (KEPT, 100, (2, 2)),  # strided
+        ]
+    )
 
 
 @pytest.mark.parametrize("target", ["llvm", AVX512])
@@ -77,10 +84,17 @@ def test_filters_are_padded_only_by_an_eighth_and_for_avx(target):
     assert [c for c in _convolutions(target) if c[0] == FLAT] == [(FLAT, 100, (1, 1))] * 3
 
 
-@pytest.mark.parametrize("target, filters, padded", [
-    (AVX2, 1000, 1008), (AVX512, 1000, 1024), ("llvm", 1000, 1000), (AVX512, 100, 100), (AVX512, 2048, 2048),
-    ("llvm -mtriple=aarch64-linux-gnu", 1000, 1000),
-])
+@pytest.mark.parametrize(
+    "target, filters, padded",
+    [
+        (AVX2, 1000, 1008),
+        (AVX512, 1000, 1024),
+        ("llvm", 1000, 1000),
+        (AVX512, 100, 100),
+        (AVX512, 2048, 2048),
+        ("llvm -mtriple=aarch64-linux-gnu", 1000, 1000),
+    ],
+)
 def test_filters_are_padded_to_two_vectors(target, filters, padded):
     with tvm.target.Target(target):
         assert pooled_pointwise._block_padding(filters) == padded
@@ -110,8 +124,9 @@ def _graph_executor_outputs(mod, params, *args) -> list:
 @pytest.mark.parametrize("layout,shape", [("NCHW", (2, 24, 6, 5)), ("NHWC", (2, 6, 5, 24)), ("NCHW", (1, 8, 1, 1))])
 def test_global_pools_are_windows_of_the_whole_image(layout, shape):
     x = relay.var("x", shape=shape)
-    body = relay.Tuple([relay.nn.global_avg_pool2d(relay.nn.relu(x), layout=layout),
-                        relay.nn.global_max_pool2d(x, layout=layout)])
+    body = relay.Tuple(
+        [relay.nn.global_avg_pool2d(relay.nn.relu(x), layout=layout), relay.nn.global_max_pool2d(x, layout=layout)]
+    )
     mod = tvm.IRModule.from_expr(relay.Function([x], body))
     prepared = passes.layout_graph(mod, target=tvm.target.Target("llvm")).astext()
     assert "global_" not in prepared and "nn.avg_pool2d" in prepared and "nn.max_pool2d" in prepared

@@ -146,8 +146,11 @@ def test_plain_builds_carry_no_instrumentation(fib):
     mod = tvm.relay.parse(FIB)
     plain = generate_source(mod, backend=fib.backend)
     profiled = generate_source(mod, backend=fib.backend, profile=True)
-    markers = ("profiled_call_kernel", "FunctionScope", "counted(") if fib.backend == "cpp" else (
-        "profiled_call_kernel", "profile_enter", "profile_exit")
+    markers = (
+        ("profiled_call_kernel", "FunctionScope", "counted(")
+        if fib.backend == "cpp"
+        else ("profiled_call_kernel", "profile_enter", "profile_exit")
+    )
     assert not [m for m in markers if m in plain]
     assert all(m in profiled for m in markers)
     assert fib.profiler is None  # the plain module; profile() used its variant

@@ -52,8 +52,11 @@ def test_user_names_are_escaped_in_source_and_kept_in_messages():
     mod[gtv] = relay.TypeData(gtv, [], [some, nothing])
     o = relay.Var("o\n'", relay.TypeCall(gtv, []))
     v = relay.Var("v", F2)
-    mod[gvar] = relay.Function([o], relay.Match(o, [relay.Clause(relay.PatternConstructor(some, [relay.PatternVar(v)]), v)],
-                                               complete=False), F2)
+    mod[gvar] = relay.Function(
+        [o],
+        relay.Match(o, [relay.Clause(relay.PatternConstructor(some, [relay.PatternVar(v)]), v)], complete=False),
+        F2,
+    )
     i = relay.Var("i", relay.TensorType((), "int32"))
     x = relay.Var("x", F2)
     pick = relay.If(relay.equal(i, relay.const(0)), some(x), nothing())
@@ -61,7 +64,9 @@ def test_user_names_are_escaped_in_source_and_kept_in_messages():
     mod = relay.transform.InferType()(mod)
     compiled = relay_aot.compile(mod, backend="python")
     tree = ast.parse(compiled.source)
-    assert not any(isinstance(node, (ast.Import, ast.ImportFrom)) and node.names[0].name == "os" for node in ast.walk(tree))
+    assert not any(
+        isinstance(node, (ast.Import, ast.ImportFrom)) and node.names[0].name == "os" for node in ast.walk(tree)
+    )
     assert evil not in compiled.source
     x_value = np.array([3, 4], dtype="float32")
     np.testing.assert_array_equal(compiled(np.int32(0), x_value).numpy(), x_value)

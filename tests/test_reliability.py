@@ -6,7 +6,7 @@ import re
 import pytest
 from isolated import run_isolated
 
-SIGNATURE_PROGRAM = '''
+SIGNATURE_PROGRAM = """
 #[version = "0.0.5"]
 type List[A] { Cons(A, List[A]), Nil }
 def @main(%x: Tensor[(2, 3), float32], %t: (int32, Tensor[(2), int64]), %l: List[Tensor[(2), float32]],
@@ -14,7 +14,7 @@ def @main(%x: Tensor[(2, 3), float32], %t: (int32, Tensor[(2), int64]), %l: List
   let %s = (match (%l) { Cons(%h, _) => %f(%h), Nil => %f(ones(shape=[2], dtype="float32")) });
   (sum(%x), %t.0, %s, %b)
 }
-'''
+"""
 
 # Each entry: (description, python expression for the argument list). Names available:
 # np, tvm, ADT, good (a dict of well-formed arguments), cons(head, tail), nil(), lst(n).
@@ -32,8 +32,14 @@ MALFORMED = [
     ("nested tuple for a tensor", "[((good['x'],),), good['t'], good['l'], good['f'], good['b']]"),
     ("a tensor for a tuple", "[good['x'], good['x'], good['l'], good['f'], good['b']]"),
     ("ADT with a foreign tag", "[good['x'], good['t'], ADT(12345, []), good['f'], good['b']]"),
-    ("ADT with too few fields", "[good['x'], good['t'], ADT(cons_tag, [tvm.nd.array(np.ones(2, 'float32'))]), good['f'], good['b']]"),
-    ("ADT with a wrong field deep inside", "[good['x'], good['t'], cons(np.ones(2, 'float32'), cons(np.ones(2, 'float32'), cons(np.ones(3, 'float32'), nil()))), good['f'], good['b']]"),
+    (
+        "ADT with too few fields",
+        "[good['x'], good['t'], ADT(cons_tag, [tvm.nd.array(np.ones(2, 'float32'))]), good['f'], good['b']]",
+    ),
+    (
+        "ADT with a wrong field deep inside",
+        "[good['x'], good['t'], cons(np.ones(2, 'float32'), cons(np.ones(2, 'float32'), cons(np.ones(3, 'float32'), nil()))), good['f'], good['b']]",
+    ),
     ("a tuple for an ADT", "[good['x'], good['t'], (1, 2), good['f'], good['b']]"),
     ("a tensor for a function", "[good['x'], good['t'], good['l'], good['x'], good['b']]"),
     ("None for a function", "[good['x'], good['t'], good['l'], None, good['b']]"),
@@ -41,7 +47,10 @@ MALFORMED = [
     ("a float for an int32 scalar", "[good['x'], (1.5, np.zeros(2, 'int64')), good['l'], good['f'], good['b']]"),
     ("an int32 overflow", "[good['x'], (2**40, np.zeros(2, 'int64')), good['l'], good['f'], good['b']]"),
     ("a dict for a tuple", "[good['x'], {'a': 1}, good['l'], good['f'], good['b']]"),
-    ("a function returning the wrong shape", "[good['x'], good['t'], good['l'], lambda v: tvm.nd.array(np.ones(3, 'float32')), good['b']]"),
+    (
+        "a function returning the wrong shape",
+        "[good['x'], good['t'], good['l'], lambda v: tvm.nd.array(np.ones(3, 'float32')), good['b']]",
+    ),
     ("a function returning None", "[good['x'], good['t'], good['l'], lambda v: None, good['b']]"),
 ]
 
@@ -130,7 +139,7 @@ def test_kernel_failures_surface_as_kernel_error():
     assert "byte_offset" in outcome
 
 
-DEEP_PROGRAM = '''
+DEEP_PROGRAM = """
 #[version = "0.0.5"]
 type List[A] { Cons(A, List[A]), Nil }
 def @range(%i: int64, %n: int64) -> List[int64] {
@@ -140,13 +149,13 @@ def @sum(%l: List[int64]) -> int64 {
   match (%l) { Cons(%h, %t) => add(%h, @sum(%t)), Nil => 0i64 }
 }
 def @main(%n: int64) -> (int64, List[int64]) { let %l = @range(0i64, %n); (@sum(%l), %l) }
-'''
+"""
 
 
 def test_deep_non_tail_recursion_and_deep_data():
     """200,000 nested calls building and summing a list; the list is freed without recursion."""
     result = run_isolated(
-        f'''
+        f"""
         import json, threading, numpy as np, tvm, relay_aot
         compiled = relay_aot.compile(tvm.relay.parse({DEEP_PROGRAM!r}))
         n = 200_000
@@ -160,7 +169,7 @@ def test_deep_non_tail_recursion_and_deep_data():
         t = threading.Thread(target=work)
         t.start(); t.join()
         print(json.dumps(out))
-        '''
+        """
     )
     assert result == {"main": 200_000 * 199_999 // 2, "thread": 200_000 * 199_999 // 2}
 
@@ -169,7 +178,7 @@ def test_deep_recursion_after_the_first_calling_thread_exits():
     """The first thread to call a library gives its stack checks the fast path (stack.h's
     safe_range); when it exits, threads whose stacks take its place still recurse safely."""
     result = run_isolated(
-        f'''
+        f"""
         import json, threading, numpy as np, tvm, relay_aot
         compiled = relay_aot.compile(tvm.relay.parse({DEEP_PROGRAM!r}))
         out = []
@@ -181,7 +190,7 @@ def test_deep_recursion_after_the_first_calling_thread_exits():
             t.start(); t.join()
         work(200_000)
         print(json.dumps(out))
-        '''
+        """
     )
     assert result == [True] * 5
 
@@ -191,7 +200,7 @@ def test_concurrent_calls_allocate_and_free_across_threads():
     dropping lists; the first caller, which owns the process-wide block and cell caches
     (memory.h's per_thread), exits midway, and lists made on one thread die on another."""
     result = run_isolated(
-        f'''
+        f"""
         import json, threading, numpy as np, tvm, relay_aot
         compiled = relay_aot.compile(tvm.relay.parse({DEEP_PROGRAM!r}))
         ok, kept = [], []
@@ -209,14 +218,14 @@ def test_concurrent_calls_allocate_and_free_across_threads():
         for t in threads: t.join()
         kept.clear()
         print(json.dumps([len(ok), all(ok)]))
-        '''
+        """
     )
     assert result == [170, True]
 
 
 def test_recursion_beyond_the_limit_raises():
     result = run_isolated(
-        f'''
+        f"""
         import json, numpy as np, tvm, relay_aot
         compiled = relay_aot.compile(tvm.relay.parse({DEEP_PROGRAM!r}))
         try:
@@ -224,7 +233,7 @@ def test_recursion_beyond_the_limit_raises():
             print(json.dumps("no error"))
         except relay_aot.RecursionDepthError as err:
             print(json.dumps(str(err).strip().splitlines()[-1]))
-        ''',
+        """,
         env={"RELAY_AOT_MAX_STACK_MB": "64"},
     )
     assert result.startswith("the program recursed deeper than relay_aot's limit of 64 MiB")
@@ -232,7 +241,7 @@ def test_recursion_beyond_the_limit_raises():
 
 def test_concurrent_calls_from_many_threads():
     result = run_isolated(
-        f'''
+        f"""
         import json, numpy as np, tvm, relay_aot
         from concurrent.futures import ThreadPoolExecutor
         compiled = relay_aot.compile(tvm.relay.parse({DEEP_PROGRAM!r}))
@@ -241,12 +250,12 @@ def test_concurrent_calls_from_many_threads():
         with ThreadPoolExecutor(8) as pool:
             ok = list(pool.map(job, [1000 + 37 * i for i in range(200)]))
         print(json.dumps(all(ok) and len(ok) == 200))
-        '''
+        """
     )
     assert result is True
 
 
-MEMORY_PROGRAM = '''
+MEMORY_PROGRAM = """
 #[version = "0.0.5"]
 type List[A] { Cons(A, List[A]), Nil }
 def @main(%x: Tensor[(4), float32]) {
@@ -261,13 +270,13 @@ def @main(%x: Tensor[(4), float32]) {
   let %scale = fn (%y: Tensor[(4), float32]) -> Tensor[(4), float32] { multiply(%y, ref_read(%r)) };
   (%scale, %build, ref_read(%r), %build(3, Nil), %r)
 }
-'''
+"""
 
 
 def test_memory_stays_flat_over_many_calls():
     """ADTs, closures, recursive closures and references are all freed: RSS does not grow."""
     grown_mb = run_isolated(
-        f'''
+        f"""
         import gc, json, numpy as np, psutil, tvm, relay_aot
         compiled = relay_aot.compile(tvm.relay.parse({MEMORY_PROGRAM!r}))
         x = tvm.nd.array(np.ones(4, "float32"))
@@ -282,7 +291,7 @@ def test_memory_stays_flat_over_many_calls():
         del result
         gc.collect()
         print(json.dumps((psutil.Process().memory_info().rss - before) / 2**20))
-        '''
+        """
     )
     assert grown_mb < 20, f"RSS grew by {grown_mb:.1f} MB over 100,000 calls"
 
@@ -297,8 +306,23 @@ def test_hostile_names_never_reach_generated_source_unescaped(backend):
     import relay_aot
     from relay_aot import testing
 
-    hostile = ['a"b', "back\\slash", "new\nline", "*/ x = 1; /*", "int", "class", "ünïcödé", "", "x", "x",
-               "tri??/graph", "end\\", "#include <x>", "}", "%%"]
+    hostile = [
+        'a"b',
+        "back\\slash",
+        "new\nline",
+        "*/ x = 1; /*",
+        "int",
+        "class",
+        "ünïcödé",
+        "",
+        "x",
+        "x",
+        "tri??/graph",
+        "end\\",
+        "#include <x>",
+        "}",
+        "%%",
+    ]
     mod = tvm.IRModule()
     adt = relay.GlobalTypeVar('T"ype */\n')
     ctor_a = relay.Constructor('Mk"A\\', [relay.TensorType((2,), "float32")], adt)
@@ -311,12 +335,14 @@ def test_hostile_names_never_reach_generated_source_unescaped(backend):
     inner = relay.var('in"ner\n', shape=(2,), dtype="float32")
     helper = relay.GlobalVar('he"lp\\er */\n')
     mod[helper] = relay.Function([inner], relay.multiply(inner, relay.const(2.0)))
-    bound = relay.var("l\"et\n", shape=(2,), dtype="float32")
+    bound = relay.var('l"et\n', shape=(2,), dtype="float32")
     pattern_var = relay.var("p*/at\\", shape=(2,), dtype="float32")
     match = relay.Match(
         ctor_a(bound),
-        [relay.Clause(relay.PatternConstructor(ctor_a, [relay.PatternVar(pattern_var)]), helper(pattern_var)),
-         relay.Clause(relay.PatternConstructor(ctor_b, []), bound)],
+        [
+            relay.Clause(relay.PatternConstructor(ctor_a, [relay.PatternVar(pattern_var)]), helper(pattern_var)),
+            relay.Clause(relay.PatternConstructor(ctor_b, []), bound),
+        ],
     )
     mod["main"] = relay.Function(params, relay.Let(bound, total, relay.Tuple([match, ctor_b()])))
     args = [np.full(2, i, "float32") for i in range(len(hostile))]
@@ -351,7 +377,7 @@ def test_integer_division_by_zero_is_an_exception():
     assert result[:2] == [-3, 1] and result[2].endswith("integer division by zero")
 
 
-KERNEL_BUILD_DRIVER = '''
+KERNEL_BUILD_DRIVER = """
 import json, os, signal, threading, tvm, relay_aot
 from tvm import relay
 from relay_aot.kernels import isolated
@@ -374,7 +400,7 @@ for backend in ("cpp", "python"):
     except relay_aot.CompileError as err:
         out.append(str(err).splitlines()[0].split("; the sources and build.ninja are kept in")[0])
 print(json.dumps(out))
-'''
+"""
 
 
 def _kernel_build(setup: str = "", opt_level: int = 3) -> list[str]:
@@ -389,19 +415,24 @@ def test_a_kernel_build_that_aborts_is_a_compile_error_naming_the_kernel():
     # through, and LLVM, built with assertions, aborts the process that built it.
     for message in _kernel_build(opt_level=0):
         assert message.startswith("TVM "), message
-        assert "building the fused kernel of erf (default_k1_fused_erf)" in message or \
-               "failed to build the fused kernel of erf (default_k1_fused_erf)" in message, message
+        assert (
+            "building the fused kernel of erf (default_k1_fused_erf)" in message
+            or "failed to build the fused kernel of erf (default_k1_fused_erf)" in message
+        ), message
 
 
 def test_a_kernel_build_that_crashes_is_a_compile_error_naming_the_kernel():
     messages = _kernel_build("tvm.build = build_with(lambda: os.kill(os.getpid(), signal.SIGSEGV))")
     for message in messages:
-        assert message.startswith("TVM crashed (SIGSEGV) building the fused kernel of cast, erf (default_k1_fused_cast_erf"), message
+        assert message.startswith(
+            "TVM crashed (SIGSEGV) building the fused kernel of cast, erf (default_k1_fused_cast_erf"
+        ), message
 
 
 def test_a_kernel_build_that_raises_is_a_compile_error_with_its_message():
-    messages = _kernel_build("def fail(): raise tvm.error.TVMError('no lowering for this intrinsic')\n"
-                             "tvm.build = build_with(fail)")
+    messages = _kernel_build(
+        "def fail(): raise tvm.error.TVMError('no lowering for this intrinsic')\ntvm.build = build_with(fail)"
+    )
     for message in messages:
         assert message.startswith("TVM failed to build the fused kernel of cast, erf"), message
         assert message.endswith("TVMError: no lowering for this intrinsic"), message
@@ -439,8 +470,11 @@ def test_reloading_a_replaced_library_says_why_and_never_runs_the_old_code(tmp_p
     for k, name in ((2.0, "b"), (3.0, "a")):
         with pytest.warns(RuntimeWarning, match="replaces a library this process has loaded"):
             _adds(k, name).export_library(path)
-        with pytest.raises(ValueError, match=r"m\.so: this process already loaded a library from this path( \(.*\))?, and the "
-                                             r"file has been replaced since: .* Load the new file from another path"):
+        with pytest.raises(
+            ValueError,
+            match=r"m\.so: this process already loaded a library from this path( \(.*\))?, and the "
+            r"file has been replaced since: .* Load the new file from another path",
+        ):
             relay_aot.load(path)
         # through a relative path or a symbolic link: the same file for the loader
         monkeypatch.chdir(tmp_path)

@@ -39,7 +39,9 @@ def _applications(a, b, c, dtype: str) -> list:
             out += [relay.cast(a, target) for target in DTYPES if target != dtype]
             continue
         operands = {1: [a], 2: [a, b], 3: [c, a, b]}[spec.arity]
-        result = "bool" if spec.name in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal") else dtype
+        result = (
+            "bool" if spec.name in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal") else dtype
+        )
         # applied even where the table leaves it to TVM's kernels (kernel_only): that is checked too
         if accepts(dataclasses.replace(spec, kernel_only=()), [o.type_annotation.dtype for o in operands], result):
             out.append(relay.Call(tvm.ir.Op.get(spec.name), operands))
@@ -65,8 +67,13 @@ def test_every_scalar_operator_matches_tvm_kernels(dtype):
             with np.errstate(all="ignore"):
                 expected = testing.normalize(interpreter(*args))
             for backend, module in compiled.items():
-                testing.assert_same(testing.normalize(module(*args)), expected, rtol=1e-6, atol=0,
-                                    names=(f"relay_aot {backend}", "TVM kernels"))
+                testing.assert_same(
+                    testing.normalize(module(*args)),
+                    expected,
+                    rtol=1e-6,
+                    atol=0,
+                    names=(f"relay_aot {backend}", "TVM kernels"),
+                )
 
 
 def test_integer_division_by_zero_raises_on_both_backends():

@@ -109,23 +109,87 @@ def dynamic_shapes() -> tvm.IRModule:
     stop = relay.cast(n, "float32")
     r = relay.arange(relay.const(0.0), stop, relay.const(1.0), dtype="float32")
     m = relay.reshape(grown, relay.concatenate([relay.const([3], "int32"), relay.reshape(n, [1])], 0))
-    weights = relay.arange(relay.const(1.0), stop * relay.const(3.0) + relay.const(1.0), relay.const(1.0), dtype="float32")
+    weights = relay.arange(
+        relay.const(1.0), stop * relay.const(3.0) + relay.const(1.0), relay.const(1.0), dtype="float32"
+    )
     flat = relay.reshape(relay.transpose(m), [-1])
     positive = relay.cast(relay.argwhere(relay.greater(grown, relay.const(0.0))), "float32")  # data-dependent
-    results = [relay.sum(grown), relay.sum(r * r), relay.sum(relay.max(m, axis=[0])), relay.sum(flat * weights),
-               relay.sum(positive)]
+    results = [
+        relay.sum(grown),
+        relay.sum(r * r),
+        relay.sum(relay.max(m, axis=[0])),
+        relay.sum(flat * weights),
+        relay.sum(positive),
+    ]
     mod["main"] = relay.Function([n, x], relay.Tuple(results))
     return mod
 
 
-_UNARY_FLOAT = ("abs", "negative", "exp", "log", "log2", "log10", "sqrt", "rsqrt", "sigmoid", "tanh", "sin", "cos",
-                "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "atanh", "erf", "floor", "ceil", "round",
-                "trunc", "sign", "fast_exp", "fast_tanh", "fast_erf", "nn.relu")
-_BINARY_FLOAT = ("add", "subtract", "multiply", "divide", "floor_divide", "floor_mod", "trunc_divide", "trunc_mod",
-                 "mod", "power", "maximum", "minimum")
+_UNARY_FLOAT = (
+    "abs",
+    "negative",
+    "exp",
+    "log",
+    "log2",
+    "log10",
+    "sqrt",
+    "rsqrt",
+    "sigmoid",
+    "tanh",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "atanh",
+    "erf",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "sign",
+    "fast_exp",
+    "fast_tanh",
+    "fast_erf",
+    "nn.relu",
+)
+_BINARY_FLOAT = (
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "floor_divide",
+    "floor_mod",
+    "trunc_divide",
+    "trunc_mod",
+    "mod",
+    "power",
+    "maximum",
+    "minimum",
+)
 _UNARY_INT = ("abs", "negative", "sign", "bitwise_not")
-_BINARY_INT = ("add", "subtract", "multiply", "divide", "floor_divide", "floor_mod", "trunc_divide", "trunc_mod",
-               "mod", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
+_BINARY_INT = (
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "floor_divide",
+    "floor_mod",
+    "trunc_divide",
+    "trunc_mod",
+    "mod",
+    "maximum",
+    "minimum",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "left_shift",
+    "right_shift",
+)
 
 
 def elementwise() -> str:
@@ -145,9 +209,11 @@ def elementwise() -> str:
         outputs += [f"{op}({i})" for op in _UNARY_INT]
         outputs += [f"{op}({i}, {j})" for op in _BINARY_INT]
         outputs += [f"clip({i}, a_min=-3, a_max=3)"]
-    return ('#[version = "0.0.5"]\ndef @main(%x: Tensor[(6), float32], %y: Tensor[(6), float32], '
-            "%xd: Tensor[(6), float64], %yd: Tensor[(6), float64], %i: Tensor[(6), int32], %j: Tensor[(6), int32], "
-            "%b: Tensor[(6), int8], %c: Tensor[(6), int8]) {\n  (" + ",\n   ".join(outputs) + ")\n}\n")
+    return (
+        '#[version = "0.0.5"]\ndef @main(%x: Tensor[(6), float32], %y: Tensor[(6), float32], '
+        "%xd: Tensor[(6), float64], %yd: Tensor[(6), float64], %i: Tensor[(6), int32], %j: Tensor[(6), int32], "
+        "%b: Tensor[(6), int8], %c: Tensor[(6), int8]) {\n  (" + ",\n   ".join(outputs) + ")\n}\n"
+    )
 
 
 def _elementwise_args() -> list:
@@ -164,24 +230,68 @@ def _elementwise_reference(x, y, xd, yd, i, j, b, c) -> list:
     from math import erf
 
     erf_ = np.vectorize(erf)
-    unary = {"abs": np.abs, "negative": np.negative, "exp": np.exp, "log": np.log, "log2": np.log2,
-             "log10": np.log10, "sqrt": np.sqrt, "rsqrt": lambda v: 1 / np.sqrt(v), "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
-             "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
-             "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "atanh": np.arctanh,
-             "erf": erf_, "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc, "sign": np.sign,
-             "fast_exp": np.exp, "fast_tanh": np.tanh, "fast_erf": erf_, "nn.relu": lambda v: np.maximum(v, 0),
-             "bitwise_not": np.invert}
-    binary = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "floor_divide": np.floor_divide,
-              "floor_mod": np.mod, "trunc_mod": np.fmod, "mod": np.fmod, "power": np.power, "maximum": np.maximum,
-              "minimum": np.minimum, "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
-              "bitwise_xor": np.bitwise_xor, "left_shift": np.left_shift, "right_shift": np.right_shift}
+    unary = {
+        "abs": np.abs,
+        "negative": np.negative,
+        "exp": np.exp,
+        "log": np.log,
+        "log2": np.log2,
+        "log10": np.log10,
+        "sqrt": np.sqrt,
+        "rsqrt": lambda v: 1 / np.sqrt(v),
+        "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+        "tanh": np.tanh,
+        "sin": np.sin,
+        "cos": np.cos,
+        "tan": np.tan,
+        "asin": np.arcsin,
+        "acos": np.arccos,
+        "atan": np.arctan,
+        "sinh": np.sinh,
+        "cosh": np.cosh,
+        "asinh": np.arcsinh,
+        "atanh": np.arctanh,
+        "erf": erf_,
+        "floor": np.floor,
+        "ceil": np.ceil,
+        "round": np.round,
+        "trunc": np.trunc,
+        "sign": np.sign,
+        "fast_exp": np.exp,
+        "fast_tanh": np.tanh,
+        "fast_erf": erf_,
+        "nn.relu": lambda v: np.maximum(v, 0),
+        "bitwise_not": np.invert,
+    }
+    binary = {
+        "add": np.add,
+        "subtract": np.subtract,
+        "multiply": np.multiply,
+        "floor_divide": np.floor_divide,
+        "floor_mod": np.mod,
+        "trunc_mod": np.fmod,
+        "mod": np.fmod,
+        "power": np.power,
+        "maximum": np.maximum,
+        "minimum": np.minimum,
+        "bitwise_and": np.bitwise_and,
+        "bitwise_or": np.bitwise_or,
+        "bitwise_xor": np.bitwise_xor,
+        "left_shift": np.left_shift,
+        "right_shift": np.right_shift,
+    }
     out = []
     for u, v in ((x, y), (xd, yd)):
         out += [unary[op](u).astype(u.dtype) for op in _UNARY_FLOAT]
         out += [np.arccosh(u + 1)]
         for op in _BINARY_FLOAT:
-            out.append({"divide": np.divide, "trunc_divide": lambda p, q: np.trunc(p / q),
-                        "floor_divide": lambda p, q: np.floor(p / q)}.get(op, binary.get(op))(u, v).astype(u.dtype))
+            out.append(
+                {
+                    "divide": np.divide,
+                    "trunc_divide": lambda p, q: np.trunc(p / q),
+                    "floor_divide": lambda p, q: np.floor(p / q),
+                }.get(op, binary.get(op))(u, v).astype(u.dtype)
+            )
         out += [u == v, u < v, u >= v]
         out += [np.zeros(u.shape, bool), np.zeros(u.shape, bool), np.ones(u.shape, bool)]
         out += [np.clip(u, 0.2, 0.7).astype(u.dtype)]
@@ -189,7 +299,9 @@ def _elementwise_reference(x, y, xd, yd, i, j, b, c) -> list:
         out += [unary[op](u).astype(u.dtype) for op in _UNARY_INT]
         for op in _BINARY_INT:
             # integer divide truncates, as C's
-            f = {"divide": lambda p, q: (np.trunc(p / q)), "trunc_divide": lambda p, q: np.trunc(p / q)}.get(op, binary.get(op))
+            f = {"divide": lambda p, q: np.trunc(p / q), "trunc_divide": lambda p, q: np.trunc(p / q)}.get(
+                op, binary.get(op)
+            )
             out.append(np.asarray(f(u, v)).astype(u.dtype))
         out += [np.clip(u, -3, 3).astype(u.dtype)]
     return out
@@ -204,18 +316,37 @@ _rng = np.random.default_rng(1)
 #: name -> () -> (module, arguments): control flow (ADTs, closures, recursion, tuples, ifs, dtypes)
 #: and plain dataflow.
 PROGRAMS = {
-    "lstm_list": _parsed((ROOT / "examples" / "lstm.relay").read_text(),
-                         [_rng.uniform(-1, 1, s).astype("float32") for s in [(10, 1, 8), (64, 8), (64, 16), (64,)]]),
-    "tree_reduce": _parsed((PROGRAMS_DIR / "tree_reduce.relay").read_text(),
-                           [np.int32(3), np.linspace(-1, 1, 32, dtype="float32").reshape(4, 8)]),
+    "lstm_list": _parsed(
+        (ROOT / "examples" / "lstm.relay").read_text(),
+        [_rng.uniform(-1, 1, s).astype("float32") for s in [(10, 1, 8), (64, 8), (64, 16), (64,)]],
+    ),
+    "tree_reduce": _parsed(
+        (PROGRAMS_DIR / "tree_reduce.relay").read_text(),
+        [np.int32(3), np.linspace(-1, 1, 32, dtype="float32").reshape(4, 8)],
+    ),
     "closures": _parsed((PROGRAMS_DIR / "closures.relay").read_text(), [np.array([1, 2, 3], dtype="float32")]),
     "fib": _parsed((PROGRAMS_DIR / "fib.relay").read_text(), [np.int32(12)]),
     "tuples_ifs": _parsed(TUPLES_IFS, [np.arange(12, dtype="float32").reshape(4, 3), np.float32(2), np.bool_(False)]),
-    "dtypes": _parsed(DTYPES, [np.array([1, -2, 3], dtype="int32"), np.array([-128, 0, 127], dtype="int8"),
-                               np.array([True, False, True]), np.int64(2**40), np.array([3, 9], dtype="uint8"),
-                               np.array([300, -7], dtype="int16")]),
-    "float64": _parsed(FLOAT64, [_rng.uniform(0.1, 2, 4), _rng.uniform(-1, 1, (3, 4)), np.float64(0.25),
-                                 _rng.uniform(-1, 1, 4).astype("float32")]),
+    "dtypes": _parsed(
+        DTYPES,
+        [
+            np.array([1, -2, 3], dtype="int32"),
+            np.array([-128, 0, 127], dtype="int8"),
+            np.array([True, False, True]),
+            np.int64(2**40),
+            np.array([3, 9], dtype="uint8"),
+            np.array([300, -7], dtype="int16"),
+        ],
+    ),
+    "float64": _parsed(
+        FLOAT64,
+        [
+            _rng.uniform(0.1, 2, 4),
+            _rng.uniform(-1, 1, (3, 4)),
+            np.float64(0.25),
+            _rng.uniform(-1, 1, 4).astype("float32"),
+        ],
+    ),
     "mlp": mlp,
     "elementwise": lambda: (tvm.relay.parse(elementwise()), _elementwise_args()),
     "dynamic_shapes": lambda: (dynamic_shapes(), [np.int32(5), np.array([1, -2, 0.5], dtype="float32")]),
@@ -261,8 +392,16 @@ def test_package_runs_on_target_and_matches_interpreter(program, target, tmp_pat
 
 def test_the_symbol_check_can_fail():
     assert sa.disallowed({"memcpy", "tanhf", "__aeabi_dmul", "__udivdi3"}) == set()
-    forbidden = {"malloc", "free", "_Znwm", "__cxa_throw", "pthread_create", "__tls_get_addr", "printf",
-                 "TVMBackendAllocWorkspace"}
+    forbidden = {
+        "malloc",
+        "free",
+        "_Znwm",
+        "__cxa_throw",
+        "pthread_create",
+        "__tls_get_addr",
+        "printf",
+        "TVMBackendAllocWorkspace",
+    }
     assert sa.disallowed(forbidden) == forbidden
 
 
@@ -313,7 +452,9 @@ def test_only_workspace_sized_allocations_become_scratch_parameters():
     moved, info = scratch.to_params(func)
     assert info == scratch.Scratch((2048,), fallible=False)
     assert [p.name for p in moved.params] == ["a", "c", "d", "big"]
-    asserting = func.with_body(tir.SeqStmt([tir.AssertStmt(tir.const(True), tir.StringImm("no"), tir.Evaluate(0)), func.body]))
+    asserting = func.with_body(
+        tir.SeqStmt([tir.AssertStmt(tir.const(True), tir.StringImm("no"), tir.Evaluate(0)), func.body])
+    )
     assert scratch.to_params(asserting)[1].fallible
 
 
@@ -333,8 +474,9 @@ def test_host_kernels_keep_workspace_sized_buffers_on_the_stack():
     assert calls == {False: False, True: True}
     data = np.random.default_rng(0).uniform(-5, 5, (4, 1000)).astype("float32")
     expected = np.exp(data - data.max(axis=1, keepdims=True))
-    np.testing.assert_allclose(relay_aot.compile(mod)(data).numpy(), expected / expected.sum(axis=1, keepdims=True),
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        relay_aot.compile(mod)(data).numpy(), expected / expected.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7
+    )
 
 
 ARENA_MAIN = r"""
@@ -428,10 +570,13 @@ def test_shapes_computed_at_run_time_are_checked_before_use(target, tmp_path):
     assert out[1] == "-1|checks_k0_fused_arange: a shape computed at run time has an extent beyond 32 bits|00000000"
     # 80,000 bytes of data after its extents' header (a multiple of the alignment)
     assert re.match(r"-1\|out of workspace: an allocation of 800(16|64) bytes needs at least \d+ more than", out[2])
-    assert out[2].endswith("more than the 65536-byte workspace (give the package a larger --workspace-size, "
-                           "or a larger buffer)|00000000")
+    assert out[2].endswith(
+        "more than the 65536-byte workspace (give the package a larger --workspace-size, or a larger buffer)|00000000"
+    )
     assert out[3].startswith("-1|") and "reshape: the input's size is not a multiple" in out[3]
-    assert out[4].startswith("-1|") and out[4].endswith("a tensor computed at run time has more than 2^32 bytes|00000000")
+    assert out[4].startswith("-1|") and out[4].endswith(
+        "a tensor computed at run time has more than 2^32 bytes|00000000"
+    )
     assert out[5] == out[0]
 
 
@@ -446,19 +591,32 @@ def test_recursion_deeper_than_the_stack_budget_is_an_error(tmp_path):
     assert rc != 0 and error == "recursion deeper than the stack budget"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("""#[version = "0.0.5"]
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            """#[version = "0.0.5"]
 def @main(%f: fn (Tensor[(2), float32]) -> Tensor[(2), float32], %x: Tensor[(2), float32]) { %f(%x) }""",
-     "parameter %f has type fn"),
-    ("""#[version = "0.0.5"]
-def @main(%x: Tensor[(?, 2), float32]) { add(%x, %x) }""", "@main's parameter %x has the dynamic type Tensor[(?, 2), float32]"),
-    ("""#[version = "0.0.5"]
+            "parameter %f has type fn",
+        ),
+        (
+            """#[version = "0.0.5"]
+def @main(%x: Tensor[(?, 2), float32]) { add(%x, %x) }""",
+            "@main's parameter %x has the dynamic type Tensor[(?, 2), float32]",
+        ),
+        (
+            """#[version = "0.0.5"]
 def @main(%x: Tensor[(4), float32], %s: Tensor[(2), int32]) { dyn.reshape(%x, %s, newshape=[]) }""",
-     "@main's result has the dynamic type Tensor[(?, ?), float32]"),
-    ("""#[version = "0.0.5"]
+            "@main's result has the dynamic type Tensor[(?, ?), float32]",
+        ),
+        (
+            """#[version = "0.0.5"]
 type Box { Box(Tensor[(2), float32]) }
-def @main(%x: Tensor[(2), float32]) { Box(%x) }""", "result has type Box"),
-])
+def @main(%x: Tensor[(2), float32]) { Box(%x) }""",
+            "result has type Box",
+        ),
+    ],
+)
 def test_what_cannot_run_standalone_is_refused_by_name(text, message, tmp_path):
     with pytest.raises(relay_aot.UnsupportedError, match="no standalone package") as info:
         relay_aot.export_standalone(tvm.relay.parse(text), tmp_path / "pkg")
@@ -477,9 +635,22 @@ def @main(%d: Tensor[(2), float64]) { multiply(%d, %d) }""")
 def test_command_line_writes_a_package(tmp_path):
     source = tmp_path / "fib.relay"
     source.write_text((PROGRAMS_DIR / "fib.relay").read_text())
-    done = subprocess.run(["relay-aot", "compile", str(source), "--standalone", str(tmp_path / "pkg"), "--name", "fib",
-                           "--workspace-size", "4096"], capture_output=True, text=True,
-                          env={**os.environ, "PATH": f"{Path(os.sys.executable).parent}:{os.environ['PATH']}"})
+    done = subprocess.run(
+        [
+            "relay-aot",
+            "compile",
+            str(source),
+            "--standalone",
+            str(tmp_path / "pkg"),
+            "--name",
+            "fib",
+            "--workspace-size",
+            "4096",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{Path(os.sys.executable).parent}:{os.environ['PATH']}"},
+    )
     assert done.returncode == 0, done.stderr
     assert "libtvmgen_fib.a for host" in done.stdout
     files = {p.name for p in (tmp_path / "pkg").iterdir()}

@@ -19,8 +19,9 @@ def test_generated_modules_are_well_formed_and_cover_the_language():
     totals: Counter = Counter()
     seen = [0]
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(strategies.programs())
     def generate(program):
         mod = program.module
@@ -49,8 +50,7 @@ def test_generated_modules_are_well_formed_and_cover_the_language():
 def test_batches_hold_independent_cases():
     """A batch's cases, extracted on their own, are the programs @main calls."""
 
-    @settings(max_examples=20, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=20, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(strategies.batches(cases=3))
     def check(batch):
         assert len(batch.cases) == 3
@@ -78,8 +78,13 @@ def test_hostile_programs_draw_every_hostile_kind_for_every_operator_family():
     families: Counter = Counter()
     for family in hostile.OPERATORS:
 
-        @settings(max_examples=HOSTILE_EXAMPLES, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=HOSTILE_EXAMPLES,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(strategies.hostile_programs(arg_sets=6, operators=[family]))
         def generate(program):
             relay.transform.InferType()(program.module)

@@ -123,7 +123,10 @@ def test_the_library_records_its_target(monkeypatch, tmp_path):
     assert compiled.signature.cpu == host
     assert relay_aot.load(compiled.export_library(tmp_path / "host.so")).signature.cpu == host
     source = generate_source(_dense())
-    assert f'const CpuRequirement {names.CPU_REQUIREMENT}{{"{host.target}", kCpuFeatures, {len(host.features)}, {{0}}}};' in source
+    assert (
+        f'const CpuRequirement {names.CPU_REQUIREMENT}{{"{host.target}", kCpuFeatures, {len(host.features)}, {{0}}}};'
+        in source
+    )
     # The portable build needs the x86-64 baseline only.
     assert relay_aot.compile(_dense(), target="llvm").signature.cpu.features == ("64bit", "cx8", "sse", "sse2")
 
@@ -146,8 +149,9 @@ def test_the_target_is_in_every_key(monkeypatch):
 
 
 def test_metadata_without_a_cpu_is_a_library_from_before():
-    signature = Signature.from_json(json.dumps({"format": 1, "model": "m", "params": [], "ret": ["tensor", [], "int32"],
-                                                "adts": []}))
+    signature = Signature.from_json(
+        json.dumps({"format": 1, "model": "m", "params": [], "ret": ["tensor", [], "int32"], "adts": []})
+    )
     assert signature.cpu is None
     fastcall.check_cpu(None, "old.so")  # nothing recorded: nothing to check
     recorded = Signature("m", [], signature.ret, [], cpu.CpuRequirement("llvm", ("sse2",)))
@@ -166,7 +170,8 @@ def _python(code: str, directory) -> object:
 
 def test_compile_fresh_or_cached_refuses_to_run(foreign):
     directory, _ = foreign
-    out = _python(f"""
+    out = _python(
+        f"""
 from test_target import _dense, FOREIGN
 seen = []
 # The second compile may find the library the fixture cached, or build it (another test process
@@ -180,7 +185,9 @@ for cache in (False, True, True):
         except relay_aot.CpuFeatureError as err:
             seen.append([compiled.build_result.cached, str(err)])
 print(json.dumps(seen))
-""", directory)
+""",
+        directory,
+    )
     cached = [cached for cached, _ in out]
     assert len(out) == 6 and cached[:2] == [False, False] and cached[4:] == [True, True], out
     for _, message in out:
@@ -189,26 +196,32 @@ print(json.dumps(seen))
 
 def test_relay_aot_load_refuses(foreign):
     directory, library = foreign
-    out = _python(f"""
+    out = _python(
+        f"""
 try:
     relay_aot.load("{library}")
     print(json.dumps("loaded"))
 except relay_aot.CpuFeatureError as err:
     print(json.dumps(str(err)))
-""", directory)
+""",
+        directory,
+    )
     assert out.startswith(f"{library}: the kernels were compiled for") and _message() in out
 
 
 def test_tvm_load_module_entry_refuses(foreign):
     directory, library = foreign
-    out = _python(f"""
+    out = _python(
+        f"""
 module = tvm.runtime.load_module("{library}")
 try:
     module["{MODEL}"](tvm.nd.array(x))
     print(json.dumps("ran"))
 except tvm.error.TVMError as err:
     print(json.dumps([type(err).__name__, str(err).splitlines()[-1]]))
-""", directory)
+""",
+        directory,
+    )
     assert out[0] == "CpuFeatureError" and _message() in out[1]
 
 
@@ -232,8 +245,19 @@ int main(void) {
 def test_c_api_returns_the_error(foreign):
     directory, library = foreign
     (directory / "prog.c").write_text(_C_PROGRAM)
-    command = [os.environ.get("CC", "gcc"), "-std=c99", "-Wall", "-Werror", "prog.c", "-o", "prog", str(library),
-               f"-L{tvm_dir()}", "-ltvm_runtime", f"-Wl,-rpath,{tvm_dir()}"]
+    command = [
+        os.environ.get("CC", "gcc"),
+        "-std=c99",
+        "-Wall",
+        "-Werror",
+        "prog.c",
+        "-o",
+        "prog",
+        str(library),
+        f"-L{tvm_dir()}",
+        "-ltvm_runtime",
+        f"-Wl,-rpath,{tvm_dir()}",
+    ]
     subprocess.run(command, cwd=directory, check=True, capture_output=True, text=True)
     done = subprocess.run(["./prog"], cwd=directory, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -246,31 +270,41 @@ def test_c_api_returns_the_error(foreign):
 def test_cpp_deploy_reports_the_error(foreign):
     directory, library = foreign
     deploy = build_deploy(directory / "deploy")
-    done = subprocess.run([str(deploy), str(library), "arg0.npy"], cwd=directory, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [str(deploy), str(library), "arg0.npy"], cwd=directory, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 1 and done.stdout == ""
-    line, = done.stderr.strip().splitlines()
+    (line,) = done.stderr.strip().splitlines()
     assert line.startswith("deploy: error: CpuFeatureError: the kernels were compiled for") and _message() in line
 
 
 def test_the_cli_refuses(foreign):
     directory, library = foreign
-    done = subprocess.run([sys.executable, "-m", "relay_aot.cli", "run", str(library), "--inputs", "arg0.npy"], cwd=directory,
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    done = subprocess.run(
+        [sys.executable, "-m", "relay_aot.cli", "run", str(library), "--inputs", "arg0.npy"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith("relay-aot: error: ") and _message() in done.stderr
 
 
 def test_the_python_backend_refuses(foreign):
     directory, _ = foreign
-    out = _python("""
+    out = _python(
+        """
 from test_target import _dense, FOREIGN
 try:
     relay_aot.compile(_dense(), target=FOREIGN, backend="python")(x)
     print(json.dumps("ran"))
 except relay_aot.CpuFeatureError as err:
     print(json.dumps(str(err)))
-""", directory)
+""",
+        directory,
+    )
     assert out.startswith("model default (python backend): the kernels were compiled for") and _message() in out
 
 
@@ -286,8 +320,9 @@ compiled = relay_aot.compile(_dense(), target=FOREIGN, name="{MODEL}", cache=Fal
 compiled(np.load("arg0.npy"))
 """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
-    done = subprocess.run([sys.executable, "-c", code], cwd=directory, capture_output=True, text=True, timeout=600,
-                          env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=directory, capture_output=True, text=True, timeout=600, env=env
+    )
     assert done.returncode == -signal.SIGILL, (done.returncode, done.stderr[-2000:])
 
 
@@ -317,5 +352,7 @@ def test_the_check_accepts_this_cpu_and_names_what_it_lacks():
     if _missing():
         with pytest.raises(CpuFeatureError, match=f"^here.so: the kernels were compiled for .*{_message()}"):
             fastcall.check_cpu(cpu.requirement(target_of(FOREIGN)), "here.so")
-    with pytest.raises(CpuFeatureError, match=r"use CPU features this machine does not have: sse9 \(not detectable here\)"):
+    with pytest.raises(
+        CpuFeatureError, match=r"use CPU features this machine does not have: sse9 \(not detectable here\)"
+    ):
         fastcall.check_cpu(cpu.CpuRequirement("llvm -mattr=+sse9", ("sse2", "sse9")), "made-up.so")

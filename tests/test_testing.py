@@ -38,8 +38,9 @@ def broken_python_backend():
     k1 = compiled.source.split("kernel_module['")[2].split("'")[0]
     source = compiled.source.replace(repr(k0), "FIRST").replace(repr(k1), repr(k0)).replace("FIRST", repr(k1))
     entry = load_python(source, "default", compiled.module, [])
-    wrong = relay_aot.CompiledModule(compiled.module, compiled.signature, "default", backend="python",
-                                     source=source, entry=entry)
+    wrong = relay_aot.CompiledModule(
+        compiled.module, compiled.signature, "default", backend="python", source=source, entry=entry
+    )
     return "broken python backend", wrong
 
 
@@ -58,17 +59,20 @@ def test_a_backend_that_raises_is_caught():
     def failing(*args):
         raise relay_aot.KernelError("kernel k0 failed: deliberately")
 
-    with pytest.raises(testing.Mismatch, match=r"failing raised KernelError: kernel k0 failed: deliberately, "
-                                                r"but interpreter returned"):
+    with pytest.raises(
+        testing.Mismatch,
+        match=r"failing raised KernelError: kernel k0 failed: deliberately, "
+        r"but interpreter returned",
+    ):
         testing.equivalence_report(TWO_KERNELS, (X, Y), backends=[("failing", failing)], references=["interpreter"])
 
 
 def test_expected_value_is_checked_and_the_agreed_value_returned():
     with pytest.raises(testing.Mismatch, match="expected value"):
-        testing.check_equivalence(TWO_KERNELS, (X, Y), backends=["python"], references=[],
-                                  expected=(X + Y, X * Y + 1))
-    agreed = testing.check_equivalence(TWO_KERNELS, (X, Y), backends=["python"], references=["interpreter"],
-                                       expected=(X + Y, X * Y))
+        testing.check_equivalence(TWO_KERNELS, (X, Y), backends=["python"], references=[], expected=(X + Y, X * Y + 1))
+    agreed = testing.check_equivalence(
+        TWO_KERNELS, (X, Y), backends=["python"], references=["interpreter"], expected=(X + Y, X * Y)
+    )
     testing.assert_same(agreed, testing.normalize((X + Y, X * Y)))
 
 
@@ -108,8 +112,13 @@ def @main(%n: int32) { @down(%n) }
 
 
 def test_interpreter_skipped_beyond_its_recursion_depth():
-    report = testing.equivalence_report(DEEP, (np.int32(5000),), backends=[("numpy", lambda n: np.int32(n))],
-                                       references=["interpreter"], recursion_depth=5000)
+    report = testing.equivalence_report(
+        DEEP,
+        (np.int32(5000),),
+        backends=[("numpy", lambda n: np.int32(n))],
+        references=["interpreter"],
+        recursion_depth=5000,
+    )
     assert "recursion 5000 deep" in report.skipped["interpreter"]
     assert report.ran == ["numpy"]
 
@@ -117,14 +126,16 @@ def test_interpreter_skipped_beyond_its_recursion_depth():
 def test_a_crashing_oracle_is_reported_not_fatal():
     """The interpreter overflows its C stack at this depth; in a child process that is a report."""
     with oracle.IsolatedOracle(timeout=120) as isolated:
-        report = testing.equivalence_report(DEEP, (np.int32(200_000),), backends=[], references=["interpreter"],
-                                           isolate=isolated)
+        report = testing.equivalence_report(
+            DEEP, (np.int32(200_000),), backends=[], references=["interpreter"], isolate=isolated
+        )
         assert "crashed" in report.skipped["interpreter"]
         assert "SIGSEGV" in report.skipped["interpreter"]
         assert report.outcomes["interpreter"].cause == "crashed"
         # The oracle restarts after a crash.
-        again = testing.equivalence_report(DEEP, (np.int32(10),), backends=["python"], references=["interpreter"],
-                                          isolate=isolated)
+        again = testing.equivalence_report(
+            DEEP, (np.int32(10),), backends=["python"], references=["interpreter"], isolate=isolated
+        )
         assert again.ran == ["interpreter", "relay_aot python backend"] and int(again.value) == 10
 
 
@@ -142,7 +153,7 @@ def test_isolated_and_in_process_references_agree():
 
 def test_any_name_reaches_the_isolated_oracle():
     """TVM's JSON reader knows few escapes; the module is re-encoded so that any name survives."""
-    names = ["x\u00e9", "a\x01b", 'q"\\n*/', "tab\tnl\n", "b\x08f\x0c", "emoji\U0001F600"]
+    names = ["x\u00e9", "a\x01b", 'q"\\n*/', "tab\tnl\n", "b\x08f\x0c", "emoji\U0001f600"]
     with oracle.IsolatedOracle() as isolated:
         for name in names:
             x = tvm.relay.var(name, shape=(2,), dtype="float32")
@@ -154,8 +165,9 @@ def test_any_name_reaches_the_isolated_oracle():
             mod[helper] = tvm.relay.Function([x], tvm.relay.add(x, x))
             y = tvm.relay.var(name, shape=(2,), dtype="float32")
             v = tvm.relay.var(name, shape=(2,), dtype="float32")
-            unwrap = tvm.relay.Match(ctor(helper(y)), [tvm.relay.Clause(
-                tvm.relay.PatternConstructor(ctor, [tvm.relay.PatternVar(v)]), v)])
+            unwrap = tvm.relay.Match(
+                ctor(helper(y)), [tvm.relay.Clause(tvm.relay.PatternConstructor(ctor, [tvm.relay.PatternVar(v)]), v)]
+            )
             mod["main"] = tvm.relay.Function([y], unwrap)
             outcome = isolated.run(mod, (np.ones(2, dtype="float32"),), "interpreter")
             assert outcome.kind == "value", (name, outcome.detail)
@@ -192,12 +204,15 @@ def test_a_long_list_from_a_reference_is_compared_not_remembered():
     normalize) is returned, not remembered."""
     mod = tvm.IRModule()
     Prelude(mod)
-    mod = tvm.relay.parse("""#[version = "0.0.5"]
+    mod = tvm.relay.parse(
+        """#[version = "0.0.5"]
 def @make(%n: int32, %acc: List[int32]) -> List[int32] {
   if (equal(%n, 0)) { %acc } else { @make(subtract(%n, 1), Cons(%n, %acc)) }
 }
 def @main(%n: int32) -> List[int32] { @make(%n, Nil) }
-""", init_module=mod)
+""",
+        init_module=mod,
+    )
     before = len(oracle._remembered)
     value = testing.check_equivalence(mod, (2500,), references=("vm",), backends=[])
     length = 0

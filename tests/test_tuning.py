@@ -23,7 +23,9 @@ from relay_aot.kernels import tuning
 def _dense_module() -> tvm.IRModule:
     x = relay.var("x", shape=(2, 24), dtype="float32")
     w = relay.var("w", shape=(40, 24), dtype="float32")
-    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.relu(relay.nn.dense(x, w)))))
+    return relay.transform.InferType()(
+        tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.relu(relay.nn.dense(x, w))))
+    )
 
 
 def _args():
@@ -144,9 +146,16 @@ def test_a_configuration_measured_again_costs_its_median():
     (1, 5 and 2 us) costs 2 us, and one measured once at 1.5 us beats it; a failure stays."""
     task = relay_aot.tuner.tasks(_dense_module())[0]
     again, once = task.config_space.get(0), task.config_space.get(1)
-    records = [(autotvm.MeasureInput(task.target, task, config), autotvm.MeasureResult((cost,), error, 0.0, time.time()))
-               for config, cost, error in [(again, 1e-6, 0), (again, 5e-6, 0), (once, 1.5e-6, 0), (again, 2e-6, 0),
-                                           (once, 1e9, 4)]]
+    records = [
+        (autotvm.MeasureInput(task.target, task, config), autotvm.MeasureResult((cost,), error, 0.0, time.time()))
+        for config, cost, error in [
+            (again, 1e-6, 0),
+            (again, 5e-6, 0),
+            (once, 1.5e-6, 0),
+            (again, 2e-6, 0),
+            (once, 1e9, 4),
+        ]
+    ]
     costs = [(str(inp.config), res.costs, res.error_no) for inp, res in relay_aot.tuner.median_costs(records)]
     assert sorted(costs) == sorted([(str(once), (1e9,), 4), (str(again), (2e-6,), 0), (str(once), (1.5e-6,), 0)])
 
@@ -217,9 +226,17 @@ def _packed(workload, config):
     ic_bn, oc_bn = config["tile_ic"].size[-1], config["tile_oc"].size[-1]
     n, c, h, w = data[1]
     o, i, kh, kw = weight[1]
-    return (name, ("TENSOR", (n, c // ic_bn, h, w, ic_bn), data[2]),
-            ("TENSOR", (o // oc_bn, i // ic_bn, kh, kw, ic_bn, oc_bn), weight[2]),
-            strides, padding, dilation, f"NCHW{ic_bn}c", f"NCHW{oc_bn}c", out_dtype)
+    return (
+        name,
+        ("TENSOR", (n, c // ic_bn, h, w, ic_bn), data[2]),
+        ("TENSOR", (o // oc_bn, i // ic_bn, kh, kw, ic_bn, oc_bn), weight[2]),
+        strides,
+        padding,
+        dilation,
+        f"NCHW{ic_bn}c",
+        f"NCHW{oc_bn}c",
+        out_dtype,
+    )
 
 
 @pytest.mark.early
@@ -231,13 +248,19 @@ def test_graph_tuner_chooses_the_convolutions_layouts_together(tmp_path, monkeyp
     # runner starts both for each task: each transform is one).
     started = []
     set_task = autotvm.LocalRunner.set_task
-    monkeypatch.setattr(autotvm.LocalRunner, "set_task", lambda self, task: (started.append(task), set_task(self, task))[1])
-    result = relay_aot.tune(mod, log, trials=4, tuner="random", measurements=2, network_check=False,
-                            progress=lines.append)
+    monkeypatch.setattr(
+        autotvm.LocalRunner, "set_task", lambda self, task: (started.append(task), set_task(self, task))[1]
+    )
+    result = relay_aot.tune(
+        mod, log, trials=4, tuner="random", measurements=2, network_check=False, progress=lines.append
+    )
     assert len(started) == 2, started
     # before the graph tuner, each task's configurations (all 4 are among its best) measured twice
-    counts = collections.Counter((str(inp.task.workload), str(inp.config))
-                                 for inp, res in autotvm.record.load_from_file(str(log)) if res.error_no == 0)
+    counts = collections.Counter(
+        (str(inp.task.workload), str(inp.config))
+        for inp, res in autotvm.record.load_from_file(str(log))
+        if res.error_no == 0
+    )
     assert set(counts.values()) == {2} and result.confirmed >= len(counts), counts  # (a failed one is measured again)
     assert result.graph_log == tmp_path / "records.graph.json" and result.records == result.graph_log
     assert any("layout transforms measured, 0 read from" in line for line in lines), lines
@@ -252,15 +275,19 @@ def test_graph_tuner_chooses_the_convolutions_layouts_together(tmp_path, monkeyp
     # resumed: the layout transforms' times are read back, not measured again
     layouts = (tmp_path / "records.graph.layouts.json").read_text()
     lines.clear()
-    again = relay_aot.tune(mod, log, trials=4, tuner="random", measurements=2, network_check=False,
-                           progress=lines.append)
+    again = relay_aot.tune(
+        mod, log, trials=4, tuner="random", measurements=2, network_check=False, progress=lines.append
+    )
     assert layouts and again.graph_log == result.graph_log and again.confirmed == 0
     assert any(line.startswith("graph tuner: 0 layout transforms measured, ") for line in lines), lines
     assert (tmp_path / "records.graph.layouts.json").read_text() == layouts
     # the second run's choice replaces the first (TVM's writer appends: the first would be read)
     assert len(list(autotvm.record.load_from_file(str(result.graph_log)))) == 2
     # no convolution: nothing for the graph tuner; compile with the log itself
-    assert relay_aot.tune(_dense_module(), tmp_path / "dense.json", trials=1, tuner="random").records == tmp_path / "dense.json"
+    assert (
+        relay_aot.tune(_dense_module(), tmp_path / "dense.json", trials=1, tuner="random").records
+        == tmp_path / "dense.json"
+    )
 
 
 @pytest.mark.parametrize("times, kept_untuned", [((2.0, 1.0), True), ((1.0, 2.0), False)])
@@ -280,15 +307,18 @@ def test_the_graph_tuners_choice_is_checked_in_the_network(times, kept_untuned, 
     result = relay_aot.tune(mod, log, trials=2, tuner="random", measurements=1)
     assert result.network == times and result.kept_untuned == kept_untuned
     key = relay_aot.tuner.config_key
-    chosen = {repr(inp.task.workload): key(inp.config) for inp, _ in autotvm.record.load_from_file(str(result.graph_log))}
+    chosen = {
+        repr(inp.task.workload): key(inp.config) for inp, _ in autotvm.record.load_from_file(str(result.graph_log))
+    }
     untuned = {repr(task.workload): key(relay_aot.tuner.untuned_config(task)) for task in relay_aot.tuner.tasks(mod)}
     assert len(chosen) == 2
     if kept_untuned:
         assert chosen == untuned
     data = np.random.default_rng(0).standard_normal((1, 16, 10, 10)).astype("float32")
     expected = relay.create_executor("graph", mod=mod, target="llvm").evaluate()(data).numpy()
-    np.testing.assert_allclose(relay_aot.compile(mod, tuning_records=result.records)(data).numpy(), expected,
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        relay_aot.compile(mod, tuning_records=result.records)(data).numpy(), expected, rtol=1e-4, atol=1e-5
+    )
 
 
 def _write_no_records(tmp_path):
@@ -326,8 +356,11 @@ def _line(task, config=None, cost: float = 1e-6, **knobs) -> str:
     """A record of ``task`` (its space's first configuration, or ``config``) as a log line, with
     ``knobs`` set: name -> [kind, value] ("sp", "re", "an", "ot"), or None to leave it out."""
     config = task.config_space.get(0) if config is None else config
-    row = json.loads(autotvm.record.encode(autotvm.MeasureInput(task.target, task, config),
-                                           autotvm.MeasureResult((cost,), 0, 0.0, 1.0)))
+    row = json.loads(
+        autotvm.record.encode(
+            autotvm.MeasureInput(task.target, task, config), autotvm.MeasureResult((cost,), 0, 0.0, 1.0)
+        )
+    )
     entities = {name: [name, kind, value] for name, kind, value in row["config"]["entity"]}
     for name, knob in knobs.items():
         if knob is None:
@@ -353,7 +386,8 @@ def test_a_record_outside_its_tasks_space_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError) as raised:
         relay_aot.compile(mod, tuning_records=log)
     assert str(raised.value) == _outside(
-        log, 2, task.workload, "knob tile_x = [-1, 1, 1099511627776]: not one of the 30 splits of 40 its space lists")
+        log, 2, task.workload, "knob tile_x = [-1, 1, 1099511627776]: not one of the 30 splits of 40 its space lists"
+    )
     with pytest.raises(ValueError, match="line 2: a record outside"):
         relay_aot.tune(mod, log, trials=1)  # before measuring anything
     # in TVM's own context (docs/performance.md's other way), refused by workload, knob and value
@@ -361,10 +395,12 @@ def test_a_record_outside_its_tasks_space_is_refused_by_name(tmp_path):
         relay_aot.compile(mod)
     assert str(raised.value) == (
         "tuning records in scope (autotvm.apply_history_best): a record outside its task's configuration space: "
-        f"{task.workload}, knob tile_x = [-1, 1, 1099511627776]: not one of the 30 splits of 40 its space lists")
+        f"{task.workload}, knob tile_x = [-1, 1, 1099511627776]: not one of the 30 splits of 40 its space lists"
+    )
     log.write_text(_line(task) + "\n" + _line(task, cost=1e-7, tile_x=["sp", [-1, 1, 8]]) + "\n")
-    np.testing.assert_allclose(relay_aot.compile(mod, tuning_records=log)(*_args()).numpy(), _expected(*_args()),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        relay_aot.compile(mod, tuning_records=log)(*_args()).numpy(), _expected(*_args()), rtol=1e-5
+    )
 
 
 def test_a_split_that_does_not_divide_its_axis_blames_the_record(tmp_path):
@@ -376,8 +412,9 @@ def test_a_split_that_does_not_divide_its_axis_blames_the_record(tmp_path):
     log.write_text(_line(task, tile_x=["sp", [-1, 1, 32]]) + "\n")
     with pytest.raises(ValueError) as raised:
         relay_aot.compile(mod, tuning_records=log)
-    assert str(raised.value) == _outside(log, 1, task.workload,
-                                         "knob tile_x = [-1, 1, 32]: not one of the 45 splits of 48 its space lists")
+    assert str(raised.value) == _outside(
+        log, 1, task.workload, "knob tile_x = [-1, 1, 32]: not one of the 45 splits of 48 its space lists"
+    )
 
 
 @autotvm.template("relay_aot_test.every_knob")
@@ -396,19 +433,22 @@ def _every_knob(n):
     return s, [a, b]
 
 
-@pytest.mark.parametrize("knobs, problem", [
-    ({"tile_i": ["sp", [-1, 3]]}, "knob tile_i = [-1, 3]: not one of the 4 splits of 8 its space lists"),
-    ({"tile_i": ["sp", [3, 4]]}, "knob tile_i = [3, 4]: its factors multiply to 12, the axis is 8 long"),
-    ({"tile_i": ["sp", [-1, 2.0]]}, "knob tile_i = [-1, 2.0]: not 2 integer factors, the inner ones positive"),
-    ({"tile_i": ["sp", [-1, 2, 1]]}, "knob tile_i = [-1, 2, 1]: not 2 integer factors, the inner ones positive"),
-    ({"order": ["re", [1, 1]]}, "knob order = [1, 1]: not one of the 2 values its space lists"),
-    ({"ann": ["an", ["vec"]]}, "knob ann = ['vec']: not one of the 2 values its space lists"),
-    ({"step": ["ot", 3]}, "knob step = 3: not one of the 2 values its space lists"),
-    ({"step": ["ot", True]}, "knob step = True: not one of the 2 values its space lists"),
-    ({"step": ["sp", [-1, 1]]}, "knob step = [-1, 1]: a split, where the template's knob is an option"),
-    ({"extra": ["ot", 1]}, "knob extra = 1: the template has no such knob (its knobs: tile_i, order, ann, step)"),
-    ({"step": None}, "knob step: the record has no value for it"),
-])
+@pytest.mark.parametrize(
+    "knobs, problem",
+    [
+        ({"tile_i": ["sp", [-1, 3]]}, "knob tile_i = [-1, 3]: not one of the 4 splits of 8 its space lists"),
+        ({"tile_i": ["sp", [3, 4]]}, "knob tile_i = [3, 4]: its factors multiply to 12, the axis is 8 long"),
+        ({"tile_i": ["sp", [-1, 2.0]]}, "knob tile_i = [-1, 2.0]: not 2 integer factors, the inner ones positive"),
+        ({"tile_i": ["sp", [-1, 2, 1]]}, "knob tile_i = [-1, 2, 1]: not 2 integer factors, the inner ones positive"),
+        ({"order": ["re", [1, 1]]}, "knob order = [1, 1]: not one of the 2 values its space lists"),
+        ({"ann": ["an", ["vec"]]}, "knob ann = ['vec']: not one of the 2 values its space lists"),
+        ({"step": ["ot", 3]}, "knob step = 3: not one of the 2 values its space lists"),
+        ({"step": ["ot", True]}, "knob step = True: not one of the 2 values its space lists"),
+        ({"step": ["sp", [-1, 1]]}, "knob step = [-1, 1]: a split, where the template's knob is an option"),
+        ({"extra": ["ot", 1]}, "knob extra = 1: the template has no such knob (its knobs: tile_i, order, ann, step)"),
+        ({"step": None}, "knob step: the record has no value for it"),
+    ],
+)
 def test_every_kind_of_knob_is_checked_against_its_space(knobs, problem, tmp_path):
     task = autotvm.task.create("relay_aot_test.every_knob", (8,), "llvm")
     log = tmp_path / "records.json"
@@ -448,8 +488,10 @@ def test_partial_column_blocks_are_read_and_build_right(tmp_path):
         log.write_text(_line(task, ruled, tile_ow=["sp", columns]) + "\n")
         compiled = relay_aot.compile(mod, target=target, tuning_records=log)
         np.testing.assert_allclose(compiled(data).numpy(), expected, rtol=1e-4, atol=1e-5)
-    for columns, problem in (([4, 5], "its factors multiply to 20, the axis is 13 long"),
-                             ([1, 14], "not one of the 5 splits of 13 its space lists")):
+    for columns, problem in (
+        ([4, 5], "its factors multiply to 20, the axis is 13 long"),
+        ([1, 14], "not one of the 5 splits of 13 its space lists"),
+    ):
         log.write_text(_line(task, ruled, tile_ow=["sp", columns]) + "\n")
         with pytest.raises(ValueError) as raised:
             tuning.read(log)
@@ -457,8 +499,9 @@ def test_partial_column_blocks_are_read_and_build_right(tmp_path):
     log.write_text(_line(task, ruled, tile_oc=["sp", [4, 5]]) + "\n")
     with pytest.raises(ValueError) as raised:
         relay_aot.compile(mod, target=target, tuning_records=log)
-    assert str(raised.value) == _outside(log, 1, task.workload,
-                                         "knob tile_oc = [4, 5]: not one of the 5 splits of 16 its space lists")
+    assert str(raised.value) == _outside(
+        log, 1, task.workload, "knob tile_oc = [4, 5]: not one of the 5 splits of 16 its space lists"
+    )
 
 
 def test_a_compile_served_from_the_cache_checks_no_space(untuned_reports, tmp_path, monkeypatch):
@@ -479,8 +522,9 @@ def test_a_compile_served_from_the_cache_checks_no_space(untuned_reports, tmp_pa
 _BENCHMARK_LOGS = Path(__file__).parent.parent / "docs" / "benchmarks" / "tuning"
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in _BENCHMARK_LOGS.glob("*.json")
-                                         if not p.name.endswith(".layouts.json")))
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in _BENCHMARK_LOGS.glob("*.json") if not p.name.endswith(".layouts.json"))
+)
 def test_the_committed_logs_are_read_whole(name):
     """The benchmark's logs, tune's own: their untuned records lie outside AutoTVM's spaces (the
     rule's partial blocks: 13 columns in blocks of 5, 111 in blocks of 14)."""
@@ -501,8 +545,10 @@ def test_a_cut_last_line_is_ignored_with_a_warning(tmp_path, caplog):
     cut.write_text(complete.read_text() + last[: len(last) // 2])
     tuned = relay_aot.compile(mod, tuning_records=cut)
     warnings = [r.getMessage() for r in caplog.records if r.name == "relay_aot" and r.levelno == logging.WARNING]
-    assert warnings == [f"tuning records {cut}, line {len(tasks) + 1}: the last line was cut off mid-write "
-                        "(no newline, not a record): it is ignored"], warnings
+    assert warnings == [
+        f"tuning records {cut}, line {len(tasks) + 1}: the last line was cut off mid-write "
+        "(no newline, not a record): it is ignored"
+    ], warnings
     assert tuned.build_result.key == relay_aot.compile(mod, tuning_records=complete).build_result.key
     np.testing.assert_allclose(tuned(*_args()).numpy(), _expected(*_args()), rtol=1e-5)
     # a complete last record without its newline is read
@@ -518,16 +564,19 @@ def test_a_cut_last_line_is_ignored_with_a_warning(tmp_path, caplog):
         tuning.read(cut)
 
 
-@pytest.mark.parametrize("damage, detail", [
-    (lambda line: "not json", "JSONDecodeError: Expecting value: line 1 column 1 (char 0)"),
-    (lambda line: line[:12], "JSONDecodeError: Unterminated string starting at: line 1 column 12 (char 11)"),
-    (lambda line: "[1, 2]", "TypeError: list indices must be integers or slices, not str"),
-    (lambda line: line.replace('"sp"', '"xx"', 1), "RuntimeError: Invalid config knob type: xx"),
-    (lambda line: line.replace("[[1e-06], 0", "[[-1.0], 0"), "ValueError: costs [-1.0] are not all finite times"),
-    (lambda line: line.replace("[[1e-06], 0", "[[NaN], 0"), "ValueError: costs [nan] are not all finite times"),
-    (lambda line: line.replace("[[1e-06], 0", "[[true], 0"), "TypeError: costs (True,) are not a list of numbers"),
-    (lambda line: line.replace('"index": 0', '"index": "0"'), "TypeError: index '0' is not an integer"),
-])
+@pytest.mark.parametrize(
+    "damage, detail",
+    [
+        (lambda line: "not json", "JSONDecodeError: Expecting value: line 1 column 1 (char 0)"),
+        (lambda line: line[:12], "JSONDecodeError: Unterminated string starting at: line 1 column 12 (char 11)"),
+        (lambda line: "[1, 2]", "TypeError: list indices must be integers or slices, not str"),
+        (lambda line: line.replace('"sp"', '"xx"', 1), "RuntimeError: Invalid config knob type: xx"),
+        (lambda line: line.replace("[[1e-06], 0", "[[-1.0], 0"), "ValueError: costs [-1.0] are not all finite times"),
+        (lambda line: line.replace("[[1e-06], 0", "[[NaN], 0"), "ValueError: costs [nan] are not all finite times"),
+        (lambda line: line.replace("[[1e-06], 0", "[[true], 0"), "TypeError: costs (True,) are not a list of numbers"),
+        (lambda line: line.replace('"index": 0', '"index": "0"'), "TypeError: index '0' is not an integer"),
+    ],
+)
 def test_a_malformed_line_is_refused_by_file_and_line(damage, detail, tmp_path):
     task = _task(_dense_module(), "dense_pack.x86")
     good = _line(task)
@@ -542,12 +591,15 @@ def test_a_malformed_line_is_refused_by_file_and_line(damage, detail, tmp_path):
         tuning.read(log)
 
 
-@pytest.mark.parametrize("tail, kept", [
-    ("", ""),                                 # ends with a newline: nothing to do
-    ("CUT", ""),                              # a cut record: removed
-    ("GOOD", "GOOD\n"),                       # a complete record without its newline: the newline added
-    ("   ", ""),                              # blanks: removed (TVM's reader refuses a blank line)
-])
+@pytest.mark.parametrize(
+    "tail, kept",
+    [
+        ("", ""),  # ends with a newline: nothing to do
+        ("CUT", ""),  # a cut record: removed
+        ("GOOD", "GOOD\n"),  # a complete record without its newline: the newline added
+        ("   ", ""),  # blanks: removed (TVM's reader refuses a blank line)
+    ],
+)
 def test_tune_appends_each_record_on_a_line_of_its_own(tail, kept, tmp_path, caplog):
     """AutoTVM appends ``record + "\\n"`` to whatever the log ends with: after a cut line the next
     record would continue it, a malformed line for ever after."""
@@ -560,8 +612,10 @@ def test_tune_appends_each_record_on_a_line_of_its_own(tail, kept, tmp_path, cap
     relay_aot.tuner.end_lines(log)
     assert log.read_text() == good + "\n" + kept
     warnings = [r.getMessage() for r in caplog.records if r.name == "relay_aot"]
-    removed = (f"tuning records {log}, line 2: the last line was cut off mid-write (no newline, not a record): "
-               "removed (150 bytes) before appending")
+    removed = (
+        f"tuning records {log}, line 2: the last line was cut off mid-write (no newline, not a record): "
+        "removed (150 bytes) before appending"
+    )
     assert warnings == ([removed] if tail == good[:150] else [])
 
 
@@ -571,8 +625,10 @@ def test_tune_resumes_a_log_whose_last_line_was_cut(tmp_path, capsys, caplog):
     and measures again what it held; the log is then whole (TVM's own reader reads it)."""
     caplog.set_level(logging.WARNING, logger="relay_aot")
     model = tmp_path / "dense.relay"
-    model.write_text('#[version = "0.0.5"]\ndef @main(%x: Tensor[(2, 24), float32], %w: Tensor[(40, 24), float32]) {\n'
-                     "  nn.relu(nn.dense(%x, %w, units=40))\n}\n")
+    model.write_text(
+        '#[version = "0.0.5"]\ndef @main(%x: Tensor[(2, 24), float32], %w: Tensor[(40, 24), float32]) {\n'
+        "  nn.relu(nn.dense(%x, %w, units=40))\n}\n"
+    )
     tasks = relay_aot.tuner.tasks(_dense_module())
     first, second = (_line(t, relay_aot.tuner.untuned_config(t)) for t in tasks)  # each task's first trial
     log = tmp_path / "records.json"
@@ -581,7 +637,9 @@ def test_tune_resumes_a_log_whose_last_line_was_cut(tmp_path, capsys, caplog):
     assert "2 tasks, 1 trials measured now" in capsys.readouterr().out
     cut = f"tuning records {log}, line 2: the last line was cut off mid-write (no newline, not a record)"
     assert [r.getMessage() for r in caplog.records if r.name == "relay_aot"] == [
-        f"{cut}: it is ignored", f"{cut}: removed (195 bytes) before appending"]
+        f"{cut}: it is ignored",
+        f"{cut}: removed (195 bytes) before appending",
+    ]
     text = log.read_text()
     assert text.startswith(first + "\n{") and text.endswith("\n") and text.count("\n") == 2
     records = list(autotvm.record.load_from_file(str(log)))

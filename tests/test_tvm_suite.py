@@ -21,17 +21,27 @@ DATA = ROOT / "data" / "tvm_suite.json"
 
 @pytest.mark.early
 def test_every_executor_runs_relay_aot_and_the_summary_names_what_fails_only_there():
-    runs = {mode: tvm_suite.run_file(ROOT / "tvm_suite_sample", "executors_sample.py", mode, 1, 300)
-            for mode in ("tvm", "aot")}
+    runs = {
+        mode: tvm_suite.run_file(ROOT / "tvm_suite_sample", "executors_sample.py", mode, 1, 300)
+        for mode in ("tvm", "aot")
+    }
     for test, entry in runs["tvm"].items():
         assert entry["outcome"] == "passed" and entry["reached"] == 0, (test, entry)
     aot = {test.split("::")[1]: entry for test, entry in runs["aot"].items()}
     # every kind of create_executor, relay.build + GraphModule, vm.compile + VirtualMachine
     assert aot["test_every_kind"]["reached"] == 4
-    for name in ("test_every_kind", "test_build_and_graph_module", "test_legacy_build_tuple", "test_graph_and_vm_module_apis", "test_vm_compile",
-                 "test_interpreter_constructor_values"):
+    for name in (
+        "test_every_kind",
+        "test_build_and_graph_module",
+        "test_legacy_build_tuple",
+        "test_graph_and_vm_module_apis",
+        "test_vm_compile",
+        "test_interpreter_constructor_values",
+    ):
         assert aot[name]["outcome"] == "passed" and aot[name]["reached"] >= 1, (name, aot[name])
-    summary = tvm_suite.summarize({"executors_sample.py": runs}, {"executors_sample.py::test_fails_only_under_relay_aot": "why"})
+    summary = tvm_suite.summarize(
+        {"executors_sample.py": runs}, {"executors_sample.py::test_fails_only_under_relay_aot": "why"}
+    )
     (only,) = summary["failing_only_with_relay_aot"]
     assert only["test"].endswith("test_fails_only_under_relay_aot") and only["reason"] == "why"
     assert "AssertionError" in only["error"]

@@ -20,7 +20,7 @@ from tvm.relay.backend.interpreter import RefValue
 import relay_aot
 from relay_aot import testing
 
-LONG_LISTS = '''
+LONG_LISTS = """
 #[version = "0.0.5"]
 type List[A] { Cons(A, List[A]), Nil }
 def @build(%i: int64, %acc: List[int64]) -> List[int64] {
@@ -30,7 +30,7 @@ def @sum(%l: List[int64], %s: int64) -> int64 {
   match (%l) { Cons(%h, %t) => @sum(%t, add(%s, %h)), Nil => %s }
 }
 def @main(%n: int64, %l: List[int64]) -> (List[int64], int64) { (@build(%n, Nil), @sum(%l, 0i64)) }
-'''
+"""
 
 
 @pytest.mark.parametrize("backend", ["cpp", "python"])
@@ -39,7 +39,7 @@ def test_long_lists_made_in_python_are_freed_without_recursion(backend):
     of 100,000 cells is dropped without overflowing a 2 MiB C stack (TVM's recursive deleters
     overflow an 8 MiB stack at about 200,000 cells, so a 2 MiB one at about 50,000)."""
     result = run_isolated(
-        f'''
+        f"""
         import json, threading, numpy as np, tvm, relay_aot
         from tvm.relay.backend.interpreter import ConstructorValue
         mod = tvm.relay.parse({LONG_LISTS!r})
@@ -64,7 +64,7 @@ def test_long_lists_made_in_python_are_freed_without_recursion(backend):
         dropper.start()
         dropper.join()
         print(json.dumps(out))
-        ''',
+        """,
         timeout=600,
         stack_bytes=2 << 20,
     )
@@ -72,7 +72,7 @@ def test_long_lists_made_in_python_are_freed_without_recursion(backend):
     assert result == {"returned": expected, "interpreter values": expected}
 
 
-SHARED = '''
+SHARED = """
 #[version = "0.0.5"]
 type Tree { Leaf(int32), Node(Tree, Tree) }
 def @build(%d: int32) -> Tree {
@@ -80,14 +80,14 @@ def @build(%d: int32) -> Tree {
 }
 def @depth(%t: Tree) -> int32 { match (%t) { Leaf(_) => 0, Node(%l, _) => add(@depth(%l), 1) } }
 def @main(%d: int32, %t: Tree) -> (Tree, int32) { (@build(%d), @depth(%t)) }
-'''
+"""
 
 
 @pytest.mark.parametrize("backend", ["cpp", "python"])
 def test_a_value_with_shared_parts_is_checked_once_per_object(backend):
     """A tree of depth 60 whose two children are one object has 60 objects and 2**60 paths."""
     result = run_isolated(
-        f'''
+        f"""
         import json, time, numpy as np, tvm, relay_aot
         mod = tvm.relay.parse({SHARED!r})
         compiled = relay_aot.compile(mod, backend={backend!r})
@@ -99,7 +99,7 @@ def test_a_value_with_shared_parts_is_checked_once_per_object(backend):
             depth = call(np.int32(0) if how == "CompiledModule" else tvm.nd.array(np.int32(0)), tree)[1]
             times[how] = (int(depth.numpy()), time.perf_counter() - start)
         print(json.dumps(times))
-        ''',
+        """,
         timeout=120,
     )
     for how, (depth, seconds) in result.items():
@@ -107,7 +107,7 @@ def test_a_value_with_shared_parts_is_checked_once_per_object(backend):
         assert seconds < 1.0, f"{how}: {seconds:.2f} s for 60 objects"
 
 
-RETURNS_CONSTANTS = '''
+RETURNS_CONSTANTS = """
 #[version = "0.0.5"]
 def @same(%c: Tensor[(3), float32]) -> Tensor[(3), float32] { %c }
 def @main(%x: Tensor[(3), float32]) {
@@ -115,7 +115,7 @@ def @main(%x: Tensor[(3), float32]) {
   let %r = ref(meta[relay.Constant][0]);
   (%k, @same(%k), add(%x, %k), fn () { %k }, %r, %x)
 }
-'''
+"""
 
 
 def _constants_module(values=(1, 2, 3)) -> tvm.IRModule:
@@ -147,13 +147,13 @@ def test_a_passed_through_argument_is_the_same_tensor(backend):
     assert compiled(x)[5].same_as(x)
 
 
-CALLBACK = '''
+CALLBACK = """
 #[version = "0.0.5"]
 def @main(%f: fn (Tensor[(2), float32]) -> Tensor[(2), float32], %x: Tensor[(2), float32]) {
   let %g = fn (%y: Tensor[(2), float32]) -> Tensor[(2), float32] { %f(add(%y, %y)) };
   (%f(%x), %g)
 }
-'''
+"""
 
 
 class Boom(ValueError):
@@ -179,6 +179,7 @@ def test_errors_in_python_callbacks_keep_their_type_and_message(backend, how):
         call(wrap(_raises), x)
     with pytest.raises(TypeError, match="str|type code"):
         call(wrap(_returns_a_string), x)
+
     # through a closure the program returned, called later from Python
     def raises_on_twos(value):
         if value.numpy()[0] > 1:
@@ -190,10 +191,10 @@ def test_errors_in_python_callbacks_keep_their_type_and_message(backend, how):
         closure(x)
 
 
-POLYMORPHIC = '''
+POLYMORPHIC = """
 #[version = "0.0.5"]
 def @main[A](%x: A) -> A { %x }
-'''
+"""
 
 
 @pytest.mark.parametrize("backend", ["cpp", "python"])
@@ -235,15 +236,18 @@ def test_a_parameter_with_no_element_type_takes_any_value_where_nothing_computes
             passed = tvm.nd.array(np.ones(4, "float32"))
             assert compiled(passed, y)[0].same_as(passed)
     computed = _no_element_type(lambda opt, y: relay.add(opt, opt))
-    with pytest.raises(relay_aot.UnsupportedError, match=r"%opt has the type Tensor\[\(4\), \], a tensor with no "
-                                                         r"element type .* reaches a kernel in @main"):
+    with pytest.raises(
+        relay_aot.UnsupportedError,
+        match=r"%opt has the type Tensor\[\(4\), \], a tensor with no "
+        r"element type .* reaches a kernel in @main",
+    ):
         relay_aot.compile(computed, backend=backend)
 
 
-KINDS = '''
+KINDS = """
 #[version = "0.0.5"]
 def @main(%i: int32, %f: float32, %b: bool, %l: int64) { (%i, %f, %b, %l) }
-'''
+"""
 
 #: (description, arguments, expected error class or None): one rule on both backends.
 ARGUMENT_KINDS = [
@@ -280,10 +284,10 @@ def test_one_rule_for_the_kinds_of_numbers(backend, what, args, error):
         compiled(*args)
 
 
-ARRAYS = '''
+ARRAYS = """
 #[version = "0.0.5"]
 def @main(%u: Tensor[(3), uint8], %f: Tensor[(2), float32]) { (%u, %f) }
-'''
+"""
 
 #: (description, uint8 argument, float32 argument, expected error or None).
 ARRAY_DTYPES = [
@@ -360,7 +364,7 @@ def test_export_library_refuses_anything_but_a_regular_file(tmp_path):
     assert relay_aot.load(target)(1, 2.5, True, 3)[3].numpy() == 3
 
 
-MANY_CELLS = '''
+MANY_CELLS = """
 #[version = "0.0.5"]
 type List[A] { Cons(A, List[A]), Nil }
 def @build(%i: int32, %n: int32, %acc: List[fn () -> int32]) -> List[fn () -> int32] {
@@ -380,7 +384,7 @@ def @main(%n: int32) {
   let %l = @build(0, %n, Nil);
   (@sum(%l, 0), ref(%n))
 }
-'''
+"""
 
 
 def test_reference_cells_are_reused_without_sharing_contents():
@@ -398,11 +402,11 @@ def test_reference_cells_are_reused_without_sharing_contents():
     assert [cell[0].numpy().item() for _, cell in kept] == [n for n, _ in kept]
 
 
-HIERARCHY = '''
+HIERARCHY = """
 #[version = "0.0.5"]
 type T { A, B }
 def @pick(%t: T) -> int32 { match? (%t) { A => 1 } }
-'''
+"""
 
 
 def _hierarchy_module() -> tvm.IRModule:
@@ -410,8 +414,15 @@ def _hierarchy_module() -> tvm.IRModule:
     t_type = relay.TypeCall(mod.get_global_type_var("T"), [])
     x, n, t = relay.var("x", shape=(relay.Any(),)), relay.var("n", shape=(), dtype="int32"), relay.var("t", t_type)
     s = relay.var("s", shape=(2,), dtype="int64")
-    body = relay.Tuple([relay.add(x, relay.ones((1,), "float32")), n, relay.Call(mod.get_global_var("pick"), [t]),
-                        relay.reshape(x, [2, -1]), relay.zeros(s, "float32")])
+    body = relay.Tuple(
+        [
+            relay.add(x, relay.ones((1,), "float32")),
+            n,
+            relay.Call(mod.get_global_var("pick"), [t]),
+            relay.reshape(x, [2, -1]),
+            relay.zeros(s, "float32"),
+        ]
+    )
     mod["main"] = relay.Function([x, n, t, s], body)
     return relay.transform.InferType()(mod)
 

@@ -16,7 +16,7 @@ from tvm import relay
 import relay_aot
 from relay_aot.compiler import generate_source
 
-FLOAT32_ULP = 2.0 ** -23
+FLOAT32_ULP = 2.0**-23
 LIBM = {"expf", "exp", "tanhf", "tanh"}
 
 
@@ -37,8 +37,28 @@ def _tvm_scalar(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
         return relay.create_executor("debug", mod=mod, target="llvm").evaluate()(x).numpy().astype("float64")
 
 
-EDGES = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-7, 3e-4, 5e-4, 8.99, 9.01, -50.0, 1e30,
-         88.72, 88.73, 89.0, -87.5, -103.9, -104.0, -120.0]
+EDGES = [
+    np.nan,
+    np.inf,
+    -np.inf,
+    0.0,
+    -0.0,
+    1e-30,
+    -1e-7,
+    3e-4,
+    5e-4,
+    8.99,
+    9.01,
+    -50.0,
+    1e30,
+    88.72,
+    88.73,
+    89.0,
+    -87.5,
+    -103.9,
+    -104.0,
+    -120.0,
+]
 
 # op, reference in float64, largest relative error allowed (in float32 ulps) over the normal range
 CASES = {
@@ -69,7 +89,9 @@ def test_float32_functions_are_vectorized_and_accurate(name):
     # overflowed, giving 0)
     tiny = np.isfinite(ref) & (np.abs(ref) <= 1.2e-38)
     close = (np.abs(got - ref) <= 2e-45) | (got == theirs)
-    assert close[tiny].all(), list(zip(x[tiny][~close[tiny]][:5], got[tiny][~close[tiny]][:5], theirs[tiny][~close[tiny]][:5]))
+    assert close[tiny].all(), list(
+        zip(x[tiny][~close[tiny]][:5], got[tiny][~close[tiny]][:5], theirs[tiny][~close[tiny]][:5])
+    )
 
 
 def test_tanh_is_more_accurate_than_tvms_near_zero():

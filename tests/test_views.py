@@ -58,8 +58,11 @@ def _zero_dimensional():
     return module, lambda a: [np.exp(np.exp(a[0])), np.exp(np.exp(np.exp(a[0]))).reshape(1, 1)]
 
 
-CASES = {"reshapes": (_reshapes, {"(6, 4)"}), "layout_transforms": (_layout_transforms, {"(1, 4, 1, 1, 16)"}),
-         "zero_dimensional": (_zero_dimensional, set())}
+CASES = {
+    "reshapes": (_reshapes, {"(6, 4)"}),
+    "layout_transforms": (_layout_transforms, {"(1, 4, 1, 1, 16)"}),
+    "zero_dimensional": (_zero_dimensional, set()),
+}
 
 
 @pytest.mark.parametrize("case", CASES)

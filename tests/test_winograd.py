@@ -22,8 +22,9 @@ def _avx512() -> bool:
 needs_avx512 = pytest.mark.skipif(not _avx512(), reason="Winograd convolutions are chosen on AVX-512 only")
 
 
-def _conv_net(channels, filters, height, width, stride=1, fused=True, weight_param=False, seed=0, tail=None,
-              weight_scale=1.0):
+def _conv_net(
+    channels, filters, height, width, stride=1, fused=True, weight_param=False, seed=0, tail=None, weight_scale=1.0
+):
     """A 3x3 convolution and, by ``tail``: "relu" (bias and relu, fused into it; ``fused``'s
     default), "bias" (a fused bias only), "pool" (a max pool, not fused; ``fused=False``)."""
     tail = tail or ("relu" if fused else "pool")
@@ -59,11 +60,14 @@ def _winograd_calls(mod, target=None) -> int:
 
 
 @needs_avx512
-@pytest.mark.parametrize("shape", [
-    (16, 32, 13, 13, True),    # tiles of 2 (a 13-wide map: 7 tiles, the last partial)
-    (32, 64, 27, 27, True),    # tiles of 4, the last partial
-    (16, 32, 20, 23, False),   # not square; the convolution's own output stage (max_pool follows)
-])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (16, 32, 13, 13, True),  # tiles of 2 (a 13-wide map: 7 tiles, the last partial)
+        (32, 64, 27, 27, True),  # tiles of 4, the last partial
+        (16, 32, 20, 23, False),  # not square; the convolution's own output stage (max_pool follows)
+    ],
+)
 def test_winograd_convolution_equals_the_direct_one(shape):
     channels, filters, height, width, fused = shape
     mod, args = _conv_net(channels, filters, height, width, fused=fused)
@@ -113,7 +117,11 @@ def test_non_finite_inputs_give_the_direct_convolutions_non_finite_outputs(tile,
     compiled = relay_aot.compile(mod)
     corner = (height - 1, width - 1)  # in the last, partial tile
     cases = [
-        {(5, 6): np.inf}, {(5, 6): -np.inf}, {(5, 6): np.nan}, {(0, 0): np.inf}, {corner: np.nan},
+        {(5, 6): np.inf},
+        {(5, 6): -np.inf},
+        {(5, 6): np.nan},
+        {(0, 0): np.inf},
+        {corner: np.nan},
         {(5, 6): np.inf, (6, 7): -np.inf},  # windows holding both: inf - inf
         {(2, 3): np.inf, (height - 3, 4): np.nan},  # two rows of tiles
     ]

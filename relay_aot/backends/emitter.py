@@ -16,10 +16,7 @@ import contextlib
 from collections.abc import Iterator
 
 #: Characters kept as they are in comments and string literals; everything else is escaped.
-_SAFE = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-    " _-+=.,:;()[]<>@%#!&|^~'`$"
-)
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-+=.,:;()[]<>@%#!&|^~'`$")
 
 
 def escape_comment(text: str) -> str:

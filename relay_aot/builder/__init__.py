@@ -292,8 +292,14 @@ def _reuse_unit_object(root: Path, obj: Path, identity: str) -> bool:
     return lookup_object(root, "units", _object_key(identity), obj, identity.__eq__)
 
 
-def _runtime_object(build_dir: Path, flags: BuildFlags, root: Path, reporter: Reporter,
-                    background: list[BackgroundCompile], use_prebuilt: bool) -> str | None:
+def _runtime_object(
+    build_dir: Path,
+    flags: BuildFlags,
+    root: Path,
+    reporter: Reporter,
+    background: list[BackgroundCompile],
+    use_prebuilt: bool,
+) -> str | None:
     """Put the runtime object into ``build_dir`` from the cache and return None; if the cache
     has none for this toolchain, take the one ``pip install`` built when it matches
     (``use_prebuilt``, see ``prebuilt.py``), else return the runtime source for the units to
@@ -318,8 +324,7 @@ def _runtime_object(build_dir: Path, flags: BuildFlags, root: Path, reporter: Re
     return str(runtime_include_dir() / RUNTIME_SOURCE)
 
 
-def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, reporter: Reporter,
-               share: bool) -> None:
+def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, reporter: Reporter, share: bool) -> None:
     """Compile ``inputs`` in ``build_dir``: units (and a missing PCH and runtime object) while
     TVM builds the kernels (or the cache provides them; ``share``: the cache may be read and
     filled)."""
@@ -344,10 +349,16 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
             reads = _combine_first_units(build_dir, reads)
         # Unit objects are read and kept only where the cache is shared (not combined.cc, which
         # is written here and has no identity of its own).
-        identities = {unit: _unit_identity(inputs, unit, reads[unit], runtime_source)
-                      for unit in reads if share and unit in inputs.files}
-        reused = [unit for unit, identity in identities.items()
-                  if _reuse_unit_object(root, build_dir / object_name(unit), identity)]
+        identities = {
+            unit: _unit_identity(inputs, unit, reads[unit], runtime_source)
+            for unit in reads
+            if share and unit in inputs.files
+        }
+        reused = [
+            unit
+            for unit, identity in identities.items()
+            if _reuse_unit_object(root, build_dir / object_name(unit), identity)
+        ]
         (build_dir / "build.ninja").write_text(
             ninja_file(inputs.flags, reads, inputs.has_kernels, library, runtime_source, reused)
         )
@@ -380,7 +391,9 @@ def _run_build(build_dir: Path, inputs: BuildInputs, library: str, root: Path, r
             units.kill()
 
 
-def _keep_failed(build_dir: Path, lock: Lock, root: Path, inputs: BuildInputs, key: str, err: CompileError) -> CompileError:
+def _keep_failed(
+    build_dir: Path, lock: Lock, root: Path, inputs: BuildInputs, key: str, err: CompileError
+) -> CompileError:
     """Move a failed build to ``failed/<model>-<key>`` and say so in the error."""
     failed = subdir(root, "failed") / f"{inputs.model}-{key[:16]}"
     shutil.rmtree(failed, ignore_errors=True)
@@ -397,8 +410,9 @@ def _keep_failed(build_dir: Path, lock: Lock, root: Path, inputs: BuildInputs, k
     )
 
 
-def _build_in(root: Path, inputs: BuildInputs, key: str, library: str, reporter: Reporter,
-              share: bool) -> tuple[Path, Lock]:
+def _build_in(
+    root: Path, inputs: BuildInputs, key: str, library: str, reporter: Reporter, share: bool
+) -> tuple[Path, Lock]:
     """Build in a fresh directory under ``tmp/``; returns it and its lock. Failures are kept."""
     sweep_tmp(root)
     build_dir, lock = new_build_dir(root, key[:16])

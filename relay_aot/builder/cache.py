@@ -108,14 +108,21 @@ def check_replaceable(path: Path, what: str) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISREG(mode):
-        raise ValueError(f"{what}: {path} is {file_kind(mode)}, not a regular file; "
-                         "give a new path or a regular file to replace")
+        raise ValueError(
+            f"{what}: {path} is {file_kind(mode)}, not a regular file; give a new path or a regular file to replace"
+        )
 
 
 def file_kind(mode: int) -> str:
     """What a file of ``mode`` (``st_mode``) is, in words: "a symbolic link", "a FIFO", ..."""
-    kinds = [(stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
+    kinds = [
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
     return next((name for test, name in kinds if test(mode)), "a special file")
 
 
@@ -415,7 +422,12 @@ def _library_of_record(root: Path, record: dict) -> Entry | None:
     """The entry an index record names, if the name has the expected form and stays in ``lib/``."""
     text, key = record.get("library"), record.get("key")
     match = _LIBRARY_PATH.match(text) if isinstance(text, str) else None
-    if match is None or match.group(2) != key or not key.startswith(match.group(1)) or not key.startswith(match.group(3)):
+    if (
+        match is None
+        or match.group(2) != key
+        or not key.startswith(match.group(1))
+        or not key.startswith(match.group(3))
+    ):
         return None
     library = root / text
     try:
@@ -448,8 +460,12 @@ def record_index(root: Path, key: str, entry: Entry, files: Iterable[str], units
     """Remember that module key ``key`` compiles to the cached library of ``entry``."""
     if not entry.library.is_relative_to(root / "lib"):
         return
-    record = {"library": str(entry.library.relative_to(root)), "key": entry.key, "files": list(files),
-              "units": list(units)}
+    record = {
+        "library": str(entry.library.relative_to(root)),
+        "key": entry.key,
+        "files": list(files),
+        "units": list(units),
+    }
     write_atomic(_index_path(root, key), json.dumps(record))
 
 

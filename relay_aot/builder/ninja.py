@@ -22,8 +22,14 @@ from .progress import Reporter
 from .toolchain import RUNTIME_OBJECT, BuildFlags, command_line, object_name
 
 
-def ninja_file(flags: BuildFlags, units: dict[str, list[str]], has_kernels: bool, library: str,
-               runtime_source: str | None = None, reused: Iterable[str] = ()) -> str:
+def ninja_file(
+    flags: BuildFlags,
+    units: dict[str, list[str]],
+    has_kernels: bool,
+    library: str,
+    runtime_source: str | None = None,
+    reused: Iterable[str] = (),
+) -> str:
     """The ``build.ninja`` compiling ``units`` (each with the generated files it reads) and
     linking them, with ``kernels.o`` if ``has_kernels`` and the runtime object, into
     ``library`` (paths relative to the build directory).
@@ -90,8 +96,6 @@ def ninja_binary() -> str:
     if found is None:
         raise CompileError("ninja is not installed (pip install ninja)")
     return found
-
-
 
 
 class NinjaRun:

@@ -79,8 +79,9 @@ class BackgroundCompile:
     only costs speed: nothing is published, and later builds try again.
     """
 
-    def __init__(self, command: list[str], work: Path, work_lock: Lock, lock: Lock, reporter: Reporter,
-                 what: str, label: str):
+    def __init__(
+        self, command: list[str], work: Path, work_lock: Lock, lock: Lock, reporter: Reporter, what: str, label: str
+    ):
         self.command = command
         self.work, self.work_lock, self.lock = work, work_lock, lock
         self.reporter = reporter
@@ -229,8 +230,9 @@ class RuntimeObjectBuild(BackgroundCompile):
         super().__init__(command, work, work_lock, lock, reporter, "compiling the runtime object", "runtime")
 
     @classmethod
-    def start(cls, flags: BuildFlags, root: Path, reporter: Reporter, key: str,
-              identity: str) -> RuntimeObjectBuild | None:
+    def start(
+        cls, flags: BuildFlags, root: Path, reporter: Reporter, key: str, identity: str
+    ) -> RuntimeObjectBuild | None:
         """Start compiling the runtime object of ``key`` unless another process does."""
         return cls.under_lock(root, f"runtime-{key[:32]}", lambda lock: cls(flags, root, reporter, lock, key, identity))
 

@@ -70,7 +70,7 @@ def _local(path: str) -> Path:
     """The file a :func:`portable` path names in this installation."""
     for place, name in _places():
         if path.startswith(name):
-            return Path(place + path[len(name):])
+            return Path(place + path[len(name) :])
     return Path(path)
 
 
@@ -91,7 +91,10 @@ def build(out: Path) -> None:
         + ["-MD", "-MF", str(out / "runtime.d")],
         "precompiled header": flags.pch_command(str(stub), f"{stub}.gch") + ["-MD", "-MF", str(out / "pch.d")],
     }
-    running = {what: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for what, cmd in jobs.items()}
+    running = {
+        what: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for what, cmd in jobs.items()
+    }
     for what, proc in running.items():
         output = proc.communicate()[0]
         if proc.returncode != 0:

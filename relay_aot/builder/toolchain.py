@@ -178,8 +178,15 @@ class BuildFlags:
         # -z now: every undefined symbol is resolved when the library is loaded, so one TVM does
         # not define fails dlopen (a Python exception) instead of killing the process at its
         # first call, as lazy binding does.
-        ldflags = ("-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,nodelete", "-Wl,-z,now", "-Wl,--version-script=exports.map",
-                   *(("-fuse-ld=gold",) if shutil.which("ld.gold") else ()))
+        ldflags = (
+            "-shared",
+            "-fPIC",
+            "-Wl,-Bsymbolic",
+            "-Wl,-z,nodelete",
+            "-Wl,-z,now",
+            "-Wl,--version-script=exports.map",
+            *(("-fuse-ld=gold",) if shutil.which("ld.gold") else ()),
+        )
         return cls(config.cxx, cxxflags, ldflags)
 
     def with_pch(self, pch_dir: Path | None) -> BuildFlags:

@@ -40,8 +40,16 @@ import numpy as np
 from ..version import __version__
 from .format import format_result, result_tensors
 
-__all__ = ["CliError", "build_parser", "format_result", "main", "read_inputs", "read_model", "read_params",
-           "result_tensors"]
+__all__ = [
+    "CliError",
+    "build_parser",
+    "format_result",
+    "main",
+    "read_inputs",
+    "read_model",
+    "read_params",
+    "result_tensors",
+]
 
 PROG = "relay-aot"
 FORMATS = ("relay", "onnx")
@@ -121,8 +129,10 @@ def _parse_shapes(text: str | None) -> dict[str, list[int]]:
     is quoted (``'"in put":[1,3]'``); a JSON object (``'{"in put": [1, 3]}'``) also works."""
     if not text:
         return {}
-    usage = f"--input-shapes {text!r}: expected entries like \"x:[1,3,224,224] y:[10]\" (quote a name with spaces: " \
-            "'\"in put\":[1,3]'), or a JSON object {\"x\": [1, 3, 224, 224]}"
+    usage = (
+        f'--input-shapes {text!r}: expected entries like "x:[1,3,224,224] y:[10]" (quote a name with spaces: '
+        '\'"in put":[1,3]\'), or a JSON object {"x": [1, 3, 224, 224]}'
+    )
     if text.lstrip().startswith("{"):
         try:
             shapes = json.loads(text)
@@ -131,8 +141,10 @@ def _parse_shapes(text: str | None) -> dict[str, list[int]]:
         if not all(isinstance(dims, list) and all(type(d) is int and d >= 0 for d in dims) for dims in shapes.values()):
             raise CliError(usage, status=2)
         return shapes
-    entries = [(m.group(1) if m.group(1) is not None else m.group(2) if m.group(2) is not None else m.group(3),
-                m.group(4)) for m in _SHAPE_ENTRY.finditer(text)]
+    entries = [
+        (m.group(1) if m.group(1) is not None else m.group(2) if m.group(2) is not None else m.group(3), m.group(4))
+        for m in _SHAPE_ENTRY.finditer(text)
+    ]
     if not entries or _SHAPE_ENTRY.sub("", text).strip(" ,;\t"):
         raise CliError(usage, status=2)
     return {name: [int(d) for d in dims.replace(" ", "").split(",") if d] for name, dims in entries}
@@ -179,8 +191,10 @@ def _survive_parsing(text: str, path: Path) -> None:
         isolated.run(parse, doing="parsing")
     except isolated.ChildFailure as failure:
         if not failure.raised:
-            raise CliError(f"{path}: TVM {failure.verb} this Relay text (its parser does so on some wrong "
-                           "texts, such as a local variable used after a let but never declared)") from None
+            raise CliError(
+                f"{path}: TVM {failure.verb} this Relay text (its parser does so on some wrong "
+                "texts, such as a local variable used after a let but never declared)"
+            ) from None
 
 
 _MISSING_ATTRIBUTE = re.compile(r"(relay\.attrs\.\w+): Cannot find required field '(\w+)'")
@@ -197,8 +211,10 @@ def _parser_error(err: BaseException) -> str:
     if match is None:
         return _one_line(err)
     attrs, field = match.groups()
-    return (f"an operator call lacks its attribute {field!r}, which {attrs} requires: write it out as TVM prints "
-            f"it (e.g. nn.dense(%x, %w, units=None))")
+    return (
+        f"an operator call lacks its attribute {field!r}, which {attrs} requires: write it out as TVM prints "
+        f"it (e.g. nn.dense(%x, %w, units=None))"
+    )
 
 
 def _read_onnx(path: Path, shapes: dict) -> tuple:
@@ -222,7 +238,9 @@ def _read_onnx(path: Path, shapes: dict) -> tuple:
         # becomes ? (one library for every extent).
         dims = value.type.tensor_type.shape.dim
         if name in shapes and len(shapes[name]) != len(dims):
-            raise CliError(f"--input-shapes gives {name!r} {len(shapes[name])} dimensions, the model has {len(dims)}", 2)
+            raise CliError(
+                f"--input-shapes gives {name!r} {len(shapes[name])} dimensions, the model has {len(dims)}", 2
+            )
     try:
         return relay.frontend.from_onnx(model, shape=shapes or None, freeze_params=True)
     except Exception as err:  # noqa: BLE001 - TVM's importer raises anything, from asserts to KeyError
@@ -273,8 +291,16 @@ def _load_arrays(path: Path) -> dict:
     # numpy reports damaged files as any of these (an empty file is an EOFError; a damaged
     # archive member a BadZipFile, a zlib.error or a KeyError; a damaged header, which numpy
     # parses as a Python literal, a SyntaxError or a tokenize.TokenError).
-    except (OSError, ValueError, EOFError, KeyError, SyntaxError, tokenize.TokenError, zipfile.BadZipFile,
-            zlib.error) as err:
+    except (
+        OSError,
+        ValueError,
+        EOFError,
+        KeyError,
+        SyntaxError,
+        tokenize.TokenError,
+        zipfile.BadZipFile,
+        zlib.error,
+    ) as err:
         detail = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CliError(f"{path}: not a NumPy .npy/.npz file ({detail})") from None
 
@@ -296,16 +322,20 @@ def read_inputs(files: Sequence[str], signature) -> list:
     params = signature.params
     for p in params:
         if not isinstance(p.type, ir.TensorType):
-            raise CliError(f"parameter %{p.name} has type {ir.format_type(p.type, signature.adts)}: "
-                           "relay-aot run passes tensors only")
+            raise CliError(
+                f"parameter %{p.name} has type {ir.format_type(p.type, signature.adts)}: "
+                "relay-aot run passes tensors only"
+            )
     if len(files) == 1 and files[0].endswith(".npz"):
         arrays = _load_arrays(Path(files[0]))
         by_name = [p.name for p in params]
         for keys in (by_name, [f"arr_{i}" for i in range(len(params))]):
             if set(arrays) == set(keys):
                 return [arrays[k] for k in keys]
-        raise CliError(f"{files[0]}: expected arrays named {', '.join(by_name) or '(none)'} "
-                       f"(or arr_0 ... arr_{len(params) - 1}), found {', '.join(sorted(arrays)) or 'none'}")
+        raise CliError(
+            f"{files[0]}: expected arrays named {', '.join(by_name) or '(none)'} "
+            f"(or arr_0 ... arr_{len(params) - 1}), found {', '.join(sorted(arrays)) or 'none'}"
+        )
     if any(not f.endswith(".npy") for f in files):
         raise CliError("--inputs takes one .npz file or one .npy file per parameter", 2)
     if len(files) != len(params):
@@ -341,8 +371,16 @@ def _compile_args(args) -> dict:
     records = getattr(args, "tuning_records", None)
     if records is not None and not Path(records).is_file():
         raise CliError(f"--tuning-records {records}: {_not_a_file(Path(records))}")
-    return dict(mod=mod, target=args.target, params=params, backend=args.backend, name=args.name,
-                opt_level=args.opt_level, profile=args.profile, **({"tuning_records": records} if records else {}))
+    return dict(
+        mod=mod,
+        target=args.target,
+        params=params,
+        backend=args.backend,
+        name=args.name,
+        opt_level=args.opt_level,
+        profile=args.profile,
+        **({"tuning_records": records} if records else {}),
+    )
 
 
 def cmd_compile(args) -> int:
@@ -352,9 +390,12 @@ def cmd_compile(args) -> int:
     from .. import names
 
     if args.backend == "python":
-        raise CliError("the python backend builds no shared library (its generated Python calls kernels "
-                       "in the compiling process): compile with --backend cpp, or see its source with "
-                       "relay-aot show --backend python", 2)
+        raise CliError(
+            "the python backend builds no shared library (its generated Python calls kernels "
+            "in the compiling process): compile with --backend cpp, or see its source with "
+            "relay-aot show --backend python",
+            2,
+        )
     if args.standalone is not None:
         return _compile_standalone(args)
     if args.workspace_size is not None:
@@ -385,13 +426,24 @@ def cmd_tune(args) -> int:
     if args.measurements < 1:
         raise CliError(f"--measurements {args.measurements}: must be at least 1", 2)
     mod, params = _model_and_params(args)
-    result = relay_aot.tune(mod, out, params=params, target=args.target, trials=args.trials,
-                            opt_level=args.opt_level, tuner=args.tuner, layouts=args.layouts,
-                            measurements=args.measurements, progress=print)
+    result = relay_aot.tune(
+        mod,
+        out,
+        params=params,
+        target=args.target,
+        trials=args.trials,
+        opt_level=args.opt_level,
+        tuner=args.tuner,
+        layouts=args.layouts,
+        measurements=args.measurements,
+        progress=print,
+    )
     measured = sum(now for _, now, _ in result.tasks)
     graph = f" and {result.graph_log} (the graph tuner's choice)" if result.graph_log else ""
-    print(f"wrote {out}: {len(result.tasks)} tasks, {measured} trials measured now{graph}; "
-          f"compile with --tuning-records {result.records}")
+    print(
+        f"wrote {out}: {len(result.tasks)} tasks, {measured} trials measured now{graph}; "
+        f"compile with --tuning-records {result.records}"
+    )
     return 0
 
 
@@ -416,8 +468,10 @@ def _compile_standalone(args) -> int:
     except ValueError as err:
         raise CliError(str(err), 2) from None
     sizes = f"{package.planned_size} bytes planned, a {package.workspace_size}-byte workspace"
-    print(f"wrote {directory}: package {package.library.name} for {package.target.name} ({sizes}); "
-          f"build it with make -C {directory} CC=... CXX=... AR=... CFLAGS=... CXXFLAGS=...")
+    print(
+        f"wrote {directory}: package {package.library.name} for {package.target.name} ({sizes}); "
+        f"build it with make -C {directory} CC=... CXX=... AR=... CFLAGS=... CXXFLAGS=..."
+    )
     return 0
 
 
@@ -432,10 +486,14 @@ def cmd_run(args) -> int:
     profile = None
     if args.profile or args.profile_json:
         if module.profiler is None:
-            raise CliError(f"{args.library} was not built for profiling: compile it with "
-                           "`relay-aot compile --profile ...` to use --profile or --profile-json")
+            raise CliError(
+                f"{args.library} was not built for profiling: compile it with "
+                "`relay-aot compile --profile ...` to use --profile or --profile-json"
+            )
         if args.profile_json and not Path(args.profile_json).parent.is_dir():
-            raise CliError(f"--profile-json {args.profile_json}: directory {Path(args.profile_json).parent} does not exist")
+            raise CliError(
+                f"--profile-json {args.profile_json}: directory {Path(args.profile_json).parent} does not exist"
+            )
         result, profile = module.profile_call(inputs, max_events=DEFAULT_TRACE_EVENTS if args.profile_json else 0)
     else:
         result = module(*inputs)
@@ -466,29 +524,44 @@ def _model_options(parser: argparse.ArgumentParser, library: bool = True) -> Non
     parser.add_argument("model", metavar="MODEL", help="a Relay text file, or an ONNX file (.onnx)")
     parser.add_argument("--format", choices=FORMATS, help="the MODEL's format (default: by suffix, .onnx is ONNX)")
     parser.add_argument("--params", metavar="P.npz", help="bind parameters of @main to these arrays (by name)")
-    parser.add_argument("--input-shapes", metavar="SHAPES",
-                        help='ONNX input shapes, e.g. "x:[1,3,224,224] y:[10]" (quote a name with spaces: '
-                             '\'"in put":[1,3]\'; or a JSON object); needed for dynamic ones')
-    parser.add_argument("--opt-level", type=int, choices=OPT_LEVELS, default=3,
-                        help="Relay optimization level (default: %(default)s)")
-    parser.add_argument("--target", default=None,
-                        help="TVM target of the kernels (default: $RELAY_AOT_TARGET, else host: this machine's CPU; "
-                             "llvm runs on any x86-64)")
+    parser.add_argument(
+        "--input-shapes",
+        metavar="SHAPES",
+        help='ONNX input shapes, e.g. "x:[1,3,224,224] y:[10]" (quote a name with spaces: '
+        "'\"in put\":[1,3]'; or a JSON object); needed for dynamic ones",
+    )
+    parser.add_argument(
+        "--opt-level", type=int, choices=OPT_LEVELS, default=3, help="Relay optimization level (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="TVM target of the kernels (default: $RELAY_AOT_TARGET, else host: this machine's CPU; "
+        "llvm runs on any x86-64)",
+    )
     if not library:
         return
-    parser.add_argument("--name", default="default",
-                        help="model name, the prefix of every exported symbol (default: %(default)s)")
+    parser.add_argument(
+        "--name", default="default", help="model name, the prefix of every exported symbol (default: %(default)s)"
+    )
     parser.add_argument("--backend", choices=("cpp", "python"), default="cpp", help="(default: %(default)s)")
-    parser.add_argument("--profile", action="store_true",
-                        help="instrumented for profiling: compile a library for relay-aot run --profile, "
-                        "or show the instrumented source")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instrumented for profiling: compile a library for relay-aot run --profile, "
+        "or show the instrumented source",
+    )
 
 
 def _debug_option(parser: argparse.ArgumentParser) -> None:
     # Before or after the sub-command. No default: a sub-command's would override the option
     # given before it.
-    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show the Python traceback of an internal error (a bug) instead of one line")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the Python traceback of an internal error (a bug) instead of one line",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -498,69 +571,122 @@ def build_parser() -> argparse.ArgumentParser:
     _debug_option(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    compile_ = commands.add_parser("compile", help="compile MODEL into a shared library",
-                                   description="Compile MODEL into one self-contained shared library, loadable "
-                                   "by tvm.runtime.load_module, relay_aot.load and TVM's C++ runtime.")
+    compile_ = commands.add_parser(
+        "compile",
+        help="compile MODEL into a shared library",
+        description="Compile MODEL into one self-contained shared library, loadable "
+        "by tvm.runtime.load_module, relay_aot.load and TVM's C++ runtime.",
+    )
     _model_options(compile_)
     written = compile_.add_mutually_exclusive_group(required=True)
     written.add_argument("-o", "--output", metavar="OUT.so", help="the library to write")
-    written.add_argument("--standalone", metavar="DIR",
-                          help="instead, write a standalone package to DIR: sources, the kernels for --target "
-                          "and a Makefile building libtvmgen_<name>.a, with no TVM runtime and no heap "
-                          "(--target host, aarch64-linux, cortex-m4 or an llvm target; see docs/deployment.md)")
-    compile_.add_argument("--workspace-size", type=int, metavar="BYTES",
-                          help="with --standalone: bytes of the arena for programs that allocate (default 65536)")
-    compile_.add_argument("--c-header", metavar="NAME.h",
-                          help="also write the C API's header (tvmgen_<name>.h convention: structs of "
-                          "input and output buffers and tvmgen_<name>_run; see docs/deployment.md)")
-    compile_.add_argument("--tuning-records", metavar="LOG",
-                          help="an AutoTVM log (relay-aot tune writes one): kernels use its best records")
+    written.add_argument(
+        "--standalone",
+        metavar="DIR",
+        help="instead, write a standalone package to DIR: sources, the kernels for --target "
+        "and a Makefile building libtvmgen_<name>.a, with no TVM runtime and no heap "
+        "(--target host, aarch64-linux, cortex-m4 or an llvm target; see docs/deployment.md)",
+    )
+    compile_.add_argument(
+        "--workspace-size",
+        type=int,
+        metavar="BYTES",
+        help="with --standalone: bytes of the arena for programs that allocate (default 65536)",
+    )
+    compile_.add_argument(
+        "--c-header",
+        metavar="NAME.h",
+        help="also write the C API's header (tvmgen_<name>.h convention: structs of "
+        "input and output buffers and tvmgen_<name>_run; see docs/deployment.md)",
+    )
+    compile_.add_argument(
+        "--tuning-records",
+        metavar="LOG",
+        help="an AutoTVM log (relay-aot tune writes one): kernels use its best records",
+    )
     compile_.add_argument("-v", "--verbose", action="store_true", help="show the C++ build's commands")
     _debug_option(compile_)
     compile_.set_defaults(run=cmd_compile)
 
-    run = commands.add_parser("run", help="run a compiled library on inputs from files",
-                              description="Run a library written by `relay-aot compile` and print its result "
-                              "(one line per tensor, tuple/ADT, reference or function).")
+    run = commands.add_parser(
+        "run",
+        help="run a compiled library on inputs from files",
+        description="Run a library written by `relay-aot compile` and print its result "
+        "(one line per tensor, tuple/ADT, reference or function).",
+    )
     run.add_argument("library", metavar="LIBRARY", help="a .so written by relay-aot compile")
-    run.add_argument("--inputs", nargs="+", default=[], metavar="FILE",
-                     help="one .npz (arrays named after @main's parameters, or arr_0, arr_1, ...) "
-                     "or one .npy per parameter, in order")
+    run.add_argument(
+        "--inputs",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="one .npz (arrays named after @main's parameters, or arr_0, arr_1, ...) "
+        "or one .npy per parameter, in order",
+    )
     run.add_argument("--name", help="the model name (default: the library's only model)")
     run.add_argument("--output", metavar="OUT.npz", help="also save the result's tensors, named by their paths")
-    run.add_argument("--profile", action="store_true",
-                     help="print where the call spent its time, as TVM's profiling table (the library must "
-                     "be compiled with --profile)")
-    run.add_argument("--profile-json", metavar="TRACE.json",
-                     help="write a Chrome trace of the call (one slice per function and kernel call; the "
-                     "library must be compiled with --profile)")
+    run.add_argument(
+        "--profile",
+        action="store_true",
+        help="print where the call spent its time, as TVM's profiling table (the library must "
+        "be compiled with --profile)",
+    )
+    run.add_argument(
+        "--profile-json",
+        metavar="TRACE.json",
+        help="write a Chrome trace of the call (one slice per function and kernel call; the "
+        "library must be compiled with --profile)",
+    )
     _debug_option(run)
     run.set_defaults(run=cmd_run)
 
-    tune = commands.add_parser("tune", help="tune MODEL's kernels with AutoTVM into a log",
-                               description="Measure schedules of the kernels relay-aot compile builds for MODEL "
-                               "(AutoTVM, on this machine) and append them to a log; a task with its trials "
-                               "in the log already is skipped, so an interrupted run resumes.")
+    tune = commands.add_parser(
+        "tune",
+        help="tune MODEL's kernels with AutoTVM into a log",
+        description="Measure schedules of the kernels relay-aot compile builds for MODEL "
+        "(AutoTVM, on this machine) and append them to a log; a task with its trials "
+        "in the log already is skipped, so an interrupted run resumes.",
+    )
     _model_options(tune, library=False)
     tune.add_argument("-o", "--output", metavar="LOG", required=True, help="the AutoTVM log to append to")
-    tune.add_argument("--trials", type=int, default=200, help="configurations per kernel at most (default: %(default)s)")
-    tune.add_argument("--tuner", choices=("auto", "xgb", "ga", "random", "grid"), default="auto",
-                      help="AutoTVM's tuner (default: %(default)s: xgb if xgboost is installed, else ga)")
-    tune.add_argument("--measurements", type=int, default=3,
-                      help="before the graph tuner, measure each convolution's best configurations again, "
-                           "interleaved, until each has this many measurements, and compare them by their medians "
-                           "(default: %(default)s; 1: AutoTVM's single measurements)")
-    tune.add_argument("--no-layouts", dest="layouts", action="store_false",
-                      help="skip TVM's graph tuner (which otherwise chooses x86 convolutions' records together, "
-                           "with the layout transforms between them, into LOG's .graph.json)")
+    tune.add_argument(
+        "--trials", type=int, default=200, help="configurations per kernel at most (default: %(default)s)"
+    )
+    tune.add_argument(
+        "--tuner",
+        choices=("auto", "xgb", "ga", "random", "grid"),
+        default="auto",
+        help="AutoTVM's tuner (default: %(default)s: xgb if xgboost is installed, else ga)",
+    )
+    tune.add_argument(
+        "--measurements",
+        type=int,
+        default=3,
+        help="before the graph tuner, measure each convolution's best configurations again, "
+        "interleaved, until each has this many measurements, and compare them by their medians "
+        "(default: %(default)s; 1: AutoTVM's single measurements)",
+    )
+    tune.add_argument(
+        "--no-layouts",
+        dest="layouts",
+        action="store_false",
+        help="skip TVM's graph tuner (which otherwise chooses x86 convolutions' records together, "
+        "with the layout transforms between them, into LOG's .graph.json)",
+    )
     _debug_option(tune)
     tune.set_defaults(run=cmd_tune)
 
-    show = commands.add_parser("show", help="print the source MODEL compiles to",
-                               description="Print the generated C++ (or Python) source of MODEL, or its control IR.")
+    show = commands.add_parser(
+        "show",
+        help="print the source MODEL compiles to",
+        description="Print the generated C++ (or Python) source of MODEL, or its control IR.",
+    )
     _model_options(show)
-    show.add_argument("--ir", action="store_true",
-                      help="print the control IR both backends print (last uses marked ^) instead of the source")
+    show.add_argument(
+        "--ir",
+        action="store_true",
+        help="print the control IR both backends print (last uses marked ^) instead of the source",
+    )
     _debug_option(show)
     show.set_defaults(run=cmd_show)
     return parser
@@ -593,8 +719,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif debug:
             raise
         else:
-            print(f"{PROG}: error: internal error, {_kind_and_line(err, always=True)} "
-                  f"(a bug: --debug shows its traceback)", file=sys.stderr)
+            print(
+                f"{PROG}: error: internal error, {_kind_and_line(err, always=True)} "
+                f"(a bug: --debug shows its traceback)",
+                file=sys.stderr,
+            )
         return 1
 
 

@@ -98,7 +98,12 @@ def concat_in_place(func: ir.Function, program: ir.Program) -> InPlace:
             if out is not None:
                 made_at[stmt.var.id] = (position, out)
             copy, result = kernel.copy, kernel.result
-            if copy is None or copy.kind != ir.CONCAT_FLAT or not isinstance(result, ir.TensorType) or not result.is_static:
+            if (
+                copy is None
+                or copy.kind != ir.CONCAT_FLAT
+                or not isinstance(result, ir.TensorType)
+                or not result.is_static
+            ):
                 continue
             pieces = [stmt.rhs.args[i] for i in copy.params]
             if len(pieces) != len(stmt.rhs.args) or len({p.id for p in pieces}) != len(pieces):

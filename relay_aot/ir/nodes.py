@@ -30,6 +30,7 @@ _uids = itertools.count()
 def _uid() -> int:
     return next(_uids)
 
+
 # ----------------------------------------------------------------------------------------
 # Types
 
@@ -520,10 +521,16 @@ class Program:
 
 
 _FORMATTERS = {
-    TensorType: lambda t, adts: "Tensor[(" + ", ".join("?" if d == ANY_DIM else str(d) for d in t.shape) + f"), {t.dtype}]",
+    TensorType: lambda t, adts: (
+        "Tensor[(" + ", ".join("?" if d == ANY_DIM else str(d) for d in t.shape) + f"), {t.dtype}]"
+    ),
     TupleType: lambda t, adts: "(" + ", ".join(format_type(f, adts) for f in t.fields) + ")",
-    AdtType: lambda t, adts: adts[t.adt].name + (f"[{', '.join(format_type(a, adts) for a in t.args)}]" if t.args else ""),
-    FuncType: lambda t, adts: "fn(" + ", ".join(format_type(p, adts) for p in t.params) + ") -> " + format_type(t.ret, adts),
+    AdtType: lambda t, adts: (
+        adts[t.adt].name + (f"[{', '.join(format_type(a, adts) for a in t.args)}]" if t.args else "")
+    ),
+    FuncType: lambda t, adts: (
+        "fn(" + ", ".join(format_type(p, adts) for p in t.params) + ") -> " + format_type(t.ret, adts)
+    ),
     RefType: lambda t, adts: f"Ref[{format_type(t.value, adts)}]",
     AnyType: lambda t, adts: "?",
     TypeParam: lambda t, adts: f"'{t.index}",

@@ -44,7 +44,9 @@ class IrPrinter:
         self.last: set = set()
         self._stmts = {ir.Let: self._let, ir.If: self._if, ir.Match: self._match}
         self._rhs = {
-            ir.Constant: lambda r, n: f"constant {r.index}" + (" fresh" if r.fresh else "") + (" zeros" if r.fresh and r.zeros else ""),
+            ir.Constant: lambda r, n: (
+                f"constant {r.index}" + (" fresh" if r.fresh else "") + (" zeros" if r.fresh and r.zeros else "")
+            ),
             ir.KernelCall: lambda r, n: f"kernel k{r.kernel}({self.uses(r.args, n)})",
             ir.MakeTuple: lambda r, n: f"tuple({self.uses(r.fields, n)})",
             ir.Proj: lambda r, n: f"{self.use(r.value, n)}.{r.index}",

@@ -51,8 +51,15 @@ def type_from_json(data: Any) -> ir.Type:
 class Signature:
     """What callers of a compiled program need: parameters, result type and ADT definitions."""
 
-    def __init__(self, model: str, params: list[ir.Param], ret: ir.Type, adts: list[ir.AdtDef],
-                 cpu: CpuRequirement | None = None, shared_extents: tuple[ir.SharedExtent, ...] = ()):
+    def __init__(
+        self,
+        model: str,
+        params: list[ir.Param],
+        ret: ir.Type,
+        adts: list[ir.AdtDef],
+        cpu: CpuRequirement | None = None,
+        shared_extents: tuple[ir.SharedExtent, ...] = (),
+    ):
         self.model = model
         self.params = params
         self.ret = ret
@@ -85,8 +92,15 @@ class Signature:
                     for adt in self.adts
                 ],
                 **({"cpu": self.cpu.to_json()} if self.cpu is not None else {}),
-                **({"shared_extents": [[e.name, [[a.param, list(a.path), a.axis] for a in e.axes]]
-                                       for e in self.shared_extents]} if self.shared_extents else {}),
+                **(
+                    {
+                        "shared_extents": [
+                            [e.name, [[a.param, list(a.path), a.axis] for a in e.axes]] for e in self.shared_extents
+                        ]
+                    }
+                    if self.shared_extents
+                    else {}
+                ),
             },
             sort_keys=True,
         )
@@ -101,12 +115,17 @@ class Signature:
             ir.AdtDef(
                 a["name"],
                 a["num_params"],
-                tuple(ir.CtorDef(c["name"], c["tag"], tuple(type_from_json(f) for f in c["fields"])) for c in a["ctors"]),
+                tuple(
+                    ir.CtorDef(c["name"], c["tag"], tuple(type_from_json(f) for f in c["fields"])) for c in a["ctors"]
+                ),
             )
             for a in data["adts"]
         ]
         params = [ir.Param(p["name"], type_from_json(p["type"])) for p in data["params"]]
-        shared = tuple(ir.SharedExtent(name, tuple(ir.Axis(p, tuple(path), axis) for p, path, axis in axes))
-                       for name, axes in data.get("shared_extents", []))
-        return cls(data["model"], params, type_from_json(data["ret"]), adts, CpuRequirement.from_json(data.get("cpu")),
-                   shared)
+        shared = tuple(
+            ir.SharedExtent(name, tuple(ir.Axis(p, tuple(path), axis) for p, path, axis in axes))
+            for name, axes in data.get("shared_extents", [])
+        )
+        return cls(
+            data["model"], params, type_from_json(data["ret"]), adts, CpuRequirement.from_json(data.get("cpu")), shared
+        )

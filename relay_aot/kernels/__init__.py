@@ -46,8 +46,10 @@ def flatten_tensor_types(ty: ir.Type, what: str) -> list[ir.TensorType]:
     if isinstance(ty, ir.TupleType):
         return [t for f in ty.fields for t in flatten_tensor_types(f, what)]
     if isinstance(ty, ir.AnyType):
-        raise UnsupportedError(f"a fused kernel's {what} has no static type (a tensor with no element type, "
-                               "which TVM's ONNX importer makes of an ONNX optional input?): no kernel can compute on it")
+        raise UnsupportedError(
+            f"a fused kernel's {what} has no static type (a tensor with no element type, "
+            "which TVM's ONNX importer makes of an ONNX optional input?): no kernel can compute on it"
+        )
     raise UnsupportedError(f"a fused kernel's {what} has type {ty}, which is not a tensor or tuple")
 
 
@@ -79,8 +81,15 @@ def symbolic_work(stmt: tvm.tir.Stmt) -> tvm.tir.PrimExpr:
 def _serial(body: tvm.tir.Stmt) -> tvm.tir.Stmt:
     def serial(node):
         if node.kind == tvm.tir.ForKind.PARALLEL:
-            return tvm.tir.For(node.loop_var, node.min, node.extent, tvm.tir.ForKind.SERIAL, node.body,
-                               node.thread_binding, node.annotations)
+            return tvm.tir.For(
+                node.loop_var,
+                node.min,
+                node.extent,
+                tvm.tir.ForKind.SERIAL,
+                node.body,
+                node.thread_binding,
+                node.annotations,
+            )
         return None
 
     return tvm.tir.stmt_functor.ir_transform(body, None, serial, ["tir.For"])
@@ -89,7 +98,8 @@ def _serial(body: tvm.tir.Stmt) -> tvm.tir.Stmt:
 def _has_parallel_loop(body: tvm.tir.Stmt) -> bool:
     found = []
     tvm.tir.stmt_functor.post_order_visit(
-        body, lambda n: found.append(n) if isinstance(n, tvm.tir.For) and n.kind == tvm.tir.ForKind.PARALLEL else None)
+        body, lambda n: found.append(n) if isinstance(n, tvm.tir.For) and n.kind == tvm.tir.ForKind.PARALLEL else None
+    )
     return bool(found)
 
 
@@ -109,8 +119,13 @@ def serialize_if_small(func: tvm.tir.PrimFunc, threshold: int) -> tvm.tir.PrimFu
         return func
     expr = symbolic_work(func.body)
     # The test sits before the body: it may only read the shape variables bound on entry.
-    bound = [v for buf in func.buffer_map.values() for d in list(buf.shape) + list(buf.strides)
-             for v in [d] if isinstance(d, tvm.tir.Var)] + list(func.params)
+    bound = [
+        v
+        for buf in func.buffer_map.values()
+        for d in list(buf.shape) + list(buf.strides)
+        for v in [d]
+        if isinstance(d, tvm.tir.Var)
+    ] + list(func.params)
     if tvm.tir.analysis.undefined_vars(expr, bound):
         return func
     small = tvm.tir.LT(expr, tvm.tir.const(threshold, "int64"))
@@ -171,13 +186,26 @@ class KernelTable:
                 # Outputs of static shape can be allocated without one (shape_of, reductions);
                 # dynamic ones cannot.
                 if not all(t.is_static for t in outputs):
-                    raise UnsupportedError(f"no shape function for the {_fused_kernel(ops)}: {_first_line(err)}") from None
+                    raise UnsupportedError(
+                        f"no shape function for the {_fused_kernel(ops)}: {_first_line(err)}"
+                    ) from None
             else:
                 self._shape_funcs[index] = made
                 shape_func, states = symbol + "_shape", made.states
         copy = copy_form(func, result, dynamic=shape_func is not None)
-        kernel = ir.Kernel(index, symbol, tuple(param_types), tuple(inputs), tuple(outputs), result, ops, scalar,
-                           shape_func, states, copy)
+        kernel = ir.Kernel(
+            index,
+            symbol,
+            tuple(param_types),
+            tuple(inputs),
+            tuple(outputs),
+            result,
+            ops,
+            scalar,
+            shape_func,
+            states,
+            copy,
+        )
         self.kernels.append(kernel)
         self._funcs.append(func)
         return kernel
@@ -252,7 +280,9 @@ class KernelTable:
                     prim = guard_divisions(prim)
                 if not self.config.standalone:
                     prim = scratch.on_stack(prim)
-                merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim, self._parallel_threshold()).with_attr("global_symbol", name)
+                merged[tvm.ir.GlobalVar(name)] = serialize_if_small(prim, self._parallel_threshold()).with_attr(
+                    "global_symbol", name
+                )
             if kernel.shape_func is not None:
                 prim = self._shape_funcs[kernel.index].prim_func
                 merged[tvm.ir.GlobalVar(kernel.shape_func)] = prim.with_attr("global_symbol", kernel.shape_func)
@@ -270,8 +300,9 @@ class KernelTable:
         """Whether any kernel must be built (scalar kernels are computed natively instead)."""
         return any(k.scalar is None for k in self.kernels)
 
-    def build(self, progress: Callable[[int, int], None] | None = None,
-              scratch_params: bool = False) -> tvm.runtime.Module | None:
+    def build(
+        self, progress: Callable[[int, int], None] | None = None, scratch_params: bool = False
+    ) -> tvm.runtime.Module | None:
         """Build every kernel into one LLVM module in memory (None when there are none to build).
 
         TVM generates the code in a child process (see :meth:`write_object`), which writes the
@@ -326,8 +357,10 @@ class KernelTable:
         # Lowered with the package's llvm target (its schedules); printed as C.
         report = names.kernel_error_symbol(self.model)
         funcs = {gvar: func.without_attr("target") for gvar, func in merged.functions.items()}
-        funcs = {gvar: explicit_asserts(func, report) if isinstance(func, tvm.tir.PrimFunc) else func
-                 for gvar, func in funcs.items()}
+        funcs = {
+            gvar: explicit_asserts(func, report) if isinstance(func, tvm.tir.PrimFunc) else func
+            for gvar, func in funcs.items()
+        }
         merged = tvm.IRModule(funcs).with_attr("executor", _UNPACKED)
         with tempfile.TemporaryDirectory(prefix="relay_aot-kernels-") as tmp:
             path = os.path.join(tmp, "kernels.c")
@@ -394,12 +427,18 @@ class KernelTable:
             for kernel in self.kernels:
                 if kernel.scalar is not None:
                     continue
-                own = [gvar for name, gvar in funcs.items() if name == kernel.symbol or name.startswith(kernel.symbol + "_")]
+                own = [
+                    gvar
+                    for name, gvar in funcs.items()
+                    if name == kernel.symbol or name.startswith(kernel.symbol + "_")
+                ]
                 alone = tvm.IRModule({gvar: merged[gvar] for gvar in own})
                 if merged.attrs is not None and "executor" in merged.attrs:
                     alone = alone.with_attr("executor", merged.attrs["executor"])
                 try:
-                    isolated.run(functools.partial(_build_in_child, alone, os.path.join(tmp, "kernel" + suffix), target))
+                    isolated.run(
+                        functools.partial(_build_in_child, alone, os.path.join(tmp, "kernel" + suffix), target)
+                    )
                 except isolated.ChildFailure as single:
                     return single.describe(f"{_fused_kernel(kernel.ops)} ({kernel.symbol})")
         return str(failure)

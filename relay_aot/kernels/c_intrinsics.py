@@ -93,8 +93,12 @@ building = _GATE.building
 _DECLARATION = re.compile(r'#ifdef __cplusplus\nextern "C"\n#endif\nTVM_DLL [^\n(]*?\b(\w+)\([^\n]*\);\n')
 #: TVM's spelling of a non-finite float constant (``-inff`` keeps its sign outside).
 _NON_FINITE = re.compile(r"(?<![\w.])(inff|inf|nanf|nan)(?![\w.])")
-_C_NON_FINITE = {"inff": "__builtin_inff()", "inf": "__builtin_inf()", "nanf": '__builtin_nanf("")',
-                 "nan": '__builtin_nan("")'}
+_C_NON_FINITE = {
+    "inff": "__builtin_inff()",
+    "inf": "__builtin_inf()",
+    "nanf": '__builtin_nanf("")',
+    "nan": '__builtin_nan("")',
+}
 
 
 def portable(source: str) -> str:

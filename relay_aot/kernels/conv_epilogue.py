@@ -34,8 +34,9 @@ from tvm.topi.x86 import conv2d_avx_1x1, conv2d_avx_common
 from .gate import Gate
 
 
-def _fused_output(s: te.Schedule, data_vec: te.Tensor, kernel_vec: te.Tensor, conv_out: te.Tensor,
-                  last: te.Tensor) -> tuple[int, te.Stage] | None:
+def _fused_output(
+    s: te.Schedule, data_vec: te.Tensor, kernel_vec: te.Tensor, conv_out: te.Tensor, last: te.Tensor
+) -> tuple[int, te.Stage] | None:
     """For a convolution fused with later operators into a packed (5-D) output: the input channel
     block and the accumulator stage, with the pad stage scheduled as TVM does and the
     convolution's own stage inlined into ``last``. None where TVM's schedule applies."""

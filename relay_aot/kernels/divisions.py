@@ -42,7 +42,9 @@ def _divisors(expr) -> list[tir.PrimExpr]:
 
 def _loads(expr: tir.PrimExpr) -> bool:
     found = []
-    tir.stmt_functor.post_order_visit(tir.Evaluate(expr), lambda n: found.append(n) if isinstance(n, tir.BufferLoad) else None)
+    tir.stmt_functor.post_order_visit(
+        tir.Evaluate(expr), lambda n: found.append(n) if isinstance(n, tir.BufferLoad) else None
+    )
     return bool(found)
 
 
@@ -122,8 +124,12 @@ def explicit_asserts(func: tir.PrimFunc, report: str) -> tir.PrimFunc:
     def post(node):
         if not isinstance(node, tir.AssertStmt):
             return None
-        fail = tir.SeqStmt([tir.Evaluate(tir.call_extern("int32", report, node.message)),
-                            tir.Evaluate(tir.ret(tir.const(-1, "int32")))])
+        fail = tir.SeqStmt(
+            [
+                tir.Evaluate(tir.call_extern("int32", report, node.message)),
+                tir.Evaluate(tir.ret(tir.const(-1, "int32"))),
+            ]
+        )
         return tir.SeqStmt([tir.IfThenElse(tir.Not(node.condition), fail, None), node.body])
 
     body = tir.stmt_functor.ir_transform(func.body, None, post, ["tir.AssertStmt"])

@@ -105,8 +105,9 @@ def run(build: Callable[[], None], doing: str = "building") -> None:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
     if output is None:
-        raise ChildFailure(f"made no progress (no CPU time for {STALL_SECONDS:g} s, killed) {doing}", "", "",
-                           stalled=True)
+        raise ChildFailure(
+            f"made no progress (no CPU time for {STALL_SECONDS:g} s, killed) {doing}", "", "", stalled=True
+        )
     _judge(status, output, doing)
 
 

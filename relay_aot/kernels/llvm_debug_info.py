@@ -31,7 +31,8 @@ def inline_float_lets(func: tir.PrimFunc) -> tir.PrimFunc:
     values (module docstring)."""
     found = []
     tir.stmt_functor.post_order_visit(
-        func.body, lambda n: found.append(n) if isinstance(n, (tir.LetStmt, tir.Let)) and _is_float(n.var) else None)
+        func.body, lambda n: found.append(n) if isinstance(n, (tir.LetStmt, tir.Let)) and _is_float(n.var) else None
+    )
     if not found:
         return func
 

@@ -54,45 +54,69 @@ def _integer_helper(op: str) -> dict:
 
 def _division(name: str, helper: str, cpp_float: str, python_float: str) -> ScalarOpSpec:
     integer = _integer_helper(helper)
-    return ScalarOpSpec(name, 2, "arith", cpp={"float": cpp_float, "*": integer["cpp"]},
-                    python={"float": python_float, "*": integer["python"]})
+    return ScalarOpSpec(
+        name,
+        2,
+        "arith",
+        cpp={"float": cpp_float, "*": integer["cpp"]},
+        python={"float": python_float, "*": integer["python"]},
+    )
 
 
 def _compare(name: str, symbol: str) -> ScalarOpSpec:
     return ScalarOpSpec(name, 2, "any", cpp=f"({{0}} {symbol} {{1}})", python=f"({{0}} {symbol} {{1}})")
 
 
-SCALAR_OPS: dict[str, ScalarOpSpec] = {op.name: op for op in [
-    ScalarOpSpec("add", 2, "arith", cpp="static_cast<{T}>({0} + {1})", python="({0} + {1})"),
-    ScalarOpSpec("subtract", 2, "arith", cpp="static_cast<{T}>({0} - {1})", python="({0} - {1})"),
-    ScalarOpSpec("multiply", 2, "arith", cpp="static_cast<{T}>({0} * {1})", python="({0} * {1})"),
-    _division("divide", "div", "({0} / {1})", "({0} / {1})"),
-    _division("floor_divide", "floor_div", "std::floor({0} / {1})", "np.floor({0} / {1})"),
-    _division("mod", "mod", "std::fmod({0}, {1})", "np.fmod({0}, {1})"),
-    _division("floor_mod", "floor_mod", "({0} - std::floor({0} / {1}) * {1})", "({0} - np.floor({0} / {1}) * {1})"),
-    ScalarOpSpec("maximum", 2, "any", cpp="({0} > {1} ? {0} : {1})", python="({0} if {0} > {1} else {1})"),
-    ScalarOpSpec("minimum", 2, "any", cpp="({0} < {1} ? {0} : {1})", python="({0} if {0} < {1} else {1})"),
-    _compare("equal", "=="),
-    # LLVM's ordered not-equal for floats: false when either side is NaN
-    ScalarOpSpec("not_equal", 2, "any", cpp={"float": "({0} < {1} || {0} > {1})", "*": "({0} != {1})"},
-             python={"float": "np.bool_({0} < {1} or {0} > {1})", "*": "({0} != {1})"}),
-    _compare("less", "<"),
-    _compare("less_equal", "<="),
-    _compare("greater", ">"),
-    _compare("greater_equal", ">="),
-    ScalarOpSpec("logical_and", 2, "logic", cpp="({0} && {1})", python="np.bool_({0} and {1})"),
-    ScalarOpSpec("logical_or", 2, "logic", cpp="({0} || {1})", python="np.bool_({0} or {1})"),
-    ScalarOpSpec("logical_not", 1, "logic", cpp="(!{0})", python="np.bool_(not {0})"),
-    # TVM's kernels negate uint32 and uint64 to 0 (uint8 and uint16 wrap, as C++ and numpy do)
-    ScalarOpSpec("negative", 1, "arith", cpp="static_cast<{T}>(-{0})", python="(-{0})", kernel_only=("uint32", "uint64")),
-    ScalarOpSpec("abs", 1, "arith", cpp={"float": "std::fabs({0})", "signed": "static_cast<{T}>({0} < 0 ? -{0} : {0})",
-                                     "unsigned": "{0}"},
-             python="abs({0})"),
-    ScalarOpSpec("copy", 1, "any", cpp="{0}", python="{0}"),
-    ScalarOpSpec("cast", 1, "any", cpp={"float->bool": "({0} < 0 || {0} > 0)", "*->bool": "({0} != 0)", "*": "static_cast<{T}>({0})"},
-             python={"float->bool": "np.bool_({0} < 0 or {0} > 0)", "*->bool": "np.bool_({0} != 0)", "*": "np.{T}({0})"}),
-    ScalarOpSpec("where", 3, "any", cpp="({0} ? {1} : {2})", python="({1} if {0} else {2})"),
-]}
+SCALAR_OPS: dict[str, ScalarOpSpec] = {
+    op.name: op
+    for op in [
+        ScalarOpSpec("add", 2, "arith", cpp="static_cast<{T}>({0} + {1})", python="({0} + {1})"),
+        ScalarOpSpec("subtract", 2, "arith", cpp="static_cast<{T}>({0} - {1})", python="({0} - {1})"),
+        ScalarOpSpec("multiply", 2, "arith", cpp="static_cast<{T}>({0} * {1})", python="({0} * {1})"),
+        _division("divide", "div", "({0} / {1})", "({0} / {1})"),
+        _division("floor_divide", "floor_div", "std::floor({0} / {1})", "np.floor({0} / {1})"),
+        _division("mod", "mod", "std::fmod({0}, {1})", "np.fmod({0}, {1})"),
+        _division("floor_mod", "floor_mod", "({0} - std::floor({0} / {1}) * {1})", "({0} - np.floor({0} / {1}) * {1})"),
+        ScalarOpSpec("maximum", 2, "any", cpp="({0} > {1} ? {0} : {1})", python="({0} if {0} > {1} else {1})"),
+        ScalarOpSpec("minimum", 2, "any", cpp="({0} < {1} ? {0} : {1})", python="({0} if {0} < {1} else {1})"),
+        _compare("equal", "=="),
+        # LLVM's ordered not-equal for floats: false when either side is NaN
+        ScalarOpSpec(
+            "not_equal",
+            2,
+            "any",
+            cpp={"float": "({0} < {1} || {0} > {1})", "*": "({0} != {1})"},
+            python={"float": "np.bool_({0} < {1} or {0} > {1})", "*": "({0} != {1})"},
+        ),
+        _compare("less", "<"),
+        _compare("less_equal", "<="),
+        _compare("greater", ">"),
+        _compare("greater_equal", ">="),
+        ScalarOpSpec("logical_and", 2, "logic", cpp="({0} && {1})", python="np.bool_({0} and {1})"),
+        ScalarOpSpec("logical_or", 2, "logic", cpp="({0} || {1})", python="np.bool_({0} or {1})"),
+        ScalarOpSpec("logical_not", 1, "logic", cpp="(!{0})", python="np.bool_(not {0})"),
+        # TVM's kernels negate uint32 and uint64 to 0 (uint8 and uint16 wrap, as C++ and numpy do)
+        ScalarOpSpec(
+            "negative", 1, "arith", cpp="static_cast<{T}>(-{0})", python="(-{0})", kernel_only=("uint32", "uint64")
+        ),
+        ScalarOpSpec(
+            "abs",
+            1,
+            "arith",
+            cpp={"float": "std::fabs({0})", "signed": "static_cast<{T}>({0} < 0 ? -{0} : {0})", "unsigned": "{0}"},
+            python="abs({0})",
+        ),
+        ScalarOpSpec("copy", 1, "any", cpp="{0}", python="{0}"),
+        ScalarOpSpec(
+            "cast",
+            1,
+            "any",
+            cpp={"float->bool": "({0} < 0 || {0} > 0)", "*->bool": "({0} != 0)", "*": "static_cast<{T}>({0})"},
+            python={"float->bool": "np.bool_({0} < 0 or {0} > 0)", "*->bool": "np.bool_({0} != 0)", "*": "np.{T}({0})"},
+        ),
+        ScalarOpSpec("where", 3, "any", cpp="({0} ? {1} : {2})", python="({1} if {0} else {2})"),
+    ]
+}
 
 #: The integer operations ``integer(op, a, b)`` reaches in scalar.h, by the name the templates use.
 INTEGER_HELPERS = ("div", "mod", "floor_div", "floor_mod")

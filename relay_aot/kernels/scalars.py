@@ -34,6 +34,7 @@ NATIVE_DTYPES = {
     "float64": "double",
 }
 
+
 def is_native_scalar(ty: ir.Type) -> bool:
     """Whether values of ``ty`` are held unboxed (0-d tensors of a native dtype)."""
     return isinstance(ty, ir.TensorType) and ty.shape == () and ty.dtype in NATIVE_DTYPES

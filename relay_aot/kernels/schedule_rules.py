@@ -80,7 +80,11 @@ def dense_pack_blocking(m: int, n: int, lanes: int, registers: int, columns: int
     candidates = []
     # Up to a budget of vectors in one row: a matrix-vector product (one row) wants them all
     # (1 x 1000 on AVX2: 40 columns, 5 accumulators, 230 us; TVM's 10 columns, 365 us).
-    column_options = [columns] if columns else [c for c in _divisors(n, budget * lanes) if c % lanes == 0] or [max(_divisors(n, 2 * lanes))]
+    column_options = (
+        [columns]
+        if columns
+        else [c for c in _divisors(n, budget * lanes) if c % lanes == 0] or [max(_divisors(n, 2 * lanes))]
+    )
     for cols in column_options:
         vectors = -(-cols // lanes)
         for rows in _divisors(m, 8):
@@ -118,9 +122,17 @@ def _unpacked_conv(workload, depthwise: bool) -> tuple[tuple, dict] | None:
     n, ic_chunks, height, width, ic_bn = data_shape
     oc_chunks, kernel_ic, kh, kw, _, oc_bn = kernel_shape
     channels = ic_chunks * ic_bn
-    unpacked = (name, _tensor(data, (n, channels, height, width)),
-                _tensor(kernel, (oc_chunks * oc_bn, 1 if depthwise else kernel_ic * ic_bn, kh, kw)),
-                strides, padding, dilation, "NCHW", "NCHW", out_dtype)
+    unpacked = (
+        name,
+        _tensor(data, (n, channels, height, width)),
+        _tensor(kernel, (oc_chunks * oc_bn, 1 if depthwise else kernel_ic * ic_bn, kh, kw)),
+        strides,
+        padding,
+        dilation,
+        "NCHW",
+        "NCHW",
+        out_dtype,
+    )
     return unpacked, {"tile_ic": ic_bn, "tile_oc": oc_bn}
 
 
@@ -153,12 +165,14 @@ def _dense_pack_config(workload, target: tvm.target.Target) -> ConfigEntity | No
     n = weight_shape[0]
     lanes, registers = _vector_registers(target)
     rows, cols = dense_pack_blocking(m, n, lanes, registers, columns)
-    return _ruled({
-        "tile_y": SplitEntity([m // rows, 1, rows]),
-        "tile_x": SplitEntity([n // cols, 1, cols]),
-        "tile_k": SplitEntity([k, 1]),
-        "tile_inner": SplitEntity([m // rows, rows]),
-    })
+    return _ruled(
+        {
+            "tile_y": SplitEntity([m // rows, 1, rows]),
+            "tile_x": SplitEntity([n // cols, 1, cols]),
+            "tile_k": SplitEntity([k, 1]),
+            "tile_inner": SplitEntity([m // rows, rows]),
+        }
+    )
 
 
 def conv_register_block(width: int, fallback: int) -> int:
@@ -272,8 +286,9 @@ def row_columns(width: int, most: int) -> int:
     return min(range(-(-most // 2), most + 1), key=lambda columns: (_computed(width, columns), -columns))
 
 
-def _avx512_row_config(entities: dict, channels: int, filters: int, width: int, lanes: int,
-                       registers: int, blocks) -> dict | None:
+def _avx512_row_config(
+    entities: dict, channels: int, filters: int, width: int, lanes: int, registers: int, blocks
+) -> dict | None:
     """A pointwise convolution over one row (what ``passes/pooled_pointwise`` makes of a
     classifier) on a 32-register target: output channels by two vectors where they divide, its
     columns up to 7/8 of the registers as accumulators, its input channels as TVM's fallback
@@ -288,15 +303,18 @@ def _avx512_row_config(entities: dict, channels: int, filters: int, width: int, 
         return None  # not the 1x1 template, or packed to other blocks
     ic_block = blocks[0] if blocks is not None else entities["tile_ic"].size[-1]
     columns = row_columns(width, (registers * 7 // 8) // 2)
-    return {**entities,
-            "tile_ic": SplitEntity([channels // ic_block, ic_block]),
-            "tile_oc": SplitEntity([filters // oc_block, oc_block]),
-            "tile_ow": SplitEntity([-(-width // columns), columns]),
-            "tile_oh": OtherOptionEntity(1)}
+    return {
+        **entities,
+        "tile_ic": SplitEntity([channels // ic_block, ic_block]),
+        "tile_oc": SplitEntity([filters // oc_block, oc_block]),
+        "tile_ow": SplitEntity([-(-width // columns), columns]),
+        "tile_oh": OtherOptionEntity(1),
+    }
 
 
-def _avx512_convolution(entities: dict, blocks, channels: int, filters: int, height: int, kernel_size: int,
-                        lanes: int, registers: int) -> dict | None:
+def _avx512_convolution(
+    entities: dict, blocks, channels: int, filters: int, height: int, kernel_size: int, lanes: int, registers: int
+) -> dict | None:
     """On AVX-512 TVM's blocks (``entities``, its fallback) fit the 32 registers; two cases are
     ruled: a pointwise convolution over one row (:func:`_avx512_row_config`), and a row whose
     width has no divisor of :data:`AVX512_FEWEST_COLUMNS` or more (:data:`AVX512_COLUMNS`)."""
@@ -335,8 +353,14 @@ def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> ConfigEntity | 
     fallback = FallbackConfigEntity()
     with target:
         tvm.topi.x86.conv2d._get_default_config(
-            fallback, te.placeholder((n, channels, height, width)), te.placeholder((filters, channels, kh, kw)),
-            strides, padding, dilation, out_dtype)
+            fallback,
+            te.placeholder((n, channels, height, width)),
+            te.placeholder((filters, channels, kh, kw)),
+            strides,
+            padding,
+            dilation,
+            out_dtype,
+        )
     entities = dict(fallback._entity_map)
     lanes, registers = _vector_registers(target)
     # The packed kernel of an image's convolution is asked for again when it is lowered, its
@@ -348,8 +372,10 @@ def _conv2d_nchwc_config(workload, target: tvm.target.Target) -> ConfigEntity | 
         ruled = _avx512_convolution(entities, blocks, channels, filters, height, kh * kw, lanes, registers)
         return _ruled(ruled or entities) if ruled or image else None
     if blocks is None:
-        blocks = (1 if image else conv_channel_block(channels, lanes, entities["tile_ic"].size[-1]),
-                  conv_channel_block(filters, lanes, entities["tile_oc"].size[-1]))
+        blocks = (
+            1 if image else conv_channel_block(channels, lanes, entities["tile_ic"].size[-1]),
+            conv_channel_block(filters, lanes, entities["tile_oc"].size[-1]),
+        )
     entities["tile_ic"] = SplitEntity([channels // blocks[0], blocks[0]])
     entities["tile_oc"] = SplitEntity([filters // blocks[1], blocks[1]])
     out_width = int(np.prod(entities["tile_ow"].size))
@@ -382,12 +408,14 @@ def _depthwise_nchwc_config(workload, target: tvm.target.Target) -> ConfigEntity
     # TVM takes the largest divisor up to 31 columns (28 of MobileNet's 112-wide layers), one
     # or two vectors of accumulators each: they spill. Up to 6 (MobileNet 17.7 -> 16.1 ms).
     columns = max(_divisors(out_width, 6))
-    return _ruled({
-        "tile_ic": SplitEntity([channels // blocks[0], blocks[0]]),
-        "tile_oc": SplitEntity([filters // blocks[1], blocks[1]]),
-        "tile_ow": SplitEntity([out_width // columns, columns]),
-        "unroll_kw": OtherOptionEntity(False),
-    })
+    return _ruled(
+        {
+            "tile_ic": SplitEntity([channels // blocks[0], blocks[0]]),
+            "tile_oc": SplitEntity([filters // blocks[1], blocks[1]]),
+            "tile_ow": SplitEntity([out_width // columns, columns]),
+            "unroll_kw": OtherOptionEntity(False),
+        }
+    )
 
 
 #: The templates with a rule here, by AutoTVM task name.

@@ -25,8 +25,15 @@ MAX_STACK_ALLOCA = 1024
 
 
 #: Calls whose failure a kernel returns (besides its workspace calls and assertions).
-_FAILING_CALLS = frozenset({"tir.tvm_call_packed", "tir.tvm_call_cpacked", "tir.tvm_call_packed_lowered",
-                            "tir.tvm_call_cpacked_lowered", "tir.tvm_throw_last_error"})
+_FAILING_CALLS = frozenset(
+    {
+        "tir.tvm_call_packed",
+        "tir.tvm_call_cpacked",
+        "tir.tvm_call_packed_lowered",
+        "tir.tvm_call_cpacked_lowered",
+        "tir.tvm_throw_last_error",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +89,9 @@ def on_stack(func: tir.PrimFunc, limit: int = STACK_ALLOCA_LIMIT) -> tir.PrimFun
             return None
         changed[0] = True
         annotations = {**node.annotations, _KEEP_ON_STACK: tvm.tir.const(True, "bool")}
-        return tir.Allocate(node.buffer_var, node.dtype, node.extents, node.condition, node.body, annotations, node.span)
+        return tir.Allocate(
+            node.buffer_var, node.dtype, node.extents, node.condition, node.body, annotations, node.span
+        )
 
     body = tir.stmt_functor.ir_transform(func.body, None, post, ["tir.Allocate"])
     return func.with_body(body) if changed[0] else func

@@ -31,8 +31,9 @@ NEED_DATA = 1
 NEED_SHAPE = 2
 
 
-def shape_function_args(states: Sequence[int], per_param: Sequence[Sequence[str]],
-                        shape_of: Callable[[str], str]) -> list[str]:
+def shape_function_args(
+    states: Sequence[int], per_param: Sequence[Sequence[str]], shape_of: Callable[[str], str]
+) -> list[str]:
     """A shape function's input arguments, in either backend's spelling: per kernel parameter
     (its flattened tensors ``per_param[i]``), the tensors themselves where it reads their data
     and ``shape_of(tensor)`` where it reads their shapes (both, in that order, for both)."""
@@ -154,8 +155,10 @@ class _Builder:
         if not isinstance(op, tvm.ir.Op):
             raise ValueError(f"a primitive function calls {type(op).__name__}, not an operator")
         if self.dependent and self.dependent[-1]:
-            raise ValueError(f"{op.name}'s shape is needed as data by a data-dependent operator; "
-                             "TVM's fusion should not have put them in one kernel")
+            raise ValueError(
+                f"{op.name}'s shape is needed as data by a data-dependent operator; "
+                "TVM's fusion should not have put them in one kernel"
+            )
         shape_func = REPLACED.get(op.name) or op.get_attr("FShapeFunc")
         spec = op.get_attr("TShapeDataDependent")
         if shape_func is None and _is_unary_elementwise(op, call):
@@ -202,8 +205,12 @@ class _Builder:
 
 
 def _is_unary_elementwise(op: tvm.ir.Op, call: relay.Call) -> bool:
-    return (op.get_attr("TOpPattern") == 0 and len(call.args) == 1 and isinstance(call.checked_type, relay.TensorType)
-            and len(call.checked_type.shape) == len(call.args[0].checked_type.shape))
+    return (
+        op.get_attr("TOpPattern") == 0
+        and len(call.args) == 1
+        and isinstance(call.checked_type, relay.TensorType)
+        and len(call.checked_type.shape) == len(call.args[0].checked_type.shape)
+    )
 
 
 def make_shape_func(func: relay.Function, name: str) -> ShapeFunc:

@@ -99,7 +99,9 @@ def _reshape(data_shape, newshape, ndim, allowzero, dynamic):
             if allowzero:
                 out[dst] = int64(0)
             else:
-                assert src < data_shape.shape[0], "reshape: a 0 in the new shape copies a dimension the input does not have"
+                assert src < data_shape.shape[0], (
+                    "reshape: a 0 in the new shape copies a dimension the input does not have"
+                )
                 out[dst] = data_shape[src]
             src += 1
             dst += 1
@@ -132,7 +134,9 @@ def _reshape(data_shape, newshape, ndim, allowzero, dynamic):
                     out[dst + 1] = data_shape[src] // int64(newshape[i + 1])
                 else:
                     out[dst + 1] = int64(newshape[i + 2])
-            assert data_shape[src] == out[dst] * out[dst + 1], "reshape: the -4 split does not multiply to the input dimension"
+            assert data_shape[src] == out[dst] * out[dst + 1], (
+                "reshape: the -4 split does not multiply to the input dimension"
+            )
             src += 1
             dst += 2
             skip = 2
@@ -276,11 +280,19 @@ def _slice_static(attrs, inputs, out_ndims):
     else:
         axes = list(range(rank))
         strides += [1] * (rank - len(strides))
-        begin += [0 if s > 0 else _PAST_END for s in strides[len(begin):]]
-        end += [_PAST_END if s > 0 else 0 for s in strides[len(end):]]
+        begin += [0 if s > 0 else _PAST_END for s in strides[len(begin) :]]
+        end += [_PAST_END if s > 0 else 0 for s in strides[len(end) :]]
     size_mode = 1 if attrs.slice_mode == "size" else 0
-    return [_slice(inputs[0], _static_values(begin, "begin"), _static_values(end, "end"),
-                   _static_values(strides, "strides"), _static_values(axes, "axes"), convert(size_mode))]
+    return [
+        _slice(
+            inputs[0],
+            _static_values(begin, "begin"),
+            _static_values(end, "end"),
+            _static_values(strides, "strides"),
+            _static_values(axes, "axes"),
+            convert(size_mode),
+        )
+    ]
 
 
 def _slice_dynamic(attrs, inputs, out_ndims):
@@ -288,8 +300,11 @@ def _slice_dynamic(attrs, inputs, out_ndims):
     kernel reads it: ``passes/bounds.py``)."""
     count = int(inputs[1].shape[0])
     size_mode = 1 if attrs.slice_mode == "size" else 0
-    return [_slice(inputs[0], inputs[1], inputs[2], inputs[3], _static_values(list(range(count)), "axes"),
-                   convert(size_mode))]
+    return [
+        _slice(
+            inputs[0], inputs[1], inputs[2], inputs[3], _static_values(list(range(count)), "axes"), convert(size_mode)
+        )
+    ]
 
 
 @script
@@ -309,7 +324,9 @@ def _numpy_broadcast(shape1, shape2):
             dim2 = shape2[index]
         elif rank2 - (out_rank - index) >= 0:
             dim2 = shape2[rank2 - (out_rank - index)]
-        assert dim1 == dim2 or dim1 == 1 or dim2 == 1, "where: the shapes do not broadcast together (TVM: Invalid broadcast shapes)"
+        assert dim1 == dim2 or dim1 == 1 or dim2 == 1, (
+            "where: the shapes do not broadcast together (TVM: Invalid broadcast shapes)"
+        )
         out[index] = dim1
         if dim1 == 1:
             out[index] = dim2
@@ -507,7 +524,9 @@ def _broadcastable(data_shape, out_shape):
     for i in const_range(out_shape.shape[0]):
         out[i] = out_shape[i]
     for i in const_range(data_shape.shape[0]):
-        assert out_shape.shape[0] >= data_shape.shape[0], "broadcast_to: the target has fewer dimensions than the tensor"
+        assert out_shape.shape[0] >= data_shape.shape[0], (
+            "broadcast_to: the target has fewer dimensions than the tensor"
+        )
         d = data_shape[data_shape.shape[0] - 1 - i]
         t = out_shape[out_shape.shape[0] - 1 - i]
         assert d == 1 or d == t, "broadcast_to: the tensor's shape does not broadcast to the target shape"

@@ -70,7 +70,9 @@ def fingerprint() -> str:
                 parts += sorted(f"{key}={inp.config}" for key, (inp, _) in table.items())
             parts += sorted(f"{key}={config}" for key, config in context._best_user_defined.items())
         elif isinstance(context, (autotvm.task.ApplyConfig, autotvm.task.ApplyFixedConfig)):
-            parts.append(f"{type(context).__name__}:{getattr(context, '_config', '')}:{getattr(context, '_schedule_names', '')}")
+            parts.append(
+                f"{type(context).__name__}:{getattr(context, '_config', '')}:{getattr(context, '_schedule_names', '')}"
+            )
         else:
             parts.append(f"{type(context).__name__}@{id(context)}")
         context = getattr(context, "_old_ctx", None)
@@ -165,8 +167,9 @@ def _read(path: Path) -> Iterator[tuple]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise ValueError(f"tuning records {path}, line {number}: not an AutoTVM record "
-                             f"(not UTF-8 text: {err})") from None
+            raise ValueError(
+                f"tuning records {path}, line {number}: not an AutoTVM record (not UTF-8 text: {err})"
+            ) from None
         if not text.strip() or text.startswith("#"):
             continue  # TVM's reader skips the comments; blank lines separate nothing
         try:
@@ -174,8 +177,9 @@ def _read(path: Path) -> Iterator[tuple]:
             if record is not None:
                 _check_record(*record)
         except Exception as err:  # noqa: BLE001 - TVM's decoder raises anything from a malformed line
-            raise ValueError(f"tuning records {path}, line {number}: not an AutoTVM record "
-                             f"({type(err).__name__}: {_one_line(err)})") from None
+            raise ValueError(
+                f"tuning records {path}, line {number}: not an AutoTVM record ({type(err).__name__}: {_one_line(err)})"
+            ) from None
         if record is not None:  # None: a log of AutoTVM's version 0.1, which TVM's reader skips (and warns of)
             yield (number, *record)
 
@@ -200,13 +204,20 @@ def check_scope() -> None:
     while context is not None:
         if isinstance(context, autotvm.task.ApplyHistoryBest) and not getattr(context, "_relay_aot_checked", False):
             path = getattr(context, "_relay_aot_path", None)
-            applied = {id(inp): inp for table in (context.best_by_targetkey, context.best_by_model)
-                       for inp, _ in table.values()}
+            applied = {
+                id(inp): inp
+                for table in (context.best_by_targetkey, context.best_by_model)
+                for inp, _ in table.values()
+            }
             # in file order: the first line outside its space is the one named
             for inp in sorted(applied.values(), key=lambda inp: getattr(inp.config, "_relay_aot_line", 0)):
                 line = getattr(inp.config, "_relay_aot_line", None)
-                _check(inp, f"tuning records {path}, line {line}" if path is not None and line is not None
-                       else "tuning records in scope (autotvm.apply_history_best)")
+                _check(
+                    inp,
+                    f"tuning records {path}, line {line}"
+                    if path is not None and line is not None
+                    else "tuning records in scope (autotvm.apply_history_best)",
+                )
             context._relay_aot_checked = True
         context = getattr(context, "_old_ctx", None)
 
@@ -237,8 +248,11 @@ def _warn_cut(path: Path, number: int, size: int) -> None:
     key = (str(path.resolve()), number, size)
     if key not in _cuts_warned:
         _cuts_warned.add(key)
-        _logger.warning("tuning records %s, line %d: the last line was cut off mid-write (no newline, not a record): "
-                        "it is ignored", path, number)
+        _logger.warning(
+            "tuning records %s, line %d: the last line was cut off mid-write (no newline, not a record): it is ignored",
+            path,
+            number,
+        )
 
 
 def _one_line(err: BaseException) -> str:
@@ -363,9 +377,12 @@ class _Knob:
             return f"{shown}: not one of the {len(self.values)} values its space lists"
         size = entity.size
         product = self.space.product
-        if not (isinstance(size, list) and len(size) == self.space.num_output
-                and all(isinstance(f, int) and not isinstance(f, bool) for f in size)
-                and all(f >= 1 for f in size[1:])):
+        if not (
+            isinstance(size, list)
+            and len(size) == self.space.num_output
+            and all(isinstance(f, int) and not isinstance(f, bool) for f in size)
+            and all(f >= 1 for f in size[1:])
+        ):
             return f"{shown}: not {self.space.num_output} integer factors, the inner ones positive"
         inner = math.prod(size[1:])
         if _typed(size[1:]) in self.values or (self.partial and inner <= product):
@@ -392,8 +409,10 @@ class _Space:
         entities = config._entity_map
         for name in entities:
             if name not in self.knobs:
-                return (f"knob {name} = {entities[name]!r}: the template has no such knob "
-                        f"(its knobs: {', '.join(self.knobs)})")
+                return (
+                    f"knob {name} = {entities[name]!r}: the template has no such knob "
+                    f"(its knobs: {', '.join(self.knobs)})"
+                )
         for name, knob in self.knobs.items():
             if name not in entities:
                 return f"knob {name}: the record has no value for it"
@@ -481,10 +500,14 @@ class Untuned:
             global _warned
             level = logging.INFO if _warned else logging.WARNING
             _warned = True
-            _logger.log(level,
+            _logger.log(
+                level,
                 "relay_aot: %d kernel schedule%s untuned (TVM's fallback configuration); tune them with "
                 "AutoTVM and compile inside autotvm.apply_history_best(log) (docs/performance.md, "
-                "\"Tuned kernels\")", count, " is" if count == 1 else "s are")
+                '"Tuned kernels")',
+                count,
+                " is" if count == 1 else "s are",
+            )
 
 
 #: whether a build of this process has warned of untuned kernels already
@@ -525,8 +548,14 @@ def watch(target: str = "", lowering: bool = False) -> Iterator[Untuned]:
         te_compiler.get().clear()
         _cached_under = context
     logger = logging.getLogger("autotvm")
-    saved = (logger.level, logger.propagate, list(logger.handlers), set(autotvm.task.DispatchContext.warning_messages),
-             te_compiler._first_warning, autotvm.GLOBAL_SCOPE.silent)
+    saved = (
+        logger.level,
+        logger.propagate,
+        list(logger.handlers),
+        set(autotvm.task.DispatchContext.warning_messages),
+        te_compiler._first_warning,
+        autotvm.GLOBAL_SCOPE.silent,
+    )
     untuned = Untuned(context, target)
     logger.setLevel(logging.DEBUG)
     logger.propagate = False

@@ -35,8 +35,7 @@ from .gate import Gate
 #: coefficients from the highest degree.
 _LOG2E = 1.44269504088896341
 _LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
-_EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-                   5.0000001201e-1)
+_EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 #: Beyond these exp is inf or 0 in float32; inside them 2^n splits into two normal powers of 2.
 _EXP_MIN, _EXP_MAX = -104.0, 89.0
 

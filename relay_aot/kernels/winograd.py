@@ -95,14 +95,15 @@ def compute(data: te.Tensor, weight: te.Tensor, out_dtype: str) -> te.Tensor:
     n, c_blocks, height, width, cb = get_const_tuple(data.shape)
     slices, k_blocks, channels, kb = get_const_tuple(weight.shape)
     alpha2 = slices - EXTRA_SLICES
-    alpha = int(round(alpha2 ** 0.5))
+    alpha = int(round(alpha2**0.5))
     m = alpha - 2
     a_mat, b_mat, _ = transform_matrices(m)
     rows, cols = -(-height // m), -(-width // m)
     tile_rows = n * rows
     tiles = tile_rows * cols
-    padded = topi.nn.pad(data, (0, 0, 1, 1, 0), (0, 0, rows * m + 1 - height, cols * m + 1 - width, 0),
-                         name="winograd_pad")
+    padded = topi.nn.pad(
+        data, (0, 0, 1, 1, 0), (0, 0, rows * m + 1 - height, cols * m + 1 - width, 0), name="winograd_pad"
+    )
     bound = weight[alpha2 + 9, 0, 0, 0]
 
     def tile(p):
@@ -112,16 +113,22 @@ def compute(data: te.Tensor, weight: te.Tensor, out_dtype: str) -> te.Tensor:
         # the m + 2 input rows of row of tiles t (the padding's zero rows clamped to the edge). As
         # integers, the bits of |x| order finite magnitudes, and put inf and NaN above them all:
         # one integer maximum per vector checks both
-        dh, co, w = (te.reduce_axis((0, alpha), "dh"), te.reduce_axis((0, c_blocks), "co"),
-                     te.reduce_axis((0, width), "w"))
+        dh, co, w = (
+            te.reduce_axis((0, alpha), "dh"),
+            te.reduce_axis((0, c_blocks), "co"),
+            te.reduce_axis((0, width), "w"),
+        )
         value = data[t // rows, co, tir.max(tir.min(t % rows * m - 1 + dh, height - 1), 0), w, ci]
         return te.max(tir.reinterpret("int32", value) & 0x7FFFFFFF, axis=[dh, co, w])
 
     magnitudes = te.compute((tile_rows, cb), largest_bits, name="winograd_magnitudes")
     lane = te.reduce_axis((0, cb), "lane")
     bound_bits = tir.reinterpret("int32", bound)
-    direct_row = te.compute((tile_rows,), lambda t: te.max(tir.Select(magnitudes[t, lane] > bound_bits, 1, 0),
-                                                           axis=lane), name="winograd_direct_row")
+    direct_row = te.compute(
+        (tile_rows,),
+        lambda t: te.max(tir.Select(magnitudes[t, lane] > bound_bits, 1, 0), axis=lane),
+        name="winograd_direct_row",
+    )
 
     def input_row(p, co, eps, rb, ci):
         b, h0, w0 = tile(p)
@@ -131,26 +138,32 @@ def compute(data: te.Tensor, weight: te.Tensor, out_dtype: str) -> te.Tensor:
     transformed = te.compute(
         (alpha2, tiles, channels),
         lambda e, p, c: _linear(b_mat.T, e % alpha, lambda rb: rows_done[p, c // cb, e // alpha, rb, c % cb]),
-        name="winograd_input")
+        name="winograd_input",
+    )
 
     def product(e, ko, t, col, ki):
         # TE cannot skip a stage, but a loop may run 0 times: a row computed directly gets zero
         # products (its transformed inputs may hold inf or NaN), at no cost to the others
         winograd = te.reduce_axis((0, 1 - direct_row[t]), "winograd")
         rc = te.reduce_axis((0, channels), "rc")
-        return te.sum(transformed[e, t * cols + col, rc].astype(out_dtype) * weight[e, ko, rc, ki].astype(out_dtype),
-                      axis=[winograd, rc])
+        return te.sum(
+            transformed[e, t * cols + col, rc].astype(out_dtype) * weight[e, ko, rc, ki].astype(out_dtype),
+            axis=[winograd, rc],
+        )
 
     products = te.compute((alpha2, k_blocks, tile_rows, cols, kb), product, name="winograd_products")
     out_rows = te.compute(
         (k_blocks, tiles, m, alpha, kb),
-        lambda ko, p, vh, nu, ki: _linear(a_mat.T, vh,
-                                          lambda eps: products[eps * alpha + nu, ko, p // cols, p % cols, ki]),
-        name="winograd_output_rows")
+        lambda ko, p, vh, nu, ki: _linear(
+            a_mat.T, vh, lambda eps: products[eps * alpha + nu, ko, p // cols, p % cols, ki]
+        ),
+        name="winograd_output_rows",
+    )
     out_tiles = te.compute(
         (k_blocks, tiles, m, m, kb),
         lambda ko, p, vh, vw, ki: _linear(a_mat.T, vw, lambda nu: out_rows[ko, p, vh, nu, ki]),
-        name="winograd_output")
+        name="winograd_output",
+    )
 
     def direct(ko, p, vh, vw, ki):
         # the tile's Winograd outputs (zeros in a row computed directly), plus, in such a row
@@ -159,14 +172,19 @@ def compute(data: te.Tensor, weight: te.Tensor, out_dtype: str) -> te.Tensor:
         once = te.reduce_axis((0, direct_row[p // cols]), "once")
         rc, ry, rx = te.reduce_axis((0, channels), "rc"), te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
         value = padded[b, rc // cb, h0 + vh + ry, w0 + vw + rx, rc % cb].astype(out_dtype)
-        return te.sum(value * weight[alpha2 + ry * 3 + rx, ko, rc, ki].astype(out_dtype), axis=[once, rc, ry, rx],
-                      init=out_tiles[ko, p, vh, vw, ki])
+        return te.sum(
+            value * weight[alpha2 + ry * 3 + rx, ko, rc, ki].astype(out_dtype),
+            axis=[once, rc, ry, rx],
+            init=out_tiles[ko, p, vh, vw, ki],
+        )
 
     outputs = te.compute((k_blocks, tiles, m, m, kb), direct, name="winograd_or_direct")
     return te.compute(
         (n, k_blocks, height, width, kb),
         lambda b, ko, h, w, ki: outputs[ko, b * rows * cols + (h // m) * cols + w // m, h % m, w % m, ki],
-        name="winograd_conv", tag=TAG)
+        name="winograd_conv",
+        tag=TAG,
+    )
 
 
 def _stages(conv: te.Tensor) -> dict:

@@ -58,8 +58,9 @@ def _returns_var(body: relay.Expr, var: relay.Var) -> bool:
 _PATTERN_TEXT = {
     relay.PatternWildcard: lambda p: "_",
     relay.PatternVar: lambda p: f"%{p.var.name_hint}",
-    relay.PatternConstructor: lambda p: p.constructor.name_hint
-    + (f"({', '.join(pattern_text(s) for s in p.patterns)})" if len(p.patterns) else ""),
+    relay.PatternConstructor: lambda p: (
+        p.constructor.name_hint + (f"({', '.join(pattern_text(s) for s in p.patterns)})" if len(p.patterns) else "")
+    ),
     relay.PatternTuple: lambda p: f"({', '.join(pattern_text(s) for s in p.patterns)})",
 }
 
@@ -157,7 +158,7 @@ class ProgramLowering:
             raise UnsupportedError("the Relay program is nested too deeply to lower") from None
         main_func = self.mod["main"]
         params = [ir.Param(p.name_hint, self.types.lower(p.checked_type)) for p in main_func.params]
-        self.functions.sort(key=lambda f: int(f.id[len(names.FUNC):]))
+        self.functions.sort(key=lambda f: int(f.id[len(names.FUNC) :]))
         return ir.Program(
             functions=self.functions,
             main=main_id,
@@ -435,7 +436,8 @@ class FunctionLowering:
                 raise UnsupportedError(
                     f"{name} has the type Tensor[({shape}), ], a tensor with no element type (TVM's ONNX importer makes one "
                     f"of an ONNX optional input), and reaches a kernel in {self.hint}: no kernel can compute on it. "
-                    "relay_aot takes such a value only where the program passes it along or ignores it")
+                    "relay_aot takes such a value only where the program passes it along or ignores it"
+                )
 
     def _kernel_call(self, kernel: ir.Kernel, expr, stmts, dest):
         args = self.atoms(expr.args, stmts)
@@ -550,7 +552,10 @@ class FunctionLowering:
 
 
 def lower_program(
-    mod: tvm.IRModule, model: str, target: tvm.target.Target, config: Config,
+    mod: tvm.IRModule,
+    model: str,
+    target: tvm.target.Target,
+    config: Config,
     shared_extents: tuple[ir.SharedExtent, ...] = (),
 ) -> tuple[ir.Program, KernelTable]:
     """Lower a prepared module (see ``passes.prepare_with_extents``, which also gives the

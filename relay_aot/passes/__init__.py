@@ -189,7 +189,9 @@ def bounded_take(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     tensor (a crash or garbage). ``clip`` computes the same for every index in range and clamps
     the others, so a program can never read memory it does not own (docs/guarantees.md).
     """
-    updates = {gvar: _BoundedTake().visit(func) for gvar, func in mod.functions.items() if isinstance(func, relay.Function)}
+    updates = {
+        gvar: _BoundedTake().visit(func) for gvar, func in mod.functions.items() if isinstance(func, relay.Function)
+    }
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
@@ -234,9 +236,12 @@ def _multiply_accumulates(mod: tvm.IRModule) -> int:
 
     def visit(node):
         nonlocal total
-        if (isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op)
-                and node.op.get_attr("FMacCount") is not None
-                and all(static_tensor(arg.checked_type) for arg in [*node.args, node])):
+        if (
+            isinstance(node, relay.Call)
+            and isinstance(node.op, tvm.ir.Op)
+            and node.op.get_attr("FMacCount") is not None
+            and all(static_tensor(arg.checked_type) for arg in [*node.args, node])
+        ):
             total += _call_macs(node)
 
     for func in mod.functions.values():
@@ -406,8 +411,10 @@ def _function_by_function(inner: tvm.transform.Pass) -> tvm.transform.Pass:
             return inner(mod)
         updated = dict(functions)
         for gvar in own:
-            reached = {g: functions[g] if g.same_as(gvar) else functions[g].with_attr("SkipOptimization", 1)
-                       for g in reachable_globals(mod, gvar.name_hint)}
+            reached = {
+                g: functions[g] if g.same_as(gvar) else functions[g].with_attr("SkipOptimization", 1)
+                for g in reachable_globals(mod, gvar.name_hint)
+            }
             updated[gvar] = inner(tvm.IRModule(reached, mod.type_definitions))[gvar]
         return tvm.IRModule(updated, mod.type_definitions, attrs=mod.attrs)
 
@@ -506,9 +513,19 @@ def prepare_with_extents(
     extents = symbolic.shared_extents(mod["main"])
     mod = symbolic.erase(mod)
     fuse_level = 0 if opt_level < 1 else 2
-    sequence = [relay.transform.InferType(), *_legalizations(), relay.transform.InferType(), exact_int8_products,
-                relay.transform.SimplifyInference(), bounded_take,
-                relay.transform.InferType(), numpy_slice_begin, unpacked_dynamic_dense, static_pad_width, relay.transform.InferType()]
+    sequence = [
+        relay.transform.InferType(),
+        *_legalizations(),
+        relay.transform.InferType(),
+        exact_int8_products,
+        relay.transform.SimplifyInference(),
+        bounded_take,
+        relay.transform.InferType(),
+        numpy_slice_begin,
+        unpacked_dynamic_dense,
+        static_pad_width,
+        relay.transform.InferType(),
+    ]
     if opt_level >= 1:
         # as optimisations do: at opt_level 0 the kernels are TVM's, operator by operator
         sequence += [vector_math_functions, relay.transform.InferType()]
@@ -540,7 +557,7 @@ def prepare_with_extents(
 
 
 def _run_sequence(sequence: list, mod: tvm.IRModule, opt_level: int, target) -> tvm.IRModule:
-    with tvm.transform.PassContext(opt_level=opt_level), (target or tvm.target.Target("llvm")):
+    with tvm.transform.PassContext(opt_level=opt_level), target or tvm.target.Target("llvm"):
         try:
             return tvm.transform.Sequential(sequence)(mod)
         except tvm.error.DiagnosticError as err:
@@ -709,16 +726,15 @@ def _localize_globals(mod: tvm.IRModule, name: str) -> relay.Function:
     body = _GlobalsToLocals(local).visit(func.body)
     for gname in reversed(order):
         callee = mod[gname]
-        value = relay.Function(callee.params, _GlobalsToLocals(local).visit(callee.body), callee.ret_type,
-                               callee.type_params)
+        value = relay.Function(
+            callee.params, _GlobalsToLocals(local).visit(callee.body), callee.ret_type, callee.type_params
+        )
         body = relay.Let(local[gname], value, body)
     mod[name] = relay.Function(func.params, body, func.ret_type, func.type_params, func.attrs)
     return relay.transform.InferType()(mod)[name]
 
 
-def gradient(
-    mod: tvm.IRModule, name: str = "main", params: Mapping[str, object] | None = None
-) -> tvm.IRModule:
+def gradient(mod: tvm.IRModule, name: str = "main", params: Mapping[str, object] | None = None) -> tvm.IRModule:
     """A module whose ``@main`` is the gradient of ``mod[name]``, ready for ``relay_aot.compile``.
 
     The function is differentiated by Relay's own reverse-mode pass,
@@ -780,8 +796,9 @@ def gradient(
         raise UnsupportedError(f"no gradient is registered for the operators {', '.join(missing)} (used in @{name})")
     try:
         grad = relay.transform.gradient(func, mod=mod, mode="higher_order")
-        grad = relay.Function(grad.params, _RepairGradient().visit(grad.body), grad.ret_type,
-                              grad.type_params, grad.attrs)
+        grad = relay.Function(
+            grad.params, _RepairGradient().visit(grad.body), grad.ret_type, grad.type_params, grad.attrs
+        )
         result = tvm.IRModule({"main": grad}, type_definitions=mod.type_definitions)
         return cleanup(relay.transform.InferType()(result))
     except tvm.error.TVMError as err:

@@ -115,7 +115,8 @@ class _StaticPadWidth(relay.ExprMutator):
         if any(dim is not None and dim != want for dim, want in zip(static, (rank, 2))):
             raise UnsupportedError(
                 f"dyn.nn.pad of a tensor of rank {rank} with a pad width of shape {tuple(shape)} "
-                f"(it needs ({rank}, 2): TVM's ONNX importer makes this for a Pad with axes)")
+                f"(it needs ({rank}, 2): TVM's ONNX importer makes this for a Pad with axes)"
+            )
         width = relay.reshape(call.args[1], [rank, 2])
         return relay.Call(call.op, [call.args[0], width, *call.args[2:]], call.attrs, call.type_args, call.span)
 

@@ -47,8 +47,12 @@ def _is_u8_by_s8(call: relay.Call) -> bool:
     if not (isinstance(call.op, tvm.ir.Op) and call.op.name in PRODUCTS and len(call.args) >= 2):
         return False
     data, weight = (arg.checked_type for arg in call.args[:2])
-    return (isinstance(data, relay.TensorType) and isinstance(weight, relay.TensorType)
-            and data.dtype == "uint8" and weight.dtype == "int8")
+    return (
+        isinstance(data, relay.TensorType)
+        and isinstance(weight, relay.TensorType)
+        and data.dtype == "uint8"
+        and weight.dtype == "int8"
+    )
 
 
 class _Widen(relay.ExprMutator):

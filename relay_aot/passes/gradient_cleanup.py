@@ -121,8 +121,10 @@ class _Uses:
         """The variable ``var`` is a copy of (through ``let %a = %b`` bindings), or ``var``;
         memoized, since copy chains are long and hashing a variable is a call into TVM."""
         chain = []
-        while var not in self._original and isinstance(self.binding.get(var), relay.Var) and len(chain) <= len(
-            self.binding
+        while (
+            var not in self._original
+            and isinstance(self.binding.get(var), relay.Var)
+            and len(chain) <= len(self.binding)
         ):
             chain.append(var)
             var = self.binding[var]
@@ -454,7 +456,9 @@ def _zero_pad(value: relay.Call, uses: _Uses):
     where strided_set with tensor bounds computes every element's index at run time."""
     data, update, begin, end, strides = value.args
     made = uses.binding.get(data) if isinstance(data, relay.Var) else None
-    if not (isinstance(made, relay.Call) and isinstance(made.op, tvm.ir.Op) and made.op.name in ("zeros_like", "zeros")):
+    if not (
+        isinstance(made, relay.Call) and isinstance(made.op, tvm.ir.Op) and made.op.name in ("zeros_like", "zeros")
+    ):
         return None
     out, piece = value.checked_type, update.checked_type
     if not (static_tensor(out) and static_tensor(piece)) or out.dtype != piece.dtype:
@@ -548,9 +552,11 @@ class _Contents(relay.ExprVisitor):
             elif isinstance(value, relay.RefWrite) and isinstance(value.ref, relay.Var):
                 key = _cell_key(value.ref, self.uses)
                 held = known.get(key)
-                if held is not None and isinstance(value.value, relay.Var) and self.uses.resolve(
-                    held[1]
-                ).same_as(self.uses.resolve(value.value)):
+                if (
+                    held is not None
+                    and isinstance(value.value, relay.Var)
+                    and self.uses.resolve(held[1]).same_as(self.uses.resolve(value.value))
+                ):
                     self.noops.append(var)
                 else:
                     for other in [k for k, (ref, _) in known.items() if self._aliases(ref, value.ref)]:
@@ -561,8 +567,10 @@ class _Contents(relay.ExprVisitor):
                         known[key] = (value.ref, value.value)
                     if key is not None:
                         unread[key] = (value.ref, var)
-            elif isinstance(value, relay.Call) and isinstance(value.op, (tvm.ir.Op, relay.Constructor)) and all(
-                isinstance(arg, (relay.Var, relay.Constant)) for arg in value.args
+            elif (
+                isinstance(value, relay.Call)
+                and isinstance(value.op, (tvm.ir.Op, relay.Constructor))
+                and all(isinstance(arg, (relay.Var, relay.Constant)) for arg in value.args)
             ):
                 pass
             elif isinstance(value, (relay.Call, relay.If, relay.Match, relay.Let, relay.RefRead, relay.RefWrite)):
@@ -625,8 +633,9 @@ def _drop_dead_cells(func: relay.Function) -> tuple[relay.Function, int]:
             changed += 1
     if not changed:
         return func, 0
-    return relay.Function(func.params, _Rebind(values).visit(func.body), func.ret_type, func.type_params,
-                          func.attrs), changed
+    return relay.Function(
+        func.params, _Rebind(values).visit(func.body), func.ret_type, func.type_params, func.attrs
+    ), changed
 
 
 class _Inline(ChainMutator):
@@ -676,8 +685,9 @@ def _inline_once_called(func: relay.Function) -> tuple[relay.Function, int]:
             at[calls[0]] = value
     if not at:
         return func, 0
-    return relay.Function(func.params, _Inline(at).visit(func.body), func.ret_type, func.type_params,
-                          func.attrs), len(at)
+    return relay.Function(func.params, _Inline(at).visit(func.body), func.ret_type, func.type_params, func.attrs), len(
+        at
+    )
 
 
 def _effect_free(expr: relay.Expr, pure_functions: set) -> bool:
@@ -723,8 +733,21 @@ class _DeadBindings(relay.ExprMutator):
     def _droppable(self, value) -> bool:
         if isinstance(value, relay.Function):
             return True
-        if isinstance(value, (relay.Var, relay.Constant, relay.Tuple, relay.TupleGetItem, relay.RefCreate,
-                              relay.RefRead, relay.Call, relay.If, relay.Match, relay.Let)):
+        if isinstance(
+            value,
+            (
+                relay.Var,
+                relay.Constant,
+                relay.Tuple,
+                relay.TupleGetItem,
+                relay.RefCreate,
+                relay.RefRead,
+                relay.Call,
+                relay.If,
+                relay.Match,
+                relay.Let,
+            ),
+        ):
             return _effect_free(value, self.pure_functions)
         return False
 
@@ -753,8 +776,9 @@ def cleanup(mod: tvm.IRModule, name: str = "main") -> tvm.IRModule:
     docstring); type-checked. The values the function returns are unchanged."""
     mod = relay.transform.InferType()(mod)
     func = mod[name]
-    func = relay.Function(func.params, _IdentityCollapseSums().visit(func.body), func.ret_type, func.type_params,
-                          func.attrs)
+    func = relay.Function(
+        func.params, _IdentityCollapseSums().visit(func.body), func.ret_type, func.type_params, func.attrs
+    )
     mod[name] = func
     mod = relay.transform.ToANormalForm()(mod)
     func = mod[name]
@@ -767,6 +791,7 @@ def cleanup(mod: tvm.IRModule, name: str = "main") -> tvm.IRModule:
         func = relay.Function(func.params, dce.visit(func.body), func.ret_type, func.type_params, func.attrs)
         if not changed and not inlined and not dce.dropped:
             break
-    mod[name] = relay.Function(func.params, _ZerosAsConstants().visit(func.body), func.ret_type, func.type_params,
-                               func.attrs)
+    mod[name] = relay.Function(
+        func.params, _ZerosAsConstants().visit(func.body), func.ret_type, func.type_params, func.attrs
+    )
     return relay.transform.InferType()(mod)

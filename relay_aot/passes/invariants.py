@@ -36,10 +36,21 @@ from .walk import ChainMutator, nodes_where, pattern_vars
 
 #: Operators that index with their data (reading where the data says) or may trap (integer
 #: division): they stay where the program put them.
-_DATA_INDEXED = frozenset({
-    "take", "gather", "gather_nd", "adv_index", "scatter_elements", "scatter_nd", "scatter_add",
-    "sparse_to_dense", "one_hot", "searchsorted", "unravel_index",
-})
+_DATA_INDEXED = frozenset(
+    {
+        "take",
+        "gather",
+        "gather_nd",
+        "adv_index",
+        "scatter_elements",
+        "scatter_nd",
+        "scatter_add",
+        "sparse_to_dense",
+        "one_hot",
+        "searchsorted",
+        "unravel_index",
+    }
+)
 _INTEGER_TRAPS = frozenset({"divide", "floor_divide", "trunc_divide", "mod", "floor_mod", "trunc_mod"})
 _OUT_EWISE_FUSABLE = 4  # relay.op.OpPattern.OUT_ELEMWISE_FUSABLE
 
@@ -180,7 +191,9 @@ class _HoistOut(relay.ExprMutator):
 
     def _outside(self, expr):
         """``expr`` over variables bound outside the function (the inner ``let``s substituted)."""
-        inner = {v: self._outside(self.bound.values[v]) for v in relay.analysis.free_vars(expr) if v in self.bound.inner}
+        inner = {
+            v: self._outside(self.bound.values[v]) for v in relay.analysis.free_vars(expr) if v in self.bound.inner
+        }
         return relay.bind(expr, inner) if inner else expr
 
     def visit(self, expr):

@@ -53,10 +53,17 @@ def _pointwise(conv: relay.Call) -> bool:
     attrs = conv.attrs
     data, weight, out = _shape(conv.args[0]), _shape(conv.args[1]), _shape(conv)
     return (
-        data is not None and weight is not None and out is not None and len(data) == 4
-        and attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW" and attrs.out_layout in ("", "NCHW")
-        and int(attrs.groups) == 1 and weight[2:] == [1, 1]
-        and all(int(v) == 1 for v in attrs.strides) and all(int(v) == 1 for v in attrs.dilation)
+        data is not None
+        and weight is not None
+        and out is not None
+        and len(data) == 4
+        and attrs.data_layout == "NCHW"
+        and attrs.kernel_layout == "OIHW"
+        and attrs.out_layout in ("", "NCHW")
+        and int(attrs.groups) == 1
+        and weight[2:] == [1, 1]
+        and all(int(v) == 1 for v in attrs.strides)
+        and all(int(v) == 1 for v in attrs.dilation)
         and all(int(v) == 0 for v in attrs.padding)
         and conv.checked_type.dtype == conv.args[0].checked_type.dtype
     )

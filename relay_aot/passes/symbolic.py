@@ -69,8 +69,11 @@ def erase_type(ty):
         return _rebuilt(fields, ty.fields, relay.TupleType)
     if isinstance(ty, relay.FuncType):
         parts = [erase_type(t) for t in [*ty.arg_types, ty.ret_type]]
-        return _rebuilt(parts, [*ty.arg_types, ty.ret_type],
-                        lambda p: relay.FuncType(p[:-1], p[-1], ty.type_params, ty.type_constraints))
+        return _rebuilt(
+            parts,
+            [*ty.arg_types, ty.ret_type],
+            lambda p: relay.FuncType(p[:-1], p[-1], ty.type_params, ty.type_constraints),
+        )
     if isinstance(ty, relay.RefType):
         return _rebuilt([erase_type(ty.value)], [ty.value], lambda p: relay.RefType(p[0]))
     if isinstance(ty, relay.TypeCall):
@@ -128,7 +131,13 @@ def _mentions_symbolic(func: relay.Function) -> bool:
     found = []
 
     def visit(node):
-        ty = node.type_annotation if isinstance(node, relay.Var) else node.ret_type if isinstance(node, relay.Function) else None
+        ty = (
+            node.type_annotation
+            if isinstance(node, relay.Var)
+            else node.ret_type
+            if isinstance(node, relay.Function)
+            else None
+        )
         if ty is not None and erase_type(ty) is not None:
             found.append(node)
 
@@ -139,8 +148,11 @@ def _mentions_symbolic(func: relay.Function) -> bool:
 def erase(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with every symbolic dimension of its functions' annotations made ``?`` (the
     module itself when there is none, so a program without them is left exactly as it was)."""
-    updates = {gvar: func for gvar, func in mod.functions.items()
-               if isinstance(func, relay.Function) and _mentions_symbolic(func)}
+    updates = {
+        gvar: func
+        for gvar, func in mod.functions.items()
+        if isinstance(func, relay.Function) and _mentions_symbolic(func)
+    }
     if not updates:
         return mod
     mod = tvm.IRModule(dict(mod.functions.items()), type_definitions=mod.type_definitions)

@@ -65,7 +65,9 @@ class CallRewriter(relay.ExprMutator):
         return None
 
 
-def rewrite_functions(mod: tvm.IRModule, mutator_for: Callable[[relay.Function], relay.ExprMutator | None]) -> tvm.IRModule:
+def rewrite_functions(
+    mod: tvm.IRModule, mutator_for: Callable[[relay.Function], relay.ExprMutator | None]
+) -> tvm.IRModule:
     """``mod`` with each of its Relay functions visited by ``mutator_for(function)`` (None: left
     alone), type-checked again if any mutator set its ``changed`` (else ``mod`` itself: TVM's
     ``ExprMutator`` rebuilds every node it visits, so a new object does not say). For

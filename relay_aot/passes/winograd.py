@@ -99,8 +99,13 @@ def _replacement(call: relay.Call) -> relay.Expr | None:
     data, weight = call.args
     if not isinstance(weight, relay.Constant):
         return None
-    if (tuple(attrs.kernel_size) != (3, 3) or tuple(attrs.strides) != (1, 1) or tuple(attrs.dilation) != (1, 1)
-            or tuple(attrs.padding) != (1, 1, 1, 1) or int(attrs.groups) != 1):
+    if (
+        tuple(attrs.kernel_size) != (3, 3)
+        or tuple(attrs.strides) != (1, 1)
+        or tuple(attrs.dilation) != (1, 1)
+        or tuple(attrs.padding) != (1, 1, 1, 1)
+        or int(attrs.groups) != 1
+    ):
         return None
     cb = packed_block(str(attrs.data_layout))
     kb = packed_block(str(attrs.out_layout or attrs.data_layout))
@@ -126,8 +131,17 @@ def _replacement(call: relay.Call) -> relay.Expr | None:
     filters = int(weight.data.shape[0]) * kb
     transformed = relay.const(transformed_weights(packed, m), "float32")
     return relay.nn.contrib_conv2d_winograd_without_weight_transform(
-        data, transformed, tile_size=m, kernel_size=(3, 3), padding=(1, 1), channels=filters,
-        data_layout=f"NCHW{cb}c", kernel_layout="OIHW", out_layout=f"NCHW{kb}c", out_dtype="float32")
+        data,
+        transformed,
+        tile_size=m,
+        kernel_size=(3, 3),
+        padding=(1, 1),
+        channels=filters,
+        data_layout=f"NCHW{cb}c",
+        kernel_layout="OIHW",
+        out_layout=f"NCHW{kb}c",
+        out_dtype="float32",
+    )
 
 
 class _Rewrite(relay.ExprMutator):

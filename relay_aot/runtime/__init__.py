@@ -11,5 +11,13 @@ report and a Chrome trace; ``inspect.py`` puts any executor's values in one plai
 from .module import CompiledModule, exported_symbols, load, load_library, model_names, read_signature
 from .values import Closure, Ref
 
-__all__ = ["CompiledModule", "Closure", "Ref", "exported_symbols", "load", "load_library", "model_names",
-           "read_signature"]
+__all__ = [
+    "CompiledModule",
+    "Closure",
+    "Ref",
+    "exported_symbols",
+    "load",
+    "load_library",
+    "model_names",
+    "read_signature",
+]

@@ -61,7 +61,7 @@ def plain_errors():
         prefix = next((k + ": " for k in kinds if text.startswith(k + ": ")), None)
         if prefix is None:
             raise
-        raise type(err)(text[len(prefix):]) from None
+        raise type(err)(text[len(prefix) :]) from None
 
 
 def _make_error(kind: str, message: str) -> Exception:
@@ -198,8 +198,10 @@ def _check_layouts() -> None:
 
     tensor = tvm.nd.array(np.arange(3, dtype="float32"))
     inner = tvm.runtime.container.ADT(2, [])
-    for parts, value in ((adt_parts, tvm.runtime.container.ADT(7, [tensor, inner])),
-                         (constructor_value_parts, ConstructorValue(7, [tensor, inner], None))):
+    for parts, value in (
+        (adt_parts, tvm.runtime.container.ADT(7, [tensor, inner])),
+        (constructor_value_parts, ConstructorValue(7, [tensor, inner], None)),
+    ):
         tag, fields = parts(value)
         if tag != 7 or len(fields) != 2 or not fields[0].same_as(tensor) or not fields[1].same_as(inner):
             raise ImportError("relay_aot's _fastcall extension does not match the object layout of this TVM build")

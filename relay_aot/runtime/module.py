@@ -122,9 +122,11 @@ def stale_load(path) -> str | None:
     if held is None or held == (now.st_dev, now.st_ino):
         return None
     where = "this path" if real == str(path) else f"this path ({real})"
-    return (f"this process already loaded a library from {where}, and the file has been replaced since: the "
-            "dynamic loader returns the library it loaded first for a path it has opened, not the file there now. "
-            "Load the new file from another path (a copy), or in a new process")
+    return (
+        f"this process already loaded a library from {where}, and the file has been replaced since: the "
+        "dynamic loader returns the library it loaded first for a path it has opened, not the file there now. "
+        "Load the new file from another path (a copy), or in a new process"
+    )
 
 
 def load_library(path) -> tvm.runtime.Module:
@@ -202,7 +204,9 @@ class CompiledModule:
         no array of another dtype than its parameter's (those are converted here, when every
         value is kept: values.py)."""
         for arg, dtype in zip(args, self._dtypes):
-            if isinstance(arg, _FAST_EXCLUDED) or (dtype is not None and isinstance(arg, _ARRAYS) and arg.dtype != dtype):
+            if isinstance(arg, _FAST_EXCLUDED) or (
+                dtype is not None and isinstance(arg, _ARRAYS) and arg.dtype != dtype
+            ):
                 return False
         return True
 
@@ -245,8 +249,15 @@ class CompiledModule:
         (keeping up to ``max_events`` trace events, after ``warmup`` unprofiled calls);
         :meth:`profile` reports it."""
         target = self._profiling_module()
-        return profiling.run_profiled(target, target.profiler, args, f"relay_aot ({self.backend})", max_events,
-                                      allocations=self.backend == "cpp", warmup=warmup)
+        return profiling.run_profiled(
+            target,
+            target.profiler,
+            args,
+            f"relay_aot ({self.backend})",
+            max_events,
+            allocations=self.backend == "cpp",
+            warmup=warmup,
+        )
 
     def _profiling_module(self) -> CompiledModule:
         """This module if it was built for profiling, else its profiled variant (built once)."""
@@ -255,9 +266,11 @@ class CompiledModule:
         if self._profiled is None:
             if self.profiled_variant is None:
                 where = f"{self.library_path}" if self.library_path is not None else "this module"
-                raise ValueError(f"{where} was not built for profiling: compile the program with "
-                                 "relay_aot.compile(..., profile=True) (or `relay-aot compile --profile`) "
-                                 "and export that library to profile it after relay_aot.load")
+                raise ValueError(
+                    f"{where} was not built for profiling: compile the program with "
+                    "relay_aot.compile(..., profile=True) (or `relay-aot compile --profile`) "
+                    "and export that library to profile it after relay_aot.load"
+                )
             self._profiled = self.profiled_variant()
         return self._profiled
 
@@ -286,9 +299,13 @@ class CompiledModule:
         loaded_here = _held_file(os.path.realpath(path)) is not None
         written = write_atomic(path, Path(self.library_path), mode=0o644)
         if loaded_here:
-            warnings.warn(f"{path} replaces a library this process has loaded: loading it again from this path in "
-                          "this process gives the old code (relay_aot.load refuses it: load a copy, or use a new "
-                          "process); other processes load the new file", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"{path} replaces a library this process has loaded: loading it again from this path in "
+                "this process gives the old code (relay_aot.load refuses it: load a copy, or use a new "
+                "process); other processes load the new file",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         if header is not None:
             write_atomic(Path(c_header), header, mode=0o644)
         return written
@@ -300,8 +317,10 @@ class CompiledModule:
         api = c_api(self.signature)  # raises UnsupportedError for a main without a C API
         entry = names.c_api(self.name, "run")
         if entry not in exported_symbols(self.library_path):
-            raise ValueError(f"{self.library_path} has no C entry ({entry}): it was built by a relay_aot "
-                             "without the C API; compile it again")
+            raise ValueError(
+                f"{self.library_path} has no C entry ({entry}): it was built by a relay_aot "
+                "without the C API; compile it again"
+            )
         return header_text(api)
 
     def __repr__(self) -> str:
@@ -348,11 +367,11 @@ def exported_symbols(path) -> set[str]:
     order = "<" if data[5] == 1 else ">"
     try:
         if is64:
-            shoff, = struct.unpack_from(order + "Q", data, 0x28)
+            (shoff,) = struct.unpack_from(order + "Q", data, 0x28)
             shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
             section, symbol = order + "IIQQQQIIQQ", order + "IBBHQQ"
         else:
-            shoff, = struct.unpack_from(order + "I", data, 0x20)
+            (shoff,) = struct.unpack_from(order + "I", data, 0x20)
             shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
             section, symbol = order + "IIIIIIIIII", order + "IIIBBH"
         sections = [struct.unpack_from(section, data, shoff + i * shentsize) for i in range(shnum)]

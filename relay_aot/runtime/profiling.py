@@ -63,8 +63,16 @@ class Profile:
         data = json.loads(text)
         counted = {kind: tuple(value) for kind, value in data["allocations"].items()} if allocations else {}
         events = [tuple(e) for e in data["events"] if e[3] >= 0]  # an unfinished call has no duration
-        return cls(executor, data["total_ns"], data["functions"], data["kernels"], counted, events,
-                   data["dropped_events"], max_events)
+        return cls(
+            executor,
+            data["total_ns"],
+            data["functions"],
+            data["kernels"],
+            counted,
+            events,
+            data["dropped_events"],
+            max_events,
+        )
 
     def report(self) -> profiling.Report:
         """The profile as TVM's report (see the module's docstring for the columns)."""
@@ -74,19 +82,30 @@ class Profile:
             return profiling.Percent(100.0 * ns / total if total else 0.0)
 
         def row(name: str, kind: str, count: int, ns: int) -> dict:
-            return {"Name": name, "Kind": kind, "Count": profiling.Count(count),
-                    "Duration (us)": profiling.Duration(ns / 1e3), "Percent": percent(ns),
-                    "Mean (us)": profiling.Duration(ns / 1e3 / count)}
+            return {
+                "Name": name,
+                "Kind": kind,
+                "Count": profiling.Count(count),
+                "Duration (us)": profiling.Duration(ns / 1e3),
+                "Percent": percent(ns),
+                "Mean (us)": profiling.Duration(ns / 1e3 / count),
+            }
 
         calls = [row(k["name"], "kernel", k["calls"], k["ns"]) for k in self.kernels if k["calls"]]
         for f in self.functions:
             if f["calls"]:
-                calls.append(row(f["name"], "function", f["calls"], f["self_ns"]) | {
-                    "Exclusive (us)": profiling.Duration(f["exclusive_ns"] / 1e3),
-                    "Inclusive (us)": profiling.Duration(f["inclusive_ns"] / 1e3),
-                })
-        device = {"Duration (us)": profiling.Duration(total / 1e3), "Percent": profiling.Percent(100.0),
-                  "Count": profiling.Count(1)}
+                calls.append(
+                    row(f["name"], "function", f["calls"], f["self_ns"])
+                    | {
+                        "Exclusive (us)": profiling.Duration(f["exclusive_ns"] / 1e3),
+                        "Inclusive (us)": profiling.Duration(f["inclusive_ns"] / 1e3),
+                    }
+                )
+        device = {
+            "Duration (us)": profiling.Duration(total / 1e3),
+            "Percent": profiling.Percent(100.0),
+            "Count": profiling.Count(1),
+        }
         if self.allocations:
             objects = [self.allocations[kind] for kind in OBJECT_KINDS]
             device["Tensors allocated"] = profiling.Count(self.allocations["tensor"][0])
@@ -105,14 +124,23 @@ class Profile:
         names = ([f["name"] for f in self.functions], [k["name"] for k in self.kernels])
         kinds = ("function", "kernel")
         events = [
-            {"name": names[kind][index], "cat": kinds[kind], "ph": "X", "ts": round(start / 1e3, 3),
-             "dur": round(duration / 1e3, 3), "pid": pid, "tid": 0}
+            {
+                "name": names[kind][index],
+                "cat": kinds[kind],
+                "ph": "X",
+                "ts": round(start / 1e3, 3),
+                "dur": round(duration / 1e3, 3),
+                "pid": pid,
+                "tid": 0,
+            }
             for kind, index, start, duration in self.events
         ]
         other = {"executor": self.executor, "events": len(events), "dropped_events": self.dropped_events}
         if self.dropped_events:
-            other["note"] = (f"the trace holds the first {self.max_events} calls; {self.dropped_events} later calls "
-                             "are not in it (the report's totals count every call)")
+            other["note"] = (
+                f"the trace holds the first {self.max_events} calls; {self.dropped_events} later calls "
+                "are not in it (the report's totals count every call)"
+            )
         return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
 
     def write_trace(self, path) -> Path:
@@ -128,9 +156,15 @@ def _threads() -> int:
     return int(get()) if get is not None else int(os.environ.get("TVM_NUM_THREADS", "0") or 0)
 
 
-def run_profiled(call: Callable[..., Any], control: Callable[[int, int], str], args, executor: str,
-                 max_events: int = DEFAULT_TRACE_EVENTS, allocations: bool = True,
-                 warmup: int = 1) -> tuple[Any, Profile]:
+def run_profiled(
+    call: Callable[..., Any],
+    control: Callable[[int, int], str],
+    args,
+    executor: str,
+    max_events: int = DEFAULT_TRACE_EVENTS,
+    allocations: bool = True,
+    warmup: int = 1,
+) -> tuple[Any, Profile]:
     """``call(*args)`` with the profiler ``control`` (``<model>__profile``) started before and
     stopped after; its result and the :class:`Profile`. The profile is stopped even when the
     call raises (then the error propagates).
@@ -147,4 +181,3 @@ def run_profiled(call: Callable[..., Any], control: Callable[[int, int], str], a
     finally:
         text = str(control(0, 0))
     return result, Profile.from_json(text, executor, int(max_events), allocations)
-

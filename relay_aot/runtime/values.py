@@ -139,8 +139,8 @@ class Converter:
             item = work.pop()
             if isinstance(item, _Build):
                 count = len(item.children)
-                fields = results[len(results) - count:]
-                del results[len(results) - count:]
+                fields = results[len(results) - count :]
+                del results[len(results) - count :]
                 made = item.make(fields)
                 if item.key is not None:
                     done[item.key] = made
@@ -300,8 +300,10 @@ def _exactly(array: np.ndarray, dtype: str, where) -> np.ndarray:
         back = converted.astype(array.dtype)
     same = np.array_equal(back, array, equal_nan=array.dtype.kind == "f" and target.kind == "f")
     if not same or (array.dtype.kind == "b") != (target.kind == "b"):
-        raise ArgumentTypeError(f"{where}: expected a tensor of dtype {dtype}, got {_kind(array)} whose values "
-                        f"{dtype} does not hold exactly")
+        raise ArgumentTypeError(
+            f"{where}: expected a tensor of dtype {dtype}, got {_kind(array)} whose values "
+            f"{dtype} does not hold exactly"
+        )
     return converted
 
 

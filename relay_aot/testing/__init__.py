@@ -76,12 +76,14 @@ class Report:
         return "\n".join(lines)
 
 
-def compare_outcomes(name: str, outcome: Outcome, base_name: str, base: Outcome, rtol: float = 1e-5,
-                     atol: float = 1e-6) -> str | None:
+def compare_outcomes(
+    name: str, outcome: Outcome, base_name: str, base: Outcome, rtol: float = 1e-5, atol: float = 1e-6
+) -> str | None:
     """Why executor ``name``'s ``outcome`` disagrees with ``base_name``'s ``base`` (None if it agrees)."""
     if outcome.kind == "raised" and base.kind == "raised":
         return None  # each executor words its run-time errors differently
     if outcome.kind != base.kind:
+
         def say(n, o):
             return f"{n} returned {summary(o.value)}" if o.kind == "value" else f"{n} raised {o.detail}"
 

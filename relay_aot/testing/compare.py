@@ -21,8 +21,14 @@ class Mismatch(AssertionError):
     """Two executors disagreed; the message names them, the path and both values."""
 
 
-def assert_same(actual: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6, path: str = "result",
-                names: tuple[str, str] = ("actual", "expected")) -> None:
+def assert_same(
+    actual: Any,
+    expected: Any,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    path: str = "result",
+    names: tuple[str, str] = ("actual", "expected"),
+) -> None:
     """Raise :class:`Mismatch` unless two normalized values agree."""
     if isinstance(expected, np.ndarray):
         if not isinstance(actual, np.ndarray):

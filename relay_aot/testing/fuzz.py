@@ -89,8 +89,14 @@ def check_program(
 def _check(program: Program, oracle, backends, references, compile_options) -> Checked:
     try:
         report = equivalence_report(
-            program.module, program.args, backends=backends, references=references,
-            rtol=RTOL, atol=ATOL, isolate=oracle, **compile_options,
+            program.module,
+            program.args,
+            backends=backends,
+            references=references,
+            rtol=RTOL,
+            atol=ATOL,
+            isolate=oracle,
+            **compile_options,
         )
     except Mismatch as err:
         if len(program.cases) <= 1:
@@ -110,8 +116,9 @@ def _check(program: Program, oracle, backends, references, compile_options) -> C
     return checked
 
 
-def _check_cases(program: Program, reference: str, report: Report, oracle, checked: Checked, backends,
-                 compile_options) -> None:
+def _check_cases(
+    program: Program, reference: str, report: Report, oracle, checked: Checked, backends, compile_options
+) -> None:
     """Compare ``reference`` on each case with the slices of the backends' batch results."""
     slices = {name: o for name, o in report.outcomes.items() if name.startswith("relay_aot")}
     if any(o.kind != "value" for o in slices.values()):
@@ -178,8 +185,10 @@ def check_lookalike(program: Program, **compile_options) -> bool:
     first = aot_compile(program.module, **compile_options)
     second = aot_compile(perturbed, **compile_options)
     if second.build_result.key == first.build_result.key:
-        raise Mismatch(f"a module with its float constants one ulp away got the first module's library "
-                       f"{first.library_path}\nprogram:\n{program.text()}")
+        raise Mismatch(
+            f"a module with its float constants one ulp away got the first module's library "
+            f"{first.library_path}\nprogram:\n{program.text()}"
+        )
     return True
 
 
@@ -189,8 +198,14 @@ def first_failing_case(program: Program, oracle, backends, references, compile_o
         case = program.case(index)
         try:
             equivalence_report(
-                case.module, case.args, backends=backends, references=references,
-                rtol=RTOL, atol=ATOL, isolate=oracle, **compile_options,
+                case.module,
+                case.args,
+                backends=backends,
+                references=references,
+                rtol=RTOL,
+                atol=ATOL,
+                isolate=oracle,
+                **compile_options,
             )
         except Mismatch as err:
             return f"case {index} fails on its own:\n{err}\nprogram:\n{case.text()}\narguments: {case.args!r}"
@@ -290,8 +305,9 @@ def run_hostile_campaign(
             for finding in tally.findings:
                 if finding.signature() not in seen:
                     seen.add(finding.signature())
-                    print(f"relay_aot.testing.fuzz: finding (seed {seed}, program {index})\n{finding}\n",
-                          file=sys.stderr)
+                    print(
+                        f"relay_aot.testing.fuzz: finding (seed {seed}, program {index})\n{finding}\n", file=sys.stderr
+                    )
             total.add(tally)
             if total.programs % 10 == 0:
                 print(f"relay_aot.testing.fuzz: {total} ({time.time() - start:.0f} s)", file=sys.stderr)
@@ -308,8 +324,10 @@ def run_hostile_campaign(
     path = out_dir / f"hostile-{int(time.time())}.txt"
     path.write_text("\n\n".join([str(f) for f in total.findings] + surfaces))
     kinds = Counter(f.signature() for f in total.findings)
-    print(f"relay_aot.testing.fuzz: {len(total.findings) + len(surfaces)} findings ({len(kinds)} kinds of program "
-          f"finding), written to {path}")
+    print(
+        f"relay_aot.testing.fuzz: {len(total.findings) + len(surfaces)} findings ({len(kinds)} kinds of program "
+        f"finding), written to {path}"
+    )
     for signature, count in kinds.most_common():
         print(f"  {count}x {' / '.join(signature)}")
     for finding in surfaces:
@@ -323,29 +341,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=200, help="batches to check (default 200)")
     parser.add_argument("--cases", type=int, default=8, help="programs per batch, i.e. per compile (default 8)")
     parser.add_argument("--backends", default="cpp,python", help="comma-separated relay_aot backends")
-    parser.add_argument("--references", default="interpreter",
-                        help="comma-separated TVM executors (interpreter, vm; default interpreter)")
+    parser.add_argument(
+        "--references",
+        default="interpreter",
+        help="comma-separated TVM executors (interpreter, vm; default interpreter)",
+    )
     parser.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: random)")
     parser.add_argument("--max-depth", type=int, default=4, help="expression nesting depth (default 4)")
     parser.add_argument("--max-size", type=int, default=60, help="expression nodes per program (default 60)")
     parser.add_argument("--out", type=Path, default=Path("fuzz-failures"), help="where failure reports go")
     parser.add_argument("--dynamic", action="store_true", help="give about half the variables ? dimensions")
-    parser.add_argument("--hostile", action="store_true",
-                        help="hostile shapes and attributes judged against numpy (--examples counts programs)")
+    parser.add_argument(
+        "--hostile",
+        action="store_true",
+        help="hostile shapes and attributes judged against numpy (--examples counts programs)",
+    )
     parser.add_argument("--arg-sets", type=int, default=8, help="with --hostile: argument sets per program (default 8)")
-    parser.add_argument("--operators", default="", help="with --hostile: comma-separated operator families (default all)")
+    parser.add_argument(
+        "--operators", default="", help="with --hostile: comma-separated operator families (default all)"
+    )
     parser.add_argument("--minutes", type=float, default=None, help="with --hostile: stop after this many minutes")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOPHUB_LOCATION", "NONE")
     if args.hostile:
         return run_hostile_campaign(
-            args.examples, args.arg_sets, [b for b in args.backends.split(",") if b],
-            [r for r in args.references.split(",") if r], args.seed, args.out,
-            [o for o in args.operators.split(",") if o], args.minutes, with_surfaces=not args.operators,
+            args.examples,
+            args.arg_sets,
+            [b for b in args.backends.split(",") if b],
+            [r for r in args.references.split(",") if r],
+            args.seed,
+            args.out,
+            [o for o in args.operators.split(",") if o],
+            args.minutes,
+            with_surfaces=not args.operators,
         )
     return run_campaign(
-        args.examples, args.cases, [b for b in args.backends.split(",") if b],
-        [r for r in args.references.split(",") if r], args.seed, args.out, args.max_depth, args.max_size,
+        args.examples,
+        args.cases,
+        [b for b in args.backends.split(",") if b],
+        [r for r in args.references.split(",") if r],
+        args.seed,
+        args.out,
+        args.max_depth,
+        args.max_size,
         args.dynamic,
     )
 

@@ -86,9 +86,17 @@ KINDS = (
 
 #: Exceptions relay_aot may raise on arguments the reference refuses (docs/guarantees.md),
 #: by the class names ``oracle.error_text`` reports.
-CLEAR_ERRORS = ("KernelError", "ValueError", "TypeError", "MemoryError",
-                # relay_aot's subclasses of those (relay_aot/errors.py)
-                "ShapeError", "ArgumentValueError", "ArgumentTypeError", "OutOfMemoryError")
+CLEAR_ERRORS = (
+    "KernelError",
+    "ValueError",
+    "TypeError",
+    "MemoryError",
+    # relay_aot's subclasses of those (relay_aot/errors.py)
+    "ShapeError",
+    "ArgumentValueError",
+    "ArgumentTypeError",
+    "OutOfMemoryError",
+)
 
 #: Results up to this size are computed; larger ones below HUGE_BYTES are never drawn.
 MAX_BYTES = 1 << 24
@@ -328,8 +336,9 @@ def _arange(c: Choices) -> Built:
     return Built("arange", [start, stop, step], relay.arange(start, stop, step, dtype=dtype), reference, draw, dtype)
 
 
-def relay_newshape(shape: Sequence[int], newshape: Sequence[int], allowzero: bool = False,
-                   dynamic: bool = False) -> tuple:
+def relay_newshape(
+    shape: Sequence[int], newshape: Sequence[int], allowzero: bool = False, dynamic: bool = False
+) -> tuple:
     """The shape Relay's ``reshape`` makes of ``shape`` (``0`` copies a dimension unless
     ``allowzero``, ``-1`` is inferred, ``-2`` copies the rest, ``-3`` merges two), refusing
     what numpy and ONNX refuse: a ``-1`` among dimensions that multiply to 0, another element
@@ -446,12 +455,13 @@ def _strided_slice(c: Choices) -> Built:
         # (attributes are int32 in Relay's strided_slice)
         int32 = np.iinfo("int32")
         attrs = [[int(np.clip(c.choose(_BOUNDS), int32.min, int32.max)) for _ in range(count)] for _ in range(2)]
-        attrs.append([int(np.clip(c.choose([s for s in _STRIDES if s != 0]), int32.min, int32.max))
-                      for _ in range(count)])
+        attrs.append(
+            [int(np.clip(c.choose([s for s in _STRIDES if s != 0]), int32.min, int32.max)) for _ in range(count)]
+        )
         axes = None
         if count < x.rank and c.flip():
             axes = sorted(set(c.integers(-x.rank, x.rank - 1) % x.rank for _ in range(count)))
-            attrs = [a[:len(axes)] for a in attrs]
+            attrs = [a[: len(axes)] for a in attrs]
         v = x.var()
         body = relay.strided_slice(v, *attrs, axes=axes, slice_mode="size" if size_mode else "end")
         params = [v]
@@ -505,9 +515,9 @@ def _broadcast_to(c: Choices) -> Built:
 
     def draw(args: _Args):
         if name == "broadcast_to":
-            shape = [s if args.c.flip(1, 2) else args.extent() for s in static[-x.rank:]]
+            shape = [s if args.c.flip(1, 2) else args.extent() for s in static[-x.rank :]]
             shape = [1 if args.c.flip(1, 3) else s for s in shape]
-            args.tag("mismatch", any(d not in (1, t) for d, t in zip(shape, static[-x.rank:])))
+            args.tag("mismatch", any(d not in (1, t) for d, t in zip(shape, static[-x.rank :])))
             return (values(tuple(shape), x.dtype),)
         data = values(args.shape(x), x.dtype)
         if args.c.flip():
@@ -672,7 +682,11 @@ def _topk(c: Choices) -> Built:
         args.tag("k_beyond", mode == "topk" and k_attr > n)
         return (data,)
 
-    dtype = None if mode != "argsort" and ret == "both" else ("int32" if mode == "argsort" or ret == "indices" else "float32")
+    dtype = (
+        None
+        if mode != "argsort" and ret == "both"
+        else ("int32" if mode == "argsort" or ret == "indices" else "float32")
+    )
     return Built(mode, params, body, reference, draw, dtype)
 
 
@@ -776,7 +790,12 @@ def _one_hot(c: Choices) -> Built:
     on, off = relay.const(np.float32(2.5)), relay.const(np.float32(-1.0))
     if c.flip():
         depth = _scalar_var("depth", "int32")
-        params, body, name, static = [vi, depth], relay.one_hot(vi, on, off, depth, axis, "float32"), "dyn.one_hot", None
+        params, body, name, static = (
+            [vi, depth],
+            relay.one_hot(vi, on, off, depth, axis, "float32"),
+            "dyn.one_hot",
+            None,
+        )
     else:
         static = c.choose([3, 1, 0, 5])
         params, body, name = [vi], relay.one_hot(vi, on, off, static, axis, "float32"), "one_hot"
@@ -840,7 +859,11 @@ def _reduce(c: Choices) -> Built:
                 if empty:
                     shape = tuple(1 if i in [a % data.ndim for a in axes] else d for i, d in enumerate(data.shape))
                     out = np.full(shape, -1)
-                    out = out if keepdims else out.reshape([d for i, d in enumerate(shape) if i not in [a % data.ndim for a in axes]])
+                    out = (
+                        out
+                        if keepdims
+                        else out.reshape([d for i, d in enumerate(shape) if i not in [a % data.ndim for a in axes]])
+                    )
                 elif axis is None:
                     out = np.array(fn(data)).reshape((1,) * data.ndim if keepdims else ())
                 else:
@@ -848,8 +871,12 @@ def _reduce(c: Choices) -> Built:
                 return np.asarray(out).astype("int32")
             if name in ("max", "min"):
                 fn = np.max if name == "max" else np.min
-                out = fn(data, axis=None if axis is None else tuple(axes), keepdims=keepdims,
-                         initial=_identity(name, x.dtype))
+                out = fn(
+                    data,
+                    axis=None if axis is None else tuple(axes),
+                    keepdims=keepdims,
+                    initial=_identity(name, x.dtype),
+                )
                 return np.asarray(out).astype(x.dtype)
             fn = getattr(np, name)
             out = fn(data, axis=None if axis is None else tuple(axes), keepdims=keepdims)
@@ -866,7 +893,7 @@ def _broadcast_shapes(args: _Args, ranks: Sequence[int]) -> list:
     base = [args.extent() for _ in range(max(ranks))]
     shapes = []
     for rank in ranks:
-        shape = base[len(base) - rank:]
+        shape = base[len(base) - rank :]
         shapes.append([1 if args.c.flip(1, 4) else d for d in shape])
     if args.c.flip(1, 4):
         which = args.c.integers(0, len(ranks) - 1)
@@ -880,8 +907,10 @@ def _elementwise(c: Choices) -> Built:
     where = c.flip(1, 5)
     ranks = [c.integers(1, 3) for _ in range(3 if where else 2)]
     static_last = c.choose([None, None, 4, 1])
-    tensors = [_Tensor(f"x{i}", r, "bool" if where and i == 0 else dtype,
-                       static_last if i == 0 else None) for i, r in enumerate(ranks)]
+    tensors = [
+        _Tensor(f"x{i}", r, "bool" if where and i == 0 else dtype, static_last if i == 0 else None)
+        for i, r in enumerate(ranks)
+    ]
     vs = [t.var() for t in tensors]
     if where:
         name = "where"
@@ -891,8 +920,16 @@ def _elementwise(c: Choices) -> Built:
         names = ["add", "subtract", "multiply", "maximum", "minimum", "less", "equal"]
         name = c.choose(names + (["divide"] if dtype == "float32" else []))
         body = getattr(relay, name)(*vs)
-        fn = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum,
-              "minimum": np.minimum, "less": np.less, "equal": np.equal, "divide": np.divide}[name]
+        fn = {
+            "add": np.add,
+            "subtract": np.subtract,
+            "multiply": np.multiply,
+            "maximum": np.maximum,
+            "minimum": np.minimum,
+            "less": np.less,
+            "equal": np.equal,
+            "divide": np.divide,
+        }[name]
 
     def reference(*operands):
         np.broadcast_shapes(*(o.shape for o in operands))  # ValueError: refused
@@ -1059,7 +1096,7 @@ def _conv3x3(c: Choices) -> Built:
         with np.errstate(all="ignore"):
             for ky in range(3):
                 for kx in range(3):
-                    window = padded[:, ky:ky + size, kx:kx + size]
+                    window = padded[:, ky : ky + size, kx : kx + size]
                     out += np.einsum("oc,chw->ohw", weight[:, :, ky, kx].astype("float64"), window)
             if fused != "none":
                 out += bias[:, None, None]
@@ -1115,8 +1152,9 @@ def _int8_product(c: Choices) -> Built:
         cin, cout, k, size = c.choose([16, 32]), c.choose([16, 32]), c.choose([1, 3]), c.choose([4, 7])
         weight = rng.integers(-128, 128, (cout, cin, k, k), dtype="int8")
         x = relay.var("x", shape=(1, cin, size, size), dtype=dtype)
-        body = relay.nn.conv2d(x, relay.const(weight), padding=(k // 2, k // 2), kernel_size=(k, k), channels=cout,
-                               out_dtype="int32")
+        body = relay.nn.conv2d(
+            x, relay.const(weight), padding=(k // 2, k // 2), kernel_size=(k, k), channels=cout, out_dtype="int32"
+        )
         shape = (1, cin, size, size)
 
         def reference(data):
@@ -1125,8 +1163,9 @@ def _int8_product(c: Choices) -> Built:
             out = np.zeros((cout, size, size), "int64")
             for ky in range(k):
                 for kx in range(k):
-                    out += np.einsum("oc,chw->ohw", weight[:, :, ky, kx].astype("int64"),
-                                     padded[:, ky:ky + size, kx:kx + size])
+                    out += np.einsum(
+                        "oc,chw->ohw", weight[:, :, ky, kx].astype("int64"), padded[:, ky : ky + size, kx : kx + size]
+                    )
             return out[None].astype("int32")
 
     def draw(args: _Args):
@@ -1159,13 +1198,19 @@ def _pool(c: Choices) -> Built:
         out = np.zeros((n, ch, oh, ow), "float32")
         for i in range(oh):
             for j in range(ow):
-                window = data[:, :, i * strides[0]:i * strides[0] + size[0], j * strides[1]:j * strides[1] + size[1]]
+                window = data[
+                    :, :, i * strides[0] : i * strides[0] + size[0], j * strides[1] : j * strides[1] + size[1]
+                ]
                 out[:, :, i, j] = window.max(axis=(2, 3)) if kind == "nn.max_pool2d" else window.mean(axis=(2, 3))
         return out
 
     def draw(args: _Args):
-        shape = (args.c.choose([1, 2, 0]), args.c.choose([1, 2, 0]), args.c.choose([3, 4, 1, 2, 0, 5]),
-                 args.c.choose([3, 4, 1, 2, 0, 5]))
+        shape = (
+            args.c.choose([1, 2, 0]),
+            args.c.choose([1, 2, 0]),
+            args.c.choose([3, 4, 1, 2, 0, 5]),
+            args.c.choose([3, 4, 1, 2, 0, 5]),
+        )
         args.tag("zero_extent", 0 in shape)
         args.tag("mismatch", shape[2] < size[0] or shape[3] < size[1])
         return (values(shape, "float32"),)
@@ -1203,6 +1248,7 @@ OPERATORS: dict[str, Callable[[Choices], Built]] = {
 
 # -- follow-on steps: the operator's result through one more (fused) operator ---------------------
 
+
 def _follow_ons(dtype: str) -> list:
     steps = [
         ("reshape(-1)", lambda e: relay.reshape(e, [-1]), lambda v: v.reshape(-1)),
@@ -1214,8 +1260,11 @@ def _follow_ons(dtype: str) -> list:
             ("negative", relay.negative, np.negative),
             ("add to itself", lambda e: relay.add(e, e), lambda v: v + v),
             ("sum of the last axis", lambda e: relay.sum(e, axis=-1), lambda v: v.sum(axis=-1, dtype="float32")),
-            ("cumsum of the last axis", lambda e: relay.cumsum(e, axis=-1),
-             lambda v: np.cumsum(v, axis=-1, dtype="float32")),
+            (
+                "cumsum of the last axis",
+                lambda e: relay.cumsum(e, axis=-1),
+                lambda v: np.cumsum(v, axis=-1, dtype="float32"),
+            ),
         ]
     return steps
 
@@ -1272,7 +1321,7 @@ def draw_program(c: Choices, arg_sets: int = 8, operators: Sequence[str] | None 
         body, reference, follow_on = built.body, built.reference, None
         if built.dtype is not None and c.flip(1, 3):
             follow_on, make, step = c.choose(_follow_ons(built.dtype))
-            body, reference = make(body), (lambda ref, then: (lambda *a: then(_fitting(ref(*a)))))(built.reference, step)
+            body, reference = make(body), (lambda ref, then: lambda *a: then(_fitting(ref(*a))))(built.reference, step)
         mod = tvm.IRModule()
         mod["main"] = relay.Function(built.params, body)
         try:
@@ -1300,8 +1349,7 @@ def draw_program(c: Choices, arg_sets: int = 8, operators: Sequence[str] | None 
     return HostileProgram(built.name, mod, reference, sets, follow_on, built.relative)
 
 
-def numbered_program(seed: Any, index: int, arg_sets: int = 8,
-                     families: Sequence[str] | None = None) -> HostileProgram:
+def numbered_program(seed: Any, index: int, arg_sets: int = 8, families: Sequence[str] | None = None) -> HostileProgram:
     """Program ``index`` of the campaign with ``seed``: of operator family ``index`` modulo the
     ``families`` (default all of :data:`OPERATORS`), its choices drawn from
     ``random.Random(f"{seed}:{index}")`` -- each program is reproducible on its own."""
@@ -1389,8 +1437,13 @@ class Finding:
 
     def __str__(self) -> str:
         after = f", then {self.follow_on}" if self.follow_on else ""
-        lines = [f"{self.kind} on {self.executor} ({self.operator}{after}): {self.why}", "program:", self.program,
-                 f"arguments: {self.args!r}", "outcomes:"]
+        lines = [
+            f"{self.kind} on {self.executor} ({self.operator}{after}): {self.why}",
+            "program:",
+            self.program,
+            f"arguments: {self.args!r}",
+            "outcomes:",
+        ]
         lines += [f"  {name}: {text}" for name, text in self.outcomes.items()]
         return "\n".join(lines)
 
@@ -1439,8 +1492,13 @@ def _reference_verdict(outcome: Outcome, expected: Outcome, relative: bool = Fal
     return "same value"
 
 
-def check(program: HostileProgram, backends_oracle: IsolatedOracle, references_oracle: IsolatedOracle | None,
-          backends: Sequence[str] = ("cpp", "python"), references: Sequence[str] = ("interpreter", "vm")) -> Tally:
+def check(
+    program: HostileProgram,
+    backends_oracle: IsolatedOracle,
+    references_oracle: IsolatedOracle | None,
+    backends: Sequence[str] = ("cpp", "python"),
+    references: Sequence[str] = ("interpreter", "vm"),
+) -> Tally:
     """Run every argument set of ``program`` on ``backends`` (in ``backends_oracle``'s child) and
     ``references`` (in ``references_oracle``'s); judge the backends (:func:`judge`)."""
     tally = Tally(programs=1, arg_sets=len(program.arg_sets))
@@ -1463,8 +1521,9 @@ def check(program: HostileProgram, backends_oracle: IsolatedOracle, references_o
             verdict = judge(outcome, expected, program.relative)
             if verdict is not None:
                 text = text or program.text()
-                tally.findings.append(Finding(verdict[0], name, program.operator, verdict[1], text, arg_set.args,
-                                              seen, program.follow_on))  # (every outcome, filled in below)
+                tally.findings.append(
+                    Finding(verdict[0], name, program.operator, verdict[1], text, arg_set.args, seen, program.follow_on)
+                )  # (every outcome, filled in below)
     return tally
 
 

@@ -35,19 +35,82 @@ import tempfile
 #: runtime's and TVM's symbols, C and C++ keywords, names of generated identifiers and of the
 #: program's own symbols, reserved and overlong ones.
 NAMES = (
-    "memcpy", "malloc", "free", "strlen", "printf", "exit", "abort", "write", "open", "signal", "time", "qsort",
-    "exp", "expf", "sinf", "log", "pow", "sqrt", "sincosf", "pthread_create", "dlopen", "environ", "errno",
-    "__aeabi_memcpy", "__udivdi3", "_start", "_init", "__tvm_main__", "TVMFuncCall", "TVMArrayAlloc",
-    "TVMBackendAllocWorkspace", "TVMAPISetLastError", "main", "int", "for", "return", "class", "namespace",
-    "template", "default", "v0", "f0", "k0", "self", "args", "kTypes", "Closure_f0", "entry_f0", "tvmgen_x",
-    "x" * 64, "x" * 65, "9lives", "a-b", "", "modèle", "relay_aot", "std",
+    "memcpy",
+    "malloc",
+    "free",
+    "strlen",
+    "printf",
+    "exit",
+    "abort",
+    "write",
+    "open",
+    "signal",
+    "time",
+    "qsort",
+    "exp",
+    "expf",
+    "sinf",
+    "log",
+    "pow",
+    "sqrt",
+    "sincosf",
+    "pthread_create",
+    "dlopen",
+    "environ",
+    "errno",
+    "__aeabi_memcpy",
+    "__udivdi3",
+    "_start",
+    "_init",
+    "__tvm_main__",
+    "TVMFuncCall",
+    "TVMArrayAlloc",
+    "TVMBackendAllocWorkspace",
+    "TVMAPISetLastError",
+    "main",
+    "int",
+    "for",
+    "return",
+    "class",
+    "namespace",
+    "template",
+    "default",
+    "v0",
+    "f0",
+    "k0",
+    "self",
+    "args",
+    "kTypes",
+    "Closure_f0",
+    "entry_f0",
+    "tvmgen_x",
+    "x" * 64,
+    "x" * 65,
+    "9lives",
+    "a-b",
+    "",
+    "modèle",
+    "relay_aot",
+    "std",
 )
 
 #: Ways a tuning log is damaged, each applied to a log of two good records of a dense product's
 #: task (``cut``: the last line cut at a byte offset drawn from the seed, the only damage a
 #: compile gets past).
-LOG_DAMAGE = ("cut", "nul tail", "not utf-8", "not an object", "huge split", "split not dividing",
-              "unknown option", "reorder out of range", "nan cost", "negative cost", "string index", "missing knob")
+LOG_DAMAGE = (
+    "cut",
+    "nul tail",
+    "not utf-8",
+    "not an object",
+    "huge split",
+    "split not dividing",
+    "unknown option",
+    "reorder out of range",
+    "nan cost",
+    "negative cost",
+    "string index",
+    "missing knob",
+)
 
 #: Kinds of thing put where an export writes a file.
 PATH_KINDS = ("symbolic link", "FIFO", "directory")
@@ -55,7 +118,7 @@ PATH_KINDS = ("symbolic link", "FIFO", "directory")
 #: Seconds a check's child may take (a compile, a package build and a C program's run).
 TIMEOUT = 300
 
-_NAME_CHILD = r'''
+_NAME_CHILD = r"""
 import json, sys
 from pathlib import Path
 import numpy as np, tvm
@@ -89,9 +152,9 @@ rc, error, outputs = sa.run_c_main(package, [data], work=work)
 if rc != 0 or not np.array_equal(outputs[0], want):
     problems.append(f"the standalone package's C program returned {rc} ({error}): {[o.tolist() for o in outputs]}")
 print(json.dumps({"problems": problems}))
-'''
+"""
 
-_PATH_CHILD = r'''
+_PATH_CHILD = r"""
 import json, os, sys
 from pathlib import Path
 import tvm
@@ -123,9 +186,9 @@ except ValueError as err:
 if sentinel.read_text() != "keep me":
     outcome["problems"].append(f"{export} changed the file the symbolic link {victim} points to")
 print(json.dumps(outcome))
-'''
+"""
 
-_LOG_CHILD = r'''
+_LOG_CHILD = r"""
 import json, sys
 from pathlib import Path
 import numpy as np, tvm
@@ -189,19 +252,26 @@ else:
     if not np.allclose(got, data_in @ w.T, rtol=1e-5, atol=1e-5):
         problems.append(f"with {damage}, the library computes {got.ravel()[:4]}..., numpy {(data_in @ w.T).ravel()[:4]}...")
 print(json.dumps({"problems": problems}))
-'''
+"""
 
 #: Files each export writes, where a hostile thing is put.
-_VICTIMS = {"standalone": ("Makefile", "entry.cc", "tvmgen_m.h", "relay_aot_standalone.h"),
-            "library": ("m.so", "tvmgen_m.h")}
+_VICTIMS = {
+    "standalone": ("Makefile", "entry.cc", "tvmgen_m.h", "relay_aot_standalone.h"),
+    "library": ("m.so", "tvmgen_m.h"),
+}
 
 
 def _child(code: str, *args: str) -> list[str]:
     """Run ``code`` with ``args`` in a child: the problems it reports, or why it failed."""
     with tempfile.TemporaryDirectory(prefix="relay_aot-hostile-") as work:
         try:
-            done = subprocess.run([sys.executable, "-c", code, *args, work], capture_output=True, text=True,
-                                  timeout=TIMEOUT, env=dict(os.environ, TOPHUB_LOCATION="NONE"))
+            done = subprocess.run(
+                [sys.executable, "-c", code, *args, work],
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT,
+                env=dict(os.environ, TOPHUB_LOCATION="NONE"),
+            )
         except subprocess.TimeoutExpired:
             return [f"hung: no answer in {TIMEOUT} s"]
     if done.returncode != 0:

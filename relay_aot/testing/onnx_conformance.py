@@ -125,8 +125,11 @@ def load_case(name: str) -> Case:
             break
         input_names.append(graph_input.name)
         inputs.append(_read_value(path, graph_input.type))
-    expected = [_read_value(data / f"output_{i}.pb", out.type) for i, out in enumerate(model.graph.output)
-                if (data / f"output_{i}.pb").exists()]
+    expected = [
+        _read_value(data / f"output_{i}.pb", out.type)
+        for i, out in enumerate(model.graph.output)
+        if (data / f"output_{i}.pb").exists()
+    ]
     return Case(name, model, input_names, inputs, expected)
 
 
@@ -325,8 +328,12 @@ def _compile_and_run(mod: tvm.IRModule, args: list, backend: str) -> Any:
     return normalize(aot_compile(mod, backend=backend, name="onnx_conformance")(*args))
 
 
-def run_relay_aot(cases: Sequence[Prepared], backend: str = "cpp", batch: bool = True,
-                  tolerances: dict[str, tuple[float, float]] | None = None) -> dict[str, str]:
+def run_relay_aot(
+    cases: Sequence[Prepared],
+    backend: str = "cpp",
+    batch: bool = True,
+    tolerances: dict[str, tuple[float, float]] | None = None,
+) -> dict[str, str]:
     """Run imported ``cases`` on relay_aot's ``backend``: :data:`PASS` or why each fails.
 
     With ``batch``, the :func:`batchable` cases compile into one module; one that fails or
@@ -354,8 +361,9 @@ def run_relay_aot(cases: Sequence[Prepared], backend: str = "cpp", batch: bool =
             alone(group[0])
             return
         try:
-            value = _compile_and_run(batch_module([p.mod for p in group]), [a for p in group for a in p.case.inputs],
-                                     backend)
+            value = _compile_and_run(
+                batch_module([p.mod for p in group]), [a for p in group for a in p.case.inputs], backend
+            )
         except Exception:  # noqa: BLE001 - find the culprits: each half on its own
             half = len(group) // 2
             together(group[:half])
@@ -497,14 +505,19 @@ def summary(data: dict) -> str:
 # Measuring in worker processes
 
 
-def measure(names: Sequence[str], backends: Sequence[str] = ("cpp",), vm: bool = True, batch_size: int = 16,
-            tolerances: dict[str, tuple[float, float]] | None = None) -> dict[str, dict[str, str]]:
+def measure(
+    names: Sequence[str],
+    backends: Sequence[str] = ("cpp",),
+    vm: bool = True,
+    batch_size: int = 16,
+    tolerances: dict[str, tuple[float, float]] | None = None,
+) -> dict[str, dict[str, str]]:
     """What happens to each case of ``names``, in this process: ``{name: {"import_error": ...,
     "inputs_differ": ..., "vm": ..., backend: ...}}`` (what :func:`classify` reads; keys whose
     value is None are left out). Cases run in batches of ``batch_size`` (see :func:`run_relay_aot`)."""
     results: dict[str, dict[str, str]] = {}
     for start in range(0, len(names), batch_size):
-        group = [prepare(name) for name in names[start:start + batch_size]]
+        group = [prepare(name) for name in names[start : start + batch_size]]
         runnable = [p for p in group if p.mod is not None]
         for prepared in group:
             entry = {"import_error": prepared.import_error, "inputs_differ": prepared.inputs_differ}
@@ -523,14 +536,21 @@ def _worker(args: argparse.Namespace) -> None:
     sys.stdout = sys.stderr  # what TVM prints must not mix with the results
     names = [line.strip() for line in sys.stdin if line.strip()]
     for start in range(0, len(names), args.batch):
-        chunk = names[start:start + args.batch]
+        chunk = names[start : start + args.batch]
         for name, entry in measure(chunk, args.backends, not args.no_vm, args.batch).items():
             out.write(json.dumps({"name": name, **entry}) + "\n")
             out.flush()
 
 
-def measure_isolated(names: Sequence[str], backends: Sequence[str] = ("cpp",), vm: bool = True, batch_size: int = 16,
-                     jobs: int = 1, timeout: float = 1800.0, log: Callable[[str], None] = print) -> dict[str, dict]:
+def measure_isolated(
+    names: Sequence[str],
+    backends: Sequence[str] = ("cpp",),
+    vm: bool = True,
+    batch_size: int = 16,
+    jobs: int = 1,
+    timeout: float = 1800.0,
+    log: Callable[[str], None] = print,
+) -> dict[str, dict]:
     """:func:`measure` in ``jobs`` worker processes. When a worker dies (or runs past ``timeout``
     seconds), the cases it had not reported are measured again one at a time, and the case that
     ends a worker alone gets ``{"crashed": how}``."""
@@ -541,8 +561,16 @@ def measure_isolated(names: Sequence[str], backends: Sequence[str] = ("cpp",), v
 
     def run(chunk: Sequence[str], size: int) -> list[str]:
         """Measure ``chunk`` in a worker; return the names a dead worker left unmeasured."""
-        argv = [sys.executable, "-m", "relay_aot.testing.onnx_conformance", "--worker", "--batch", str(size),
-                "--backends", ",".join(backends)] + ([] if vm else ["--no-vm"])
+        argv = [
+            sys.executable,
+            "-m",
+            "relay_aot.testing.onnx_conformance",
+            "--worker",
+            "--batch",
+            str(size),
+            "--backends",
+            ",".join(backends),
+        ] + ([] if vm else ["--no-vm"])
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             out, _ = proc.communicate("\n".join(chunk), timeout=timeout)
@@ -563,7 +591,7 @@ def measure_isolated(names: Sequence[str], backends: Sequence[str] = ("cpp",), v
             return missing[1:]
         return missing
 
-    chunks = [list(names[i:i + batch_size * 4]) for i in range(0, len(names), batch_size * 4)]
+    chunks = [list(names[i : i + batch_size * 4]) for i in range(0, len(names), batch_size * 4)]
     with ThreadPoolExecutor(jobs) as pool:
         for done, missing in enumerate(pool.map(lambda c: run(c, batch_size), chunks), 1):
             log(f"{done}/{len(chunks)} chunks, {len(results)} cases measured")
@@ -574,17 +602,25 @@ def measure_isolated(names: Sequence[str], backends: Sequence[str] = ("cpp",), v
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Measure cases (``--help``) and print the outcomes, or write them into a data file."""
-    parser = argparse.ArgumentParser(prog="python -m relay_aot.testing.onnx_conformance",
-                                     description="Run ONNX's backend node tests on relay_aot and TVM's VM.")
+    parser = argparse.ArgumentParser(
+        prog="python -m relay_aot.testing.onnx_conformance",
+        description="Run ONNX's backend node tests on relay_aot and TVM's VM.",
+    )
     parser.add_argument("cases", nargs="*", help="case names (default: every case)")
-    parser.add_argument("--backends", default="cpp,python", help="relay_aot backends, comma-separated (default: cpp,python)")
+    parser.add_argument(
+        "--backends", default="cpp,python", help="relay_aot backends, comma-separated (default: cpp,python)"
+    )
     parser.add_argument("--no-vm", action="store_true", help="do not run TVM's VM")
     parser.add_argument("--batch", type=int, default=16, help="cases per compiled module (default: 16)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
     parser.add_argument("--out", type=Path, help="write the raw outcomes as JSON here")
-    parser.add_argument("--write", type=Path, metavar="DATA_FILE",
-                        help="record the outcomes in this data file (tests/data/onnx_conformance.json): "
-                             "the cases measured are replaced, the others kept; needs the cpp backend and the VM")
+    parser.add_argument(
+        "--write",
+        type=Path,
+        metavar="DATA_FILE",
+        help="record the outcomes in this data file (tests/data/onnx_conformance.json): "
+        "the cases measured are replaced, the others kept; needs the cpp backend and the VM",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.backends = [b for b in args.backends.split(",") if b]
@@ -595,8 +631,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--write needs the VM and the cpp backend")
     names = args.cases or case_names()
     start = time.monotonic()
-    results = measure_isolated(names, args.backends, not args.no_vm, args.batch, args.jobs,
-                               log=lambda m: print(m, file=sys.stderr, flush=True))
+    results = measure_isolated(
+        names, args.backends, not args.no_vm, args.batch, args.jobs, log=lambda m: print(m, file=sys.stderr, flush=True)
+    )
     print(f"{len(results)} cases in {time.monotonic() - start:.0f} s", file=sys.stderr)
     if args.out:
         args.out.write_text(json.dumps(dict(sorted(results.items())), indent=1) + "\n")

@@ -40,32 +40,44 @@ def loop_rnn(hidden: int = 4, seed: int = 0) -> tuple[object, Callable]:
     weight = numpy_helper.from_array((rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype("float32"), "W")
     bias = numpy_helper.from_array((rng.standard_normal((1, hidden)) * 0.1).astype("float32"), "b")
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("MatMul", ["h_in", "W"], ["mm"]),
-         helper.make_node("Add", ["mm", "b"], ["pre"]),
-         helper.make_node("Tanh", ["pre"], ["h_out"]),
-         helper.make_node("Identity", ["h_out"], ["scan_out"])],
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("MatMul", ["h_in", "W"], ["mm"]),
+            helper.make_node("Add", ["mm", "b"], ["pre"]),
+            helper.make_node("Tanh", ["pre"], ["h_out"]),
+            helper.make_node("Identity", ["h_out"], ["scan_out"]),
+        ],
         "body",
-        [helper.make_tensor_value_info("iter", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1, hidden])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, hidden]),
-         helper.make_tensor_value_info("scan_out", TensorProto.FLOAT, [1, hidden])],
-        [weight, bias])
+        [
+            helper.make_tensor_value_info("iter", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1, hidden]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, hidden]),
+            helper.make_tensor_value_info("scan_out", TensorProto.FLOAT, [1, hidden]),
+        ],
+        [weight, bias],
+    )
     graph = helper.make_graph(
-        [helper.make_node("Loop", ["M", "cond", "h0"], ["h_final", "hs"], body=body)], "loop_rnn",
-        [helper.make_tensor_value_info("M", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, hidden])],
-        [helper.make_tensor_value_info("h_final", TensorProto.FLOAT, [1, hidden]),
-         helper.make_tensor_value_info("hs", TensorProto.FLOAT, [None, 1, hidden])])
+        [helper.make_node("Loop", ["M", "cond", "h0"], ["h_final", "hs"], body=body)],
+        "loop_rnn",
+        [
+            helper.make_tensor_value_info("M", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, hidden]),
+        ],
+        [
+            helper.make_tensor_value_info("h_final", TensorProto.FLOAT, [1, hidden]),
+            helper.make_tensor_value_info("hs", TensorProto.FLOAT, [None, 1, hidden]),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     onnx.checker.check_model(model)
 
     def inputs(steps: int, scale: float = 0.3) -> dict:
-        return {"M": np.array(steps, "int64"), "cond": np.array(True),
-                "h0": np.full((1, hidden), scale, "float32")}
+        return {"M": np.array(steps, "int64"), "cond": np.array(True), "h0": np.full((1, hidden), scale, "float32")}
 
     return model, inputs
 
@@ -79,8 +91,9 @@ def mlp(batch: int, sizes: tuple = (784, 512, 512, 10), seed: int = 0) -> tuple[
     nodes, weights, previous = [], [], "x"
     for layer, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
         w, b, out = f"w{layer}", f"b{layer}", f"y{layer}"
-        weights.append(numpy_helper.from_array(
-            rng.uniform(-1, 1, (n_out, n_in)).astype("float32") / np.float32(np.sqrt(n_in)), w))
+        weights.append(
+            numpy_helper.from_array(rng.uniform(-1, 1, (n_out, n_in)).astype("float32") / np.float32(np.sqrt(n_in)), w)
+        )
         weights.append(numpy_helper.from_array(rng.uniform(-0.1, 0.1, n_out).astype("float32"), b))
         nodes.append(helper.make_node("Gemm", [previous, w, b], [out], transB=1))
         previous = out
@@ -88,8 +101,12 @@ def mlp(batch: int, sizes: tuple = (784, 512, 512, 10), seed: int = 0) -> tuple[
             nodes.append(helper.make_node("Relu", [out], [f"r{layer}"]))
             previous = f"r{layer}"
     graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])],
-        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [batch, sizes[-1]])], weights)
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [batch, sizes[-1]])],
+        weights,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     onnx.checker.check_model(model)
 
@@ -120,20 +137,45 @@ def quantized_conv_net(seed: int = 0) -> tuple[object, Callable]:
         w_scale = np.float32(0.01)
         bias = rng.integers(-500, 500, out_channels).astype(np.int32)
         y_scale = np.float32(0.05 * (i + 1))
-        inputs = [previous, const(f"s{i}", np.float32(scale)), zero, const(f"w{i}", w), const(f"ws{i}", w_scale),
-                  const(f"wz{i}", np.int8(0)), const(f"ys{i}", y_scale), const(f"yz{i}", np.uint8(0)),
-                  const(f"b{i}", bias)]
+        inputs = [
+            previous,
+            const(f"s{i}", np.float32(scale)),
+            zero,
+            const(f"w{i}", w),
+            const(f"ws{i}", w_scale),
+            const(f"wz{i}", np.int8(0)),
+            const(f"ys{i}", y_scale),
+            const(f"yz{i}", np.uint8(0)),
+            const(f"b{i}", bias),
+        ]
         nodes.append(helper.make_node("QLinearConv", inputs, [f"c{i}"], pads=[1, 1, 1, 1], strides=[stride, stride]))
         previous, scale, zero, channels = f"c{i}", y_scale, f"yz{i}", out_channels
     nodes.append(helper.make_node("Reshape", [previous, const("flat", np.array([1, 16 * 8 * 8], np.int64))], ["f"]))
     fc = rng.integers(-40, 40, (16 * 8 * 8, 10), dtype=np.int8)
-    nodes.append(helper.make_node("QLinearMatMul", ["f", const("fs", np.float32(scale)), zero, const("fc", fc),
-                                                   const("fcs", np.float32(0.002)), const("fcz", np.int8(0)),
-                                                   const("os", np.float32(0.1)), const("oz", np.uint8(128))], ["o"]))
+    nodes.append(
+        helper.make_node(
+            "QLinearMatMul",
+            [
+                "f",
+                const("fs", np.float32(scale)),
+                zero,
+                const("fc", fc),
+                const("fcs", np.float32(0.002)),
+                const("fcz", np.int8(0)),
+                const("os", np.float32(0.1)),
+                const("oz", np.uint8(128)),
+            ],
+            ["o"],
+        )
+    )
     nodes.append(helper.make_node("DequantizeLinear", ["o", "os", "oz"], ["logits"]))
     graph = helper.make_graph(
-        nodes, "quantized_conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], consts)
+        nodes,
+        "quantized_conv_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
+        consts,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     onnx.checker.check_model(model)
 
@@ -149,25 +191,37 @@ def scan_cumulative(rows: int = 4, width: int = 3) -> tuple[object, Callable]:
     (TVM 0.19's importer needs the sequence length to be static for ``Scan``.)"""
     onnx, helper, TensorProto, _ = _onnx()
     body = helper.make_graph(
-        [helper.make_node("Add", ["s_in", "x"], ["s_out"]),
-         helper.make_node("Mul", ["s_out", "x"], ["y"])],
+        [helper.make_node("Add", ["s_in", "x"], ["s_out"]), helper.make_node("Mul", ["s_out", "x"], ["y"])],
         "body",
-        [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [width]),
-         helper.make_tensor_value_info("x", TensorProto.FLOAT, [width])],
-        [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [width]),
-         helper.make_tensor_value_info("y", TensorProto.FLOAT, [width])])
+        [
+            helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [width]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [width]),
+        ],
+        [
+            helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [width]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [width]),
+        ],
+    )
     graph = helper.make_graph(
-        [helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=body, num_scan_inputs=1)], "scan",
-        [helper.make_tensor_value_info("s0", TensorProto.FLOAT, [width]),
-         helper.make_tensor_value_info("xs", TensorProto.FLOAT, [rows, width])],
-        [helper.make_tensor_value_info("s_final", TensorProto.FLOAT, [width]),
-         helper.make_tensor_value_info("ys", TensorProto.FLOAT, [rows, width])])
+        [helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=body, num_scan_inputs=1)],
+        "scan",
+        [
+            helper.make_tensor_value_info("s0", TensorProto.FLOAT, [width]),
+            helper.make_tensor_value_info("xs", TensorProto.FLOAT, [rows, width]),
+        ],
+        [
+            helper.make_tensor_value_info("s_final", TensorProto.FLOAT, [width]),
+            helper.make_tensor_value_info("ys", TensorProto.FLOAT, [rows, width]),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     onnx.checker.check_model(model)
 
     def inputs(scale: float) -> dict:
-        return {"s0": np.linspace(-1, 1, width, dtype="float32"),
-                "xs": np.linspace(-2, 2, rows * width, dtype="float32").reshape(rows, width) * np.float32(scale)}
+        return {
+            "s0": np.linspace(-1, 1, width, dtype="float32"),
+            "xs": np.linspace(-2, 2, rows * width, dtype="float32").reshape(rows, width) * np.float32(scale),
+        }
 
     return model, inputs
 
@@ -178,18 +232,31 @@ def if_branches(width: int = 4) -> tuple[object, Callable]:
     two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
     one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
     then_branch = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "two"], ["then_out"])], "then", [],
-        [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, [width])], [two])
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "two"], ["then_out"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, [width])],
+        [two],
+    )
     else_branch = helper.make_graph(
-        [helper.make_node("Sub", ["x", "one"], ["else_out"])], "else", [],
-        [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, [width])], [one])
+        [helper.make_node("Sub", ["x", "one"], ["else_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, [width])],
+        [one],
+    )
     zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
     graph = helper.make_graph(
-        [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
-         helper.make_node("Greater", ["total", "zero"], ["positive"]),
-         helper.make_node("If", ["positive"], ["y"], then_branch=then_branch, else_branch=else_branch)], "if",
+        [
+            helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+            helper.make_node("Greater", ["total", "zero"], ["positive"]),
+            helper.make_node("If", ["positive"], ["y"], then_branch=then_branch, else_branch=else_branch),
+        ],
+        "if",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [width])], [zero])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [width])],
+        [zero],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     onnx.checker.check_model(model)
 

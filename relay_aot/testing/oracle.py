@@ -129,10 +129,7 @@ def unsupported_reason(mod: tvm.IRModule, executor: str, recursion_depth: int | 
     if executor == "vm" and uses_references(mod):
         return "the Relay VM does not support references (RefCreate, RefRead, RefWrite)"
     if executor == "interpreter" and recursion_depth is not None and recursion_depth > INTERPRETER_MAX_DEPTH:
-        return (
-            f"recursion {recursion_depth} deep exceeds what the Relay interpreter survives "
-            f"({INTERPRETER_MAX_DEPTH})"
-        )
+        return f"recursion {recursion_depth} deep exceeds what the Relay interpreter survives ({INTERPRETER_MAX_DEPTH})"
     return None
 
 
@@ -334,7 +331,9 @@ class IsolatedOracle:
             self._send.send_bytes(pickle.dumps(request))
             if not self._recv.poll(self.timeout):
                 self._stop()
-                return Outcome("unavailable", detail=f"{executor} did not finish within {self.timeout:g} s", cause="hung")
+                return Outcome(
+                    "unavailable", detail=f"{executor} did not finish within {self.timeout:g} s", cause="hung"
+                )
             return Outcome(*pickle.loads(self._recv.recv_bytes()))
         except (EOFError, OSError):
             code = self._stop()

@@ -26,14 +26,20 @@ from ..backends.standalone.targets import StandaloneTarget
 BOARD_DIR = Path(__file__).resolve().parent.parent.parent / "examples" / "standalone" / "cortex-m4"
 
 _MEMORY = {"memcpy", "memmove", "memset", "memcmp", "memchr", "strlen", "strcmp", "strncmp", "strchr"}
-_MATH = {base + suffix for base in (
-    "sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh exp exp2 expm1 log log2 log10 log1p pow "
-    "sqrt cbrt hypot erf erfc lgamma tgamma ceil floor trunc round lround nearbyint rint fmod remainder fabs fmin "
-    "fmax fma copysign ldexp frexp sincos").split() for suffix in ("", "f")}
+_MATH = {
+    base + suffix
+    for base in (
+        "sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh exp exp2 expm1 log log2 log10 log1p pow "
+        "sqrt cbrt hypot erf erfc lgamma tgamma ceil floor trunc round lround nearbyint rint fmod remainder fabs fmin "
+        "fmax fma copysign ldexp frexp sincos"
+    ).split()
+    for suffix in ("", "f")
+}
 #: The compiler runtime: libgcc's helpers (soft arithmetic, conversions, bit counts) and the ARM EABI's.
 _COMPILER_RUNTIME = re.compile(
     r"__(aeabi_\w+|(add|sub|mul|div|mod|udiv|umod|udivmod|divmod|neg|cmp|ucmp|ashl|ashr|lshr|fix|fixuns|float|"
-    r"floatun|extend|trunc|pow|clz|ctz|popcount|bswap|ffs|unord|eq|ne|lt|le|gt|ge)[a-z0-9]*)\Z")
+    r"floatun|extend|trunc|pow|clz|ctz|popcount|bswap|ffs|unord|eq|ne|lt|le|gt|ge)[a-z0-9]*)\Z"
+)
 
 
 class ToolMissing(RuntimeError):
@@ -59,8 +65,19 @@ def make_package(package: Package, extra_cflags: Sequence[str] = ()) -> Path:
     """Build the package's archive with its target's toolchain (the five variables on the command line)."""
     row = package.target
     flags = " ".join([*row.cflags, *extra_cflags])
-    _run(["make", "-s", "-C", str(package.directory), f"CC={tool(row, 'gcc')}", f"CXX={tool(row, 'g++')}",
-          f"AR={tool(row, 'ar')}", f"CFLAGS={flags}", f"CXXFLAGS={flags}"])
+    _run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(package.directory),
+            f"CC={tool(row, 'gcc')}",
+            f"CXX={tool(row, 'g++')}",
+            f"AR={tool(row, 'ar')}",
+            f"CFLAGS={flags}",
+            f"CXXFLAGS={flags}",
+        ]
+    )
     return package.library
 
 
@@ -102,13 +119,19 @@ def c_main(api: CApi, inputs: Sequence[np.ndarray], runs: int = 1) -> str:
     lines += ["", "int main(void) {", f"  struct tvmgen_{model}_inputs in;", f"  struct tvmgen_{model}_outputs out;"]
     lines += [f"  in.{f.name} = input{i};" for i, f in enumerate(api.inputs)]
     lines += [f"  out.{f.name} = output{i};" for i, f in enumerate(api.outputs)]
-    lines += ["  int32_t rc = 0;", f"  for (int r = 0; r < {runs}; ++r) rc |= tvmgen_{model}_run(&in, &out);",
-              f'  printf("rc %d\\nerror %s\\npeak %lu\\n", (int)rc, tvmgen_{model}_last_error(), '
-              f'(unsigned long)tvmgen_{model}_workspace_peak());']
+    lines += [
+        "  int32_t rc = 0;",
+        f"  for (int r = 0; r < {runs}; ++r) rc |= tvmgen_{model}_run(&in, &out);",
+        f'  printf("rc %d\\nerror %s\\npeak %lu\\n", (int)rc, tvmgen_{model}_last_error(), '
+        f"(unsigned long)tvmgen_{model}_workspace_peak());",
+    ]
     for i, f in enumerate(api.outputs):
         words = (f.nbytes + 3) // 4
-        lines += [f'  printf("output{i}");', f"  for (int k = 0; k < {words}; ++k) printf(\" %08lx\", (unsigned long)output{i}[k]);",
-                  '  printf("\\n");']
+        lines += [
+            f'  printf("output{i}");',
+            f'  for (int k = 0; k < {words}; ++k) printf(" %08lx", (unsigned long)output{i}[k]);',
+            '  printf("\\n");',
+        ]
     lines += ["  return 0;", "}", ""]
     return "\n".join(lines)
 
@@ -119,8 +142,15 @@ def link(package: Package, main_source: Path, executable: Path) -> Path:
     row = package.target
     command = [tool(row, "gcc"), "-std=c99", *row.cflags, str(main_source), "-I", str(package.directory)]
     if row.bare_metal:
-        command += [str(BOARD_DIR / "startup.c"), "-T", str(BOARD_DIR / "mps2-an386.ld"), "-nostartfiles",
-                    "--specs=nano.specs", "--specs=rdimon.specs", "-Wl,--gc-sections"]
+        command += [
+            str(BOARD_DIR / "startup.c"),
+            "-T",
+            str(BOARD_DIR / "mps2-an386.ld"),
+            "-nostartfiles",
+            "--specs=nano.specs",
+            "--specs=rdimon.specs",
+            "-Wl,--gc-sections",
+        ]
     command += [str(package.library), "-lm", *row.ldflags, "-o", str(executable)]
     _run(command)
     return executable
@@ -147,22 +177,23 @@ def parse_outputs(api: CApi, text: str) -> tuple[int, str, list[np.ndarray]]:
         if line.startswith("rc "):
             rc = int(line.split()[1])
         elif line.startswith("error"):
-            error = line[len("error"):].strip()
+            error = line[len("error") :].strip()
         elif line.startswith("output"):
             head, *words = line.split()
-            outputs[int(head[len("output"):])] = np.array([int(w, 16) for w in words], dtype="<u4").tobytes()
+            outputs[int(head[len("output") :])] = np.array([int(w, 16) for w in words], dtype="<u4").tobytes()
     if rc is None:
         raise RuntimeError(f"the program printed no result:\n{text}")
     arrays = []
     for i, f in enumerate(api.outputs):
         dtype = np.uint8 if f.type.dtype == "bool" else np.dtype(f.type.dtype)
-        data = np.frombuffer(outputs[i][:f.nbytes], dtype=dtype).reshape(f.type.shape)
+        data = np.frombuffer(outputs[i][: f.nbytes], dtype=dtype).reshape(f.type.shape)
         arrays.append(data.astype(np.bool_) if f.type.dtype == "bool" else data.copy())
     return rc, error, arrays
 
 
-def run_c_main(package: Package, inputs: Sequence[np.ndarray], work: Path | None = None,
-               runs: int = 1) -> tuple[int, str, list[np.ndarray]]:
+def run_c_main(
+    package: Package, inputs: Sequence[np.ndarray], work: Path | None = None, runs: int = 1
+) -> tuple[int, str, list[np.ndarray]]:
     """Write, link and run :func:`c_main` on the package's target: ``(rc, last_error, outputs)``."""
     work = Path(work or package.directory)
     source = work / "main.c"

@@ -53,8 +53,20 @@ SHAPES = ((), (1,), (2,), (3,), (4,), (2, 2), (2, 3), (3, 2), (1, 3))
 
 #: Node kinds, pattern kinds and dtypes the coverage counts (``node_counts``) report.
 NODE_KINDS = (
-    "Var", "GlobalVar", "Constant", "Tuple", "TupleGetItem", "Let", "If", "Function", "Call",
-    "Constructor", "Match", "RefCreate", "RefRead", "RefWrite",
+    "Var",
+    "GlobalVar",
+    "Constant",
+    "Tuple",
+    "TupleGetItem",
+    "Let",
+    "If",
+    "Function",
+    "Call",
+    "Constructor",
+    "Match",
+    "RefCreate",
+    "RefRead",
+    "RefWrite",
 )
 PATTERN_KINDS = ("PatternWildcard", "PatternVar", "PatternConstructor", "PatternTuple")
 
@@ -179,8 +191,12 @@ _BINARY = {
     "bool": ("logical_and", "logical_or"),
 }
 _COMPARE = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
-_REDUCE = {"float": ("sum", "max", "min", "mean"), "int": ("sum", "max", "min"), "uint": ("sum", "max", "min"),
-           "bool": ("all", "any")}
+_REDUCE = {
+    "float": ("sum", "max", "min", "mean"),
+    "int": ("sum", "max", "min"),
+    "uint": ("sum", "max", "min"),
+    "bool": ("all", "any"),
+}
 
 
 def _kind(dtype: str) -> str:
@@ -224,8 +240,15 @@ def _op(name: str) -> Callable:
 class Generator:
     """Draws one module's worth of Relay from Hypothesis (``draw`` is ``data.draw``)."""
 
-    def __init__(self, draw, max_depth: int = 4, max_size: int = 60, max_globals: int = 5,
-                 odd_names: bool = True, dynamic: bool = False):
+    def __init__(
+        self,
+        draw,
+        max_depth: int = 4,
+        max_size: int = 60,
+        max_globals: int = 5,
+        odd_names: bool = True,
+        dynamic: bool = False,
+    ):
         self.draw = draw
         self.dynamic = dynamic
         self.max_depth = max_depth
@@ -378,7 +401,8 @@ class Generator:
                 adt.recursive.append(is_rec)
             adt.has_functions = any(
                 isinstance(f, FuncT) or (isinstance(f, AdtT) and f.index != index and self.adts[f.index].has_functions)
-                for fields in adt.fields for f in fields
+                for fields in adt.fields
+                for f in fields
             )
             adt.ctors = []
             for fields in adt.fields:
@@ -395,8 +419,9 @@ class Generator:
         if isinstance(ty, TupleT):
             return relay.TupleType([self._field_relay_type(f, adt) for f in ty.fields])
         if isinstance(ty, FuncT):
-            return relay.FuncType([self._field_relay_type(p, adt) for p in ty.params],
-                                  self._field_relay_type(ty.ret, adt))
+            return relay.FuncType(
+                [self._field_relay_type(p, adt) for p in ty.params], self._field_relay_type(ty.ret, adt)
+            )
         return self.relay_type(ty)
 
     def ctor_fields(self, ty: AdtT, c: int) -> tuple:
@@ -543,13 +568,21 @@ class Generator:
         unit = relay.Var(self.name("u"), relay.TupleType([]))
         old = self.var(cell_ty, "old")
         write = relay.RefWrite(r, self.expr(cell_ty, inner + [(old, cell_ty)], max(d - 1, 0)))
-        body = relay.Let(old, relay.RefRead(r), relay.Let(unit, write, self.expr(ty, inner + [(old, cell_ty)], max(d - 1, 0))))
+        body = relay.Let(
+            old, relay.RefRead(r), relay.Let(unit, write, self.expr(ty, inner + [(old, cell_ty)], max(d - 1, 0)))
+        )
         x, y = self.var(ty, "x"), self.var(ty, "y")
         after = env + [(r, RefT(cell_ty)), (f, f_ty), (x, ty), (y, ty)]
-        rest = relay.Let(x, relay.Call(f, [self.expr(a_ty, env, 0)]),
-                         relay.Let(y, relay.Call(f, [self.expr(a_ty, env, 0)]), self.expr(ty, after, max(d - 1, 0))))
-        return relay.Let(r, relay.RefCreate(self.expr(cell_ty, env, 0)),
-                         relay.Let(f, relay.Function([a], body, self.relay_type(ty)), rest))
+        rest = relay.Let(
+            x,
+            relay.Call(f, [self.expr(a_ty, env, 0)]),
+            relay.Let(y, relay.Call(f, [self.expr(a_ty, env, 0)]), self.expr(ty, after, max(d - 1, 0))),
+        )
+        return relay.Let(
+            r,
+            relay.RefCreate(self.expr(cell_ty, env, 0)),
+            relay.Let(f, relay.Function([a], body, self.relay_type(ty)), rest),
+        )
 
     def ref_read(self, ty, env, d) -> relay.Expr:
         return relay.RefRead(self.expr(RefT(ty), env, d))
@@ -618,8 +651,11 @@ class Generator:
         if candidates and self.flip(2, 3):
             scrutinee, sty = self.choose(candidates)
         else:
-            sty = self.adt_instance() if self.adts and self.flip(3, 4) else TupleT(
-                tuple(self.data_type(1) for _ in range(self.draw(st.integers(1, 3)))))
+            sty = (
+                self.adt_instance()
+                if self.adts and self.flip(3, 4)
+                else TupleT(tuple(self.data_type(1) for _ in range(self.draw(st.integers(1, 3)))))
+            )
             scrutinee = self.expr(sty, env, d)
         clauses = []
         if isinstance(sty, AdtT) and self.flip():
@@ -627,8 +663,9 @@ class Generator:
             for c in range(len(adt.ctors)):
                 binds: list = []
                 subs = [self.irrefutable(f, 1, binds) for f in self.ctor_fields(sty, c)]
-                clauses.append(relay.Clause(relay.PatternConstructor(adt.ctors[c], subs),
-                                            self.expr(ty, env + binds, d)))
+                clauses.append(
+                    relay.Clause(relay.PatternConstructor(adt.ctors[c], subs), self.expr(ty, env + binds, d))
+                )
         else:
             for _ in range(self.draw(st.integers(0, 3))):
                 binds = []
@@ -785,8 +822,9 @@ class Generator:
         if shape:
             options.append(lambda: self.split(ty, env, d))
         options.append(lambda: self.reshape(ty, env, d))
-        options.append(lambda: relay.where(self.expr(TensorT(shape, "bool"), env, d),
-                                           self.expr(ty, env, d), self.expr(ty, env, d)))
+        options.append(
+            lambda: relay.where(self.expr(TensorT(shape, "bool"), env, d), self.expr(ty, env, d), self.expr(ty, env, d))
+        )
         return self.choose(options)()
 
     def binary(self, ty: TensorT, env, d) -> relay.Expr:
@@ -799,12 +837,16 @@ class Generator:
         name = self.choose(names)
         lhs = self.expr(ty, env, d)
         if name == "multiply" and kind in ("int", "uint"):
-            return relay.multiply(lhs, relay.const(np.array(self.draw(st.integers(0, 2)), dtype=ty.dtype), dtype=ty.dtype))
+            return relay.multiply(
+                lhs, relay.const(np.array(self.draw(st.integers(0, 2)), dtype=ty.dtype), dtype=ty.dtype)
+            )
         rhs_ty = TensorT((), ty.dtype) if ty.shape and self.flip(1, 4) else ty  # broadcasting
         return _op(name)(lhs, self.expr(rhs_ty, env, d))
 
     def compare(self, ty: TensorT, env, d) -> relay.Expr:
-        src = TensorT(ty.shape, self.choose([t for t in self.dtypes if t != "bool"] or [t for t in DTYPES if t != "bool"]))
+        src = TensorT(
+            ty.shape, self.choose([t for t in self.dtypes if t != "bool"] or [t for t in DTYPES if t != "bool"])
+        )
         return _op(self.choose(list(_COMPARE)))(self.expr(src, env, d), self.expr(src, env, d))
 
     def reduce(self, ty: TensorT, env, d) -> relay.Expr:
@@ -826,14 +868,14 @@ class Generator:
         first = self.draw(st.integers(1, ty.shape[axis] - 1))
         parts = []
         for size in (first, ty.shape[axis] - first):
-            shape = ty.shape[:axis] + (size,) + ty.shape[axis + 1:]
+            shape = ty.shape[:axis] + (size,) + ty.shape[axis + 1 :]
             parts.append(self.expr(TensorT(shape, ty.dtype), env, d))
         return relay.concatenate(parts, axis)
 
     def split(self, ty: TensorT, env, d) -> relay.Expr:
         axis = self.draw(st.integers(0, len(ty.shape) - 1))
         sections = self.draw(st.integers(2, 3))
-        shape = ty.shape[:axis] + (ty.shape[axis] * sections,) + ty.shape[axis + 1:]
+        shape = ty.shape[:axis] + (ty.shape[axis] * sections,) + ty.shape[axis + 1 :]
         parts = relay.split(self.expr(TensorT(shape, ty.dtype), env, d), sections, axis).astuple()
         return relay.TupleGetItem(parts, self.draw(st.integers(0, sections - 1)))
 
@@ -868,8 +910,15 @@ class Generator:
         return self.constant(ty).data.numpy()
 
 
-def generate(draw, cases: int = 1, max_depth: int = 4, max_size: int = 60, max_adts: int = 2,
-             odd_names: bool = True, dynamic: bool = False) -> Program:
+def generate(
+    draw,
+    cases: int = 1,
+    max_depth: int = 4,
+    max_size: int = 60,
+    max_adts: int = 2,
+    odd_names: bool = True,
+    dynamic: bool = False,
+) -> Program:
     """Draw a module with ``cases`` independent programs, called from ``@main``; with
     ``dynamic``, about half the variables' tensor annotations have ``?`` dimensions."""
     gen = Generator(draw, max_depth=max_depth, max_size=max_size * cases, odd_names=odd_names, dynamic=dynamic)
@@ -896,15 +945,23 @@ def generate(draw, cases: int = 1, max_depth: int = 4, max_size: int = 60, max_a
 
 
 @st.composite
-def programs(draw, max_depth: int = 4, max_size: int = 60, max_adts: int = 2, odd_names: bool = True,
-             dynamic: bool = False) -> Program:
+def programs(
+    draw, max_depth: int = 4, max_size: int = 60, max_adts: int = 2, odd_names: bool = True, dynamic: bool = False
+) -> Program:
     """A random well-typed module (one program) with arguments for ``@main``."""
     return generate(draw, 1, max_depth, max_size, max_adts, odd_names, dynamic)
 
 
 @st.composite
-def batches(draw, cases: int = 8, max_depth: int = 4, max_size: int = 60, max_adts: int = 2,
-            odd_names: bool = True, dynamic: bool = False) -> Program:
+def batches(
+    draw,
+    cases: int = 8,
+    max_depth: int = 4,
+    max_size: int = 60,
+    max_adts: int = 2,
+    odd_names: bool = True,
+    dynamic: bool = False,
+) -> Program:
     """``cases`` independent random programs in one module; ``@main`` returns their results."""
     return generate(draw, cases, max_depth, max_size, max_adts, odd_names, dynamic)
 
@@ -915,8 +972,25 @@ def batches(draw, cases: int = 8, max_depth: int = 4, max_size: int = 60, max_ad
 
 #: Operator families the generator must reach (see :func:`node_counts`).
 OP_FAMILIES = {
-    "elementwise": ("add", "subtract", "multiply", "divide", "maximum", "minimum", "negative", "abs", "exp",
-                    "tanh", "sigmoid", "floor", "logical_not", "logical_and", "logical_or", "where", "cast"),
+    "elementwise": (
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "maximum",
+        "minimum",
+        "negative",
+        "abs",
+        "exp",
+        "tanh",
+        "sigmoid",
+        "floor",
+        "logical_not",
+        "logical_and",
+        "logical_or",
+        "where",
+        "cast",
+    ),
     "comparison": _COMPARE,
     "reduction": ("sum", "max", "min", "mean", "all", "any"),
     "dense": ("nn.dense",),
@@ -927,9 +1001,17 @@ OP_FAMILIES = {
 
 #: Program features the generator must reach (keys ``"feature:<name>"`` of :func:`node_counts`).
 FEATURES = (
-    "closure_capture", "recursive_closure", "call_of_function_value", "function_argument",
-    "global_as_value", "constructor_as_value", "recursive_global", "recursive_adt", "polymorphic_adt",
-    "nested_pattern", "reference_in_closure",
+    "closure_capture",
+    "recursive_closure",
+    "call_of_function_value",
+    "function_argument",
+    "global_as_value",
+    "constructor_as_value",
+    "recursive_global",
+    "recursive_adt",
+    "polymorphic_adt",
+    "nested_pattern",
+    "reference_in_closure",
 )
 
 
@@ -975,7 +1057,8 @@ def node_counts(mod: tvm.IRModule) -> Counter:
         elif isinstance(node, relay.Let):
             as_value(node.value)
             if isinstance(node.value, relay.Function) and any(
-                    v.same_as(node.var) for v in relay.analysis.free_vars(node.value)):
+                v.same_as(node.var) for v in relay.analysis.free_vars(node.value)
+            ):
                 counts["feature:recursive_closure"] += 1
         elif isinstance(node, relay.Tuple):
             for field in node.fields:

@@ -338,9 +338,19 @@ class GraphModule:
                 dtypes[param.name_hint] = ty.dtype
         return tvm.runtime.convert(shapes), tvm.runtime.convert(dtypes)
 
-    def benchmark(self, device, func_name="run", repeat=5, number=5, min_repeat_ms=None,
-                  limit_zero_time_iterations=100, end_to_end=False, cooldown_interval_ms=0,
-                  repeats_to_cooldown=1, **kwargs):
+    def benchmark(
+        self,
+        device,
+        func_name="run",
+        repeat=5,
+        number=5,
+        min_repeat_ms=None,
+        limit_zero_time_iterations=100,
+        end_to_end=False,
+        cooldown_interval_ms=0,
+        repeats_to_cooldown=1,
+        **kwargs,
+    ):
         """The graph executor's benchmark: TVM's ``time_evaluator`` of ``func_name`` on the
         library's executor module (``lib["default"](dev)``), holding this module's inputs."""
         if kwargs:
@@ -348,9 +358,15 @@ class GraphModule:
         self._set_unset_inputs()
         executor = _executor(self.compiled, device, [self.inputs[n] for n in self.names])
         timer = executor.time_evaluator(
-            "run_from_inputs" if end_to_end else func_name, device, repeat=repeat, number=number,
-            min_repeat_ms=min_repeat_ms or 0, limit_zero_time_iterations=limit_zero_time_iterations,
-            cooldown_interval_ms=cooldown_interval_ms, repeats_to_cooldown=repeats_to_cooldown)
+            "run_from_inputs" if end_to_end else func_name,
+            device,
+            repeat=repeat,
+            number=number,
+            min_repeat_ms=min_repeat_ms or 0,
+            limit_zero_time_iterations=limit_zero_time_iterations,
+            cooldown_interval_ms=cooldown_interval_ms,
+            repeats_to_cooldown=repeats_to_cooldown,
+        )
         if end_to_end:
             pairs = [item for name in self.names for item in (name, _ndarray(self.inputs[name]))]
             return timer(device.device_type, device.device_id, *pairs)
@@ -359,10 +375,16 @@ class GraphModule:
     @property
     def module(self):
         """The graph executor's functions by name (``module["set_input_zero_copy"](i, array)``)."""
-        return {"set_input": self.set_input, "set_input_zero_copy": self.set_input, "run": self.run,
-                "get_output": self.get_output, "get_input": self.get_input,
-                "get_num_outputs": self.get_num_outputs, "get_num_inputs": self.get_num_inputs,
-                "get_input_index": self.get_input_index}
+        return {
+            "set_input": self.set_input,
+            "set_input_zero_copy": self.set_input,
+            "run": self.run,
+            "get_output": self.get_output,
+            "get_input": self.get_input,
+            "get_num_outputs": self.get_num_outputs,
+            "get_num_inputs": self.get_num_inputs,
+            "get_input_index": self.get_input_index,
+        }
 
     def get_output(self, index, out=None):
         value = self.outputs[index]
@@ -430,8 +452,11 @@ def build(ir_mod, target=None, target_host=None, executor=None, runtime=None, *a
     and runtimes (the AOT executor's C interface, the CRT)."""
     call = (ir_mod, target, target_host) + args
     # by keyword: either may be given without the other
-    kwargs = dict(kwargs, **({"executor": executor} if executor is not None else {}),
-                  **({"runtime": runtime} if runtime is not None else {}))
+    kwargs = dict(
+        kwargs,
+        **({"executor": executor} if executor is not None else {}),
+        **({"runtime": runtime} if runtime is not None else {}),
+    )
     graph = executor is None or executor.name == "graph"
     if not graph or (runtime is not None and runtime.name != "cpp"):
         return _ORIGINALS["build"](*call, **kwargs)
@@ -526,7 +551,11 @@ class VirtualMachine:
 
     def _function(self, name: str):
         if name not in self._compiled:
-            mod = self.exe.ir_mod if name == "main" else _module_with_main(self.exe.ir_mod, self.exe.ir_mod.get_global_var(name))
+            mod = (
+                self.exe.ir_mod
+                if name == "main"
+                else _module_with_main(self.exe.ir_mod, self.exe.ir_mod.get_global_var(name))
+            )
             self._compiled[name] = (mod, _compile(mod, self.exe.target, self.exe.params))
         return self._compiled[name]
 
@@ -577,9 +606,20 @@ class VirtualMachine:
     def get_outputs(self):
         return _flatten(self._outputs)
 
-    def benchmark(self, device, *args, func_name="main", repeat=5, number=5, min_repeat_ms=None,
-                  limit_zero_time_iterations=100, end_to_end=False, cooldown_interval_ms=0,
-                  repeats_to_cooldown=1, **kwargs):
+    def benchmark(
+        self,
+        device,
+        *args,
+        func_name="main",
+        repeat=5,
+        number=5,
+        min_repeat_ms=None,
+        limit_zero_time_iterations=100,
+        end_to_end=False,
+        cooldown_interval_ms=0,
+        repeats_to_cooldown=1,
+        **kwargs,
+    ):
         """The VM's benchmark: TVM's ``time_evaluator`` of ``invoke`` on the executor module of
         ``func_name``'s library (compiled as its ``@main``)."""
         if args or kwargs:
@@ -587,9 +627,15 @@ class VirtualMachine:
         _, compiled = self._function(func_name)
         executor = _executor(compiled, device, self._inputs.get(func_name, []))
         return executor.time_evaluator(
-            "invoke", device, repeat=repeat, number=number, min_repeat_ms=min_repeat_ms or 0,
-            limit_zero_time_iterations=limit_zero_time_iterations, cooldown_interval_ms=cooldown_interval_ms,
-            repeats_to_cooldown=repeats_to_cooldown)("main")
+            "invoke",
+            device,
+            repeat=repeat,
+            number=number,
+            min_repeat_ms=min_repeat_ms or 0,
+            limit_zero_time_iterations=limit_zero_time_iterations,
+            cooldown_interval_ms=cooldown_interval_ms,
+            repeats_to_cooldown=repeats_to_cooldown,
+        )("main")
 
 
 # -- installing --------------------------------------------------------------------------------
@@ -642,9 +688,17 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(session, config, items):
     # Test modules import executors by name at import time: replace those names too.
     if os.environ.get(MODE_ENV) == "aot":
-        by_identity = {id(_ORIGINALS[k]): new for k, new in (
-            ("create_executor", create_executor), ("build", build), ("GraphModule", _GraphModuleFactory),
-            ("create", graph_executor_create), ("vm_compile", vm_compile), ("VirtualMachine", VirtualMachine))}
+        by_identity = {
+            id(_ORIGINALS[k]): new
+            for k, new in (
+                ("create_executor", create_executor),
+                ("build", build),
+                ("GraphModule", _GraphModuleFactory),
+                ("create", graph_executor_create),
+                ("vm_compile", vm_compile),
+                ("VirtualMachine", VirtualMachine),
+            )
+        }
         for item in items:
             module = getattr(item, "module", None)
             if module is None:
@@ -676,8 +730,6 @@ def pytest_runtest_setup(item):
 def pytest_runtest_teardown(item, nextitem):
     # The teardown report carries it to the controller (a crashed test's is lost: 0).
     item.user_properties.append(("relay_aot_reached", _REACHED[0]))
-
-
 
 
 def _first_line(report) -> str:
@@ -715,8 +767,9 @@ def pytest_runtest_logreport(report):
 # -- the driver --------------------------------------------------------------------------------
 
 
-def run_file(tests_dir: Path, test_file: str, mode: str, workers: int, timeout: int,
-             file_timeout: int | None = None) -> dict:
+def run_file(
+    tests_dir: Path, test_file: str, mode: str, workers: int, timeout: int, file_timeout: int | None = None
+) -> dict:
     """Run one of TVM's test files under ``mode`` (``"tvm"`` or ``"aot"``): {test: record}.
     A run still going after ``file_timeout`` seconds is ended, with the tests it reported."""
     with tempfile.TemporaryDirectory(prefix="relay_aot-tvm-suite-") as scratch:
@@ -726,15 +779,30 @@ def run_file(tests_dir: Path, test_file: str, mode: str, workers: int, timeout: 
         env = dict(os.environ, **{MODE_ENV: mode, RECORD_ENV: str(record), TIMEOUT_ENV: str(timeout)})
         env.setdefault("TOPHUB_LOCATION", "NONE")
         command = [
-            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ini),
-            "--rootdir", str(tests_dir), "--noconftest", "-p", "tvm.testing.plugin",
-            "-p", "relay_aot.testing.tvm_suite", "-n", str(workers), "--no-header", "-rN",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            str(ini),
+            "--rootdir",
+            str(tests_dir),
+            "--noconftest",
+            "-p",
+            "tvm.testing.plugin",
+            "-p",
+            "relay_aot.testing.tvm_suite",
+            "-n",
+            str(workers),
+            "--no-header",
+            "-rN",
             str(tests_dir / test_file),
         ]
         started = time.monotonic()
         try:
-            proc = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True,
-                                  timeout=file_timeout)
+            proc = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, timeout=file_timeout)
         except subprocess.TimeoutExpired as stopped:
             proc = subprocess.CompletedProcess(command, -1, stopped.stdout or "", stopped.stderr or "")
             if not isinstance(proc.stdout, str):
@@ -774,8 +842,16 @@ def summarize(runs: dict, reasons: dict | None = None) -> dict:
     group, the totals; and every test failing only under relay_aot, with the ``reasons``
     (``{test: why}``) recorded for it."""
     files, only_aot = {}, []
-    totals = {g: {"files": 0, "reached_and_tvm_passed": 0, "reached_and_both_passed": 0,
-                  "tvm_passed": 0, "failing_only_with_relay_aot": 0} for g in ("relay", "operators")}
+    totals = {
+        g: {
+            "files": 0,
+            "reached_and_tvm_passed": 0,
+            "reached_and_both_passed": 0,
+            "tvm_passed": 0,
+            "failing_only_with_relay_aot": 0,
+        }
+        for g in ("relay", "operators")
+    }
     for name, both in sorted(runs.items()):
         tvm_res, aot_res = both["tvm"], both["aot"]
         reached = [t for t, e in aot_res.items() if e["reached"]]
@@ -797,24 +873,40 @@ def summarize(runs: dict, reasons: dict | None = None) -> dict:
             total[key] += files[name][key]
         for test in failing:
             entry = aot_res[test]
-            only_aot.append({"test": test, "error": entry["error"], "reached": entry["reached"],
-                             "reason": (reasons or {}).get(test, "")})
+            only_aot.append(
+                {
+                    "test": test,
+                    "error": entry["error"],
+                    "reached": entry["reached"],
+                    "reason": (reasons or {}).get(test, ""),
+                }
+            )
     return {"files": files, "totals": totals, "failing_only_with_relay_aot": only_aot}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tests", type=Path,
-                        help="TVM's tests/python/relay directory (of a TVM checkout of the installed version)")
-    parser.add_argument("--out", type=Path, required=True,
-                        help="the JSON summary to write (raw results beside it, .raw.json); reasons "
-                             "recorded in an existing summary are kept")
+    parser.add_argument(
+        "--tests", type=Path, help="TVM's tests/python/relay directory (of a TVM checkout of the installed version)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="the JSON summary to write (raw results beside it, .raw.json); reasons "
+        "recorded in an existing summary are kept",
+    )
     parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers per run")
     parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help="seconds per test")
     parser.add_argument("--file-timeout", type=int, default=3600, help="seconds per file and run")
     parser.add_argument("--modes", default="tvm,aot", help="which runs: tvm, aot or both")
-    parser.add_argument("--merge", type=Path, nargs="*", default=[],
-                        help="raw results of earlier runs (.raw.json) to summarize with these")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="raw results of earlier runs (.raw.json) to summarize with these",
+    )
     parser.add_argument("files", nargs="*", help="test files, relative to --tests")
     options = parser.parse_args(argv)
     if options.files and options.tests is None:
@@ -825,8 +917,9 @@ def main(argv=None) -> int:
         runs.update(json.loads(merged.read_text()))
     for test_file in options.files:
         for mode in options.modes.split(","):
-            runs.setdefault(test_file, {})[mode] = run_file(options.tests, test_file, mode, options.workers,
-                                                             options.timeout, options.file_timeout)
+            runs.setdefault(test_file, {})[mode] = run_file(
+                options.tests, test_file, mode, options.workers, options.timeout, options.file_timeout
+            )
             raw_path.write_text(json.dumps(runs, indent=1, sort_keys=True))
     reasons = {}
     if options.out.exists():

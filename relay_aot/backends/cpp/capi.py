@@ -47,7 +47,8 @@ _SLOT_VALUES = {
 assert tuple(_SLOT_VALUES) == names.TVM_SLOTS
 
 #: Keywords of C99 and C++ (the header is both), never field names.
-_KEYWORDS = frozenset("""
+_KEYWORDS = frozenset(
+    """
     auto break case char const continue default do double else enum extern float for goto if inline int long
     register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
     _Bool _Complex _Imaginary alignas alignof and and_eq asm bitand bitor bool catch char8_t char16_t char32_t
@@ -55,10 +56,13 @@ _KEYWORDS = frozenset("""
     dynamic_cast explicit export false friend mutable namespace new noexcept not not_eq nullptr operator or
     or_eq private protected public reinterpret_cast requires static_assert static_cast template this
     thread_local throw true try typeid typename using virtual wchar_t xor xor_eq NULL
-""".split())
+""".split()
+)
 #: Macros of <stdint.h>, which the header includes (a field so named would be replaced).
-_STDINT_MACRO = re.compile(r"U?INT(_LEAST|_FAST)?(8|16|32|64|MAX|PTR)_(MIN|MAX|C)\Z|"
-                           r"(SIZE|PTRDIFF|SIG_ATOMIC|WCHAR|WINT)_(MIN|MAX)\Z")
+_STDINT_MACRO = re.compile(
+    r"U?INT(_LEAST|_FAST)?(8|16|32|64|MAX|PTR)_(MIN|MAX|C)\Z|"
+    r"(SIZE|PTRDIFF|SIG_ATOMIC|WCHAR|WINT)_(MIN|MAX)\Z"
+)
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 
 #: Generated names of entry.cc's C side.
@@ -172,8 +176,10 @@ def c_api(signature: Signature) -> CApi:
     _flatten_result(signature.ret, (), adts, results)
     used: set = set()
     single = not isinstance(signature.ret, ir.TupleType)
-    outputs = tuple(CField(_unique("output" if single else f"output{i}", used), what, ty, path)
-                    for i, (what, ty, path) in enumerate(results))
+    outputs = tuple(
+        CField(_unique("output" if single else f"output{i}", used), what, ty, path)
+        for i, (what, ty, path) in enumerate(results)
+    )
     inputs = tuple(CField(_unique(c_identifier(p.name), used), f"%{p.name}", p.type) for p in signature.params)
     return CApi(signature.model, inputs, outputs, signature.ret, signature.cpu.target if signature.cpu else "")
 
@@ -187,8 +193,10 @@ def c_api_or_none(signature: Signature) -> CApi | None:
 
 
 #: How the library's header says it is used (the standalone package's says otherwise).
-LIBRARY_USAGE = (" * non-zero, and {last_error}() says why, for the calling thread. Link the model's",
-                 " * library and libtvm_runtime.so; calls from several threads may run at once.")
+LIBRARY_USAGE = (
+    " * non-zero, and {last_error}() says why, for the calling thread. Link the model's",
+    " * library and libtvm_runtime.so; calls from several threads may run at once.",
+)
 
 
 def header_text(api: CApi, usage: tuple = LIBRARY_USAGE, extra: tuple = ()) -> str:
@@ -203,9 +211,16 @@ def header_text(api: CApi, usage: tuple = LIBRARY_USAGE, extra: tuple = ()) -> s
         " * tensor is one element; bool is one byte per element): the inputs, never modified, and the",
         " * outputs, which the caller allocates and the run writes. It returns 0 on success; otherwise",
         *(line.format(last_error=last_error) for line in usage),
-        *([" *", " * The kernels were compiled for this target (on a CPU without a feature it enables, the run",
-           " * returns non-zero, naming the missing ones):", f" *   {escape_comment(api.target)}"]
-          if api.target else []),
+        *(
+            [
+                " *",
+                " * The kernels were compiled for this target (on a CPU without a feature it enables, the run",
+                " * returns non-zero, naming the missing ones):",
+                f" *   {escape_comment(api.target)}",
+            ]
+            if api.target
+            else []
+        ),
         " */",
         f"#ifndef {guard}",
         f"#define {guard}",
@@ -220,8 +235,10 @@ def header_text(api: CApi, usage: tuple = LIBRARY_USAGE, extra: tuple = ()) -> s
     ]
     for f in api.inputs + api.outputs:
         lines.append(f"#define {api.size_macro(f)} {f.nbytes} /* {_describe(f)} */")
-    for part, fields, what in (("inputs", api.inputs, "parameter of @main"),
-                               ("outputs", api.outputs, "result tensor, depth first")):
+    for part, fields, what in (
+        ("inputs", api.inputs, "parameter of @main"),
+        ("outputs", api.outputs, "result tensor, depth first"),
+    ):
         lines += ["", f"/* One buffer per {what}. */", f"{api.struct(part)} {{"]
         lines += [f"  void* {f.name}; /* {_describe(f)} */" for f in fields]
         if not fields:
@@ -231,7 +248,7 @@ def header_text(api: CApi, usage: tuple = LIBRARY_USAGE, extra: tuple = ()) -> s
         "",
         f"int32_t {run}({api.struct('inputs')}* inputs, {api.struct('outputs')}* outputs);",
         "",
-        f"/* Why the calling thread's last failed {run} failed (\"\" if none did). */",
+        f'/* Why the calling thread\'s last failed {run} failed ("" if none did). */',
         f"const char* {last_error}(void);",
         "",
         *extra,
@@ -302,7 +319,9 @@ def _emit_entry(e: Emitter, program: ir.Program, api: CApi) -> None:
         else:
             dims = ", ".join(str(d) for d in p.type.shape)
             e.line(f"static const ShapeTuple& {_SHAPE}{i} = leaked_shape({{{dims}}});")
-            e.line(f"NDArray {_INPUT}{i} = c_input(inputs->{f.name}, {_SHAPE}{i}, {dtype_literal(p.type.dtype)}, {what});")
+            e.line(
+                f"NDArray {_INPUT}{i} = c_input(inputs->{f.name}, {_SHAPE}{i}, {dtype_literal(p.type.dtype)}, {what});"
+            )
         args.append(f"{_INPUT}{i}")
     e.line(f"{ctype(main.ret)} {_RESULT} = {main.id}({', '.join(args)});")
     for f in api.outputs:
@@ -315,9 +334,13 @@ def _emit_entry(e: Emitter, program: ir.Program, api: CApi) -> None:
     e.line(f"}}  // namespace {namespace}")
     e.line()
     visible = 'extern "C" __attribute__((visibility("default")))'
-    e.line(f"{visible} int32_t {names.c_api(api.model, 'run')}({api.struct('inputs')}* inputs, "
-           f"{api.struct('outputs')}* outputs) {{")
+    e.line(
+        f"{visible} int32_t {names.c_api(api.model, 'run')}({api.struct('inputs')}* inputs, "
+        f"{api.struct('outputs')}* outputs) {{"
+    )
     e.line(f"return relay_aot::c_call({namespace}::{_RUN}, inputs, outputs);")
     e.line("}")
     e.line()
-    e.line(f"{visible} const char* {names.c_api(api.model, 'last_error')}(void) {{ return relay_aot::c_last_error(); }}")
+    e.line(
+        f"{visible} const char* {names.c_api(api.model, 'last_error')}(void) {{ return relay_aot::c_last_error(); }}"
+    )

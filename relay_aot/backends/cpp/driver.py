@@ -106,14 +106,20 @@ def cpp_sources(program: ir.Program, name: str, flags: builder.BuildFlags, profi
             lines.append("// Included by every translation unit of the program.")
         return "\n".join(lines)
 
-    sources = emit_cpp(program, name, banner, functions_per_unit=_functions_per_unit(len(program.functions)),
-                       profile=profile)
+    sources = emit_cpp(
+        program, name, banner, functions_per_unit=_functions_per_unit(len(program.functions)), profile=profile
+    )
     return add_c_api(sources, program, name)
 
 
 def _build_and_load(
-    program: ir.Program, kernels: KernelTable, request: Request, flags: builder.BuildFlags, cache: bool,
-    verbose: bool, module_key: str | None,
+    program: ir.Program,
+    kernels: KernelTable,
+    request: Request,
+    flags: builder.BuildFlags,
+    cache: bool,
+    verbose: bool,
+    module_key: str | None,
 ) -> CompiledModule:
     name, config = request.name, request.config
     sources = cpp_sources(program, name, flags, config.profile)
@@ -144,7 +150,11 @@ def _build_and_load(
     if module_key is not None:
         builder.remember(module_key, result, sources.files, sources.units, config)
     compiled = CompiledModule(
-        module, Signature.of_program(program, name), name, backend="cpp", source=sources.text(),
+        module,
+        Signature.of_program(program, name),
+        name,
+        backend="cpp",
+        source=sources.text(),
         library_path=result.library,
     )
     # How the library was obtained (``.cached``: from the cache, no C++ compiled; ``.key``).

@@ -70,8 +70,15 @@ def compile_python(request: Request, cache: bool = True, verbose: bool = False) 
     if profile:
         table = ProfileTable.of_program(program)
         profiler = fastcall.profile_control(table.functions, table.kernels)
-    compiled = CompiledModule(module, Signature.of_program(program, name), name, backend="python", source=source,
-                              entry=entry, profiler=profiler)
+    compiled = CompiledModule(
+        module,
+        Signature.of_program(program, name),
+        name,
+        backend="python",
+        source=source,
+        entry=entry,
+        profiler=profiler,
+    )
     if not profile:
         # CompiledModule.profile compiles the instrumented variant when it is first asked for.
         compiled.profiled_variant = lambda: compile_python(request.profiled(), verbose=verbose)

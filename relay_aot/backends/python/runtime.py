@@ -74,9 +74,17 @@ def zero_tensor(like: tvm.nd.NDArray) -> tvm.nd.NDArray:
 # generated code runs, see call_guarded) and follow IEEE float32/float64, like TVM's kernels.
 
 _CTYPE_OF = {
-    "bool": ctypes.c_uint8, "int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32,
-    "int64": ctypes.c_int64, "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32,
-    "uint64": ctypes.c_uint64, "float32": ctypes.c_float, "float64": ctypes.c_double,
+    "bool": ctypes.c_uint8,
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
 }
 _NUMPY_OF = {dtype: np.dtype(dtype).type for dtype in NATIVE_DTYPES}
 
@@ -300,8 +308,14 @@ def export_value(value: Any, top: bool = False) -> Any:
     """
     if not isinstance(value, tuple):
         return _export_leaf(value, top)
-    return _convert_tree(value, tuple, id, lambda node: (getattr(node, "tag", 0), node),
-                         lambda leaf: _export_leaf(leaf, False), fastcall.make_adt)
+    return _convert_tree(
+        value,
+        tuple,
+        id,
+        lambda node: (getattr(node, "tag", 0), node),
+        lambda leaf: _export_leaf(leaf, False),
+        fastcall.make_adt,
+    )
 
 
 def _convert_tree(value, composite: type, identity: Callable, parts: Callable, leaf: Callable, build: Callable) -> Any:
@@ -356,5 +370,11 @@ def import_value(value: Any) -> Any:
     """A TVM runtime value (or a value this module exported) as an internal value."""
     if not isinstance(value, ADT):
         return _import_leaf(value)
-    return _convert_tree(value, ADT, lambda node: node.handle.value, fastcall.adt_parts, _import_leaf,
-                         lambda tag, fields: Adt(tag, tuple(fields)))
+    return _convert_tree(
+        value,
+        ADT,
+        lambda node: node.handle.value,
+        fastcall.adt_parts,
+        _import_leaf,
+        lambda tag, fields: Adt(tag, tuple(fields)),
+    )

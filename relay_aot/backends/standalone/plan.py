@@ -71,8 +71,13 @@ def straight_line(program: ir.Program) -> bool:
     return True
 
 
-def plan_storage(program: ir.Program, api, alignment: int, nbytes: Callable[[ir.TensorType], int],
-                 scratch: Mapping[str, Sequence[int]] = {}) -> StoragePlan | None:
+def plan_storage(
+    program: ir.Program,
+    api,
+    alignment: int,
+    nbytes: Callable[[ir.TensorType], int],
+    scratch: Mapping[str, Sequence[int]] = {},
+) -> StoragePlan | None:
     """The plan of ``program``, or None when it is not one straight line of tensor kernels;
     ``scratch``: per kernel symbol, the bytes of its scratch parameters."""
     if not straight_line(program):
@@ -86,9 +91,12 @@ def plan_storage(program: ir.Program, api, alignment: int, nbytes: Callable[[ir.
             for a in stmt.rhs.args:
                 last_use[a.id] = index
     last_use[result.id] = len(stmts)
-    direct = (isinstance(result.type, ir.TensorType) and not is_native_scalar(result.type)
-              and any(isinstance(s.rhs, ir.KernelCall) and s.var is result for s in stmts)
-              and len(api.outputs) == 1)
+    direct = (
+        isinstance(result.type, ir.TensorType)
+        and not is_native_scalar(result.type)
+        and any(isinstance(s.rhs, ir.KernelCall) and s.var is result for s in stmts)
+        and len(api.outputs) == 1
+    )
     offsets: dict[int, int] = {}
     scratch_offsets: dict[int, list[int]] = {}
     live: list[tuple[int, int, int]] = []  # (offset, size, last use)

@@ -41,22 +41,42 @@ class StandaloneTarget:
 
 
 #: The targets built, run and checked in CI (tests/test_standalone*.py).
-TARGETS: dict[str, StandaloneTarget] = {t.name: t for t in (
-    StandaloneTarget("host", "llvm", cflags=("-O2",)),
-    StandaloneTarget(
-        "aarch64-linux", "llvm -mtriple=aarch64-linux-gnu", prefix="aarch64-linux-gnu-", cflags=("-O2",),
-        ldflags=("-static",), run=("qemu-aarch64",)),
-    StandaloneTarget(
-        "cortex-m4", "llvm -mtriple=thumbv7em-none-eabihf -mcpu=cortex-m4 -mfloat-abi=hard", prefix="arm-none-eabi-",
-        cflags=("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2"),
-        run=("qemu-system-arm", "-M", "mps2-an386", "-nographic", "-semihosting-config", "enable=on,target=native",
-             "-kernel"),
-        alignment=16, stack_budget=16 * 1024, bare_metal=True,
-        # GCC's code for TVM's C kernels is a third of the size of LLVM's unrolled code for them;
-        # and on this single-precision FPU GCC computes float64 in software (libgcc's
-        # __aeabi_d*), exactly, where LLVM's double-precision kernel code computed wrong values
-        kernel_c_target="c -keys=arm_cpu -mcpu=cortex-m4"),
-)}
+TARGETS: dict[str, StandaloneTarget] = {
+    t.name: t
+    for t in (
+        StandaloneTarget("host", "llvm", cflags=("-O2",)),
+        StandaloneTarget(
+            "aarch64-linux",
+            "llvm -mtriple=aarch64-linux-gnu",
+            prefix="aarch64-linux-gnu-",
+            cflags=("-O2",),
+            ldflags=("-static",),
+            run=("qemu-aarch64",),
+        ),
+        StandaloneTarget(
+            "cortex-m4",
+            "llvm -mtriple=thumbv7em-none-eabihf -mcpu=cortex-m4 -mfloat-abi=hard",
+            prefix="arm-none-eabi-",
+            cflags=("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2"),
+            run=(
+                "qemu-system-arm",
+                "-M",
+                "mps2-an386",
+                "-nographic",
+                "-semihosting-config",
+                "enable=on,target=native",
+                "-kernel",
+            ),
+            alignment=16,
+            stack_budget=16 * 1024,
+            bare_metal=True,
+            # GCC's code for TVM's C kernels is a third of the size of LLVM's unrolled code for them;
+            # and on this single-precision FPU GCC computes float64 in software (libgcc's
+            # __aeabi_d*), exactly, where LLVM's double-precision kernel code computed wrong values
+            kernel_c_target="c -keys=arm_cpu -mcpu=cortex-m4",
+        ),
+    )
+}
 
 #: The default size of a package's arena (``--workspace-size``), for programs that allocate.
 DEFAULT_WORKSPACE_SIZE = 64 * 1024
