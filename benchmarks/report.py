@@ -211,6 +211,51 @@ def summary(result: dict, markdown: bool = False) -> str:
     return ("### " if markdown else "") + "relay_aot speedups (ratios of medians)\n\n" + table(header, rows, markdown)
 
 
+#: The README's headline rows: a kind of workload, the peer a user of it would otherwise pick,
+#: and the workloads whose ratios make the row (a range when there are several).
+HEADLINE = [
+    ("Recursion, lists, closures (fib, list folds)", "vm", ["fib20", "list_scalars", "list_tensors", "closures"]),
+    ("RNNs over lists (LSTM, TreeLSTM)", "vm", ["lstm_h16", "lstm_h128", "treelstm_h16"]),
+    ("Growing and `?` shapes (decoder, tensor array, MLP)", "vm",
+     ["greedy_decoder_50", "tensor_array_lstm_h16", "mlp_dyn_b1", "mlp_dyn_b64"]),
+    ("Gradients (LSTM, MLP; the VM cannot run them)", "interpreter", ["grad_lstm_h16", "grad_mlp_b1"]),
+    ("ONNX `Loop` RNNs", "onnxruntime", ["onnx_loop_rnn_h16", "onnx_loop_rnn_h256", "onnx_loop_rnn_h512"]),
+    ("Vision models (ResNet-18, MobileNet, SqueezeNet, DCGAN, Inception-v3)", "graph",
+     ["resnet18", "mobilenet", "squeezenet", "dcgan", "inception_v3"]),
+    ("ONNX SqueezeNet (untuned, tuned)", "onnxruntime", ["onnx_squeezenet", "onnx_squeezenet_tuned"]),
+    ("ONNX ResNet-50", "onnxruntime", ["onnx_resnet50"]),
+    ("ONNX ShuffleNet", "onnxruntime", ["onnx_shufflenet"]),
+    ("ONNX MLP batch 64, quantized conv net", "onnxruntime", ["onnx_mlp_b64", "onnx_qconv_net"]),
+]
+
+#: How the headline names each peer.
+PEERS = {"vm": "Relay VM", "interpreter": "Relay interpreter", "graph": "graph executor", "onnxruntime": "onnxruntime"}
+
+
+def _plain(value: float) -> str:
+    """A ratio for a reader: three significant digits, whole numbers from 100 on (1,139, not 1.14e+03)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def headline(result: dict, threads: str = "1") -> str:
+    """The README's table: per kind of workload, the peer's median time over relay_aot's (C++
+    backend), with ``TVM_NUM_THREADS=threads`` (onnxruntime on as many threads), as a range over
+    the row's workloads. Below 1x, relay_aot is the slower one."""
+    setting = next(s for s in result["settings"] if s["setting"]["TVM_NUM_THREADS"] == threads)
+    pairs = by_pair(setting["records"])
+    rows = []
+    for label, peer, workloads in HEADLINE:
+        ratios = []
+        for workload in workloads:
+            ours, theirs = _timed(pairs.get((workload, "relay_aot_cpp"))), _timed(pairs.get((workload, peer)))
+            if ours and theirs:
+                ratios.append(theirs / ours)
+        if ratios:
+            low, high = (_plain(r) for r in (min(ratios), max(ratios)))
+            rows.append([label, PEERS[peer], f"{low}×" if low == high else f"{low}–{high}×"])
+    return table(["workload", "peer", "peer's time / relay_aot's"], rows, markdown=True)
+
+
 #: The compile-time table's measures and the ratios it shows (see benchmarks/compile_time.py).
 COMPILE_COLUMNS = [
     ("first", "first"),
