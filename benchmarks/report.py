@@ -216,12 +216,18 @@ def summary(result: dict, markdown: bool = False) -> str:
 HEADLINE = [
     ("Recursion, lists, closures (fib, list folds)", "vm", ["fib20", "list_scalars", "list_tensors", "closures"]),
     ("RNNs over lists (LSTM, TreeLSTM)", "vm", ["lstm_h16", "lstm_h128", "treelstm_h16"]),
-    ("Growing and `?` shapes (decoder, tensor array, MLP)", "vm",
-     ["greedy_decoder_50", "tensor_array_lstm_h16", "mlp_dyn_b1", "mlp_dyn_b64"]),
+    (
+        "Growing and `?` shapes (decoder, tensor array, MLP)",
+        "vm",
+        ["greedy_decoder_50", "tensor_array_lstm_h16", "mlp_dyn_b1", "mlp_dyn_b64"],
+    ),
     ("Gradients (LSTM, MLP; the VM cannot run them)", "interpreter", ["grad_lstm_h16", "grad_mlp_b1"]),
     ("ONNX `Loop` RNNs", "onnxruntime", ["onnx_loop_rnn_h16", "onnx_loop_rnn_h256", "onnx_loop_rnn_h512"]),
-    ("Vision models (ResNet-18, MobileNet, SqueezeNet, DCGAN, Inception-v3)", "graph",
-     ["resnet18", "mobilenet", "squeezenet", "dcgan", "inception_v3"]),
+    (
+        "Vision models (ResNet-18, MobileNet, SqueezeNet, DCGAN, Inception-v3)",
+        "graph",
+        ["resnet18", "mobilenet", "squeezenet", "dcgan", "inception_v3"],
+    ),
     ("ONNX SqueezeNet (untuned, tuned)", "onnxruntime", ["onnx_squeezenet", "onnx_squeezenet_tuned"]),
     ("ONNX ResNet-50", "onnxruntime", ["onnx_resnet50"]),
     ("ONNX ShuffleNet", "onnxruntime", ["onnx_shufflenet"]),
