@@ -153,7 +153,7 @@ class Config:
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Config:
         """The settings in ``environ`` (default ``os.environ``), each parsed once."""
         environ = os.environ if environ is None else environ
-        values = {}
+        values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             meta = field.metadata
             text = environ.get(meta["env"])

@@ -421,7 +421,9 @@ _LIBRARY_PATH = re.compile(r"lib/([0-9a-f]{2})/([0-9a-f]{64})/[A-Za-z_][A-Za-z0-
 def _library_of_record(root: Path, record: dict) -> Entry | None:
     """The entry an index record names, if the name has the expected form and stays in ``lib/``."""
     text, key = record.get("library"), record.get("key")
-    match = _LIBRARY_PATH.match(text) if isinstance(text, str) else None
+    if not isinstance(text, str):
+        return None
+    match = _LIBRARY_PATH.match(text)
     if (
         match is None
         or match.group(2) != key

@@ -13,8 +13,9 @@ self tail call ends the iteration, so its arguments are last uses (unless one is
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
-from ..dispatch import method_for
+from ..dispatch import dispatch
 from . import nodes as ir
 
 #: (uid of a Let, Block or TailCall node, variable id) pairs: that node's use of that variable is
@@ -35,10 +36,10 @@ def rhs_uses(rhs: ir.Rhs) -> list[ir.Var]:
 
 
 class _Liveness:
-    def __init__(self):
+    def __init__(self) -> None:
         self.last: LastUses = set()
         self.used: set[int] = set()  # every variable read anywhere
-        self._stmts = {ir.Let: self._let, ir.If: self._if, ir.Match: self._match}
+        self._stmts: dict[type, Callable[..., set[int]]] = {ir.Let: self._let, ir.If: self._if, ir.Match: self._match}
 
     def block(self, block: ir.Block, live_out: set[int]) -> set[int]:
         """Record last uses inside ``block``; return the variables live on entry to it."""
@@ -56,7 +57,7 @@ class _Liveness:
             live.add(block.result.id)
             self.used.add(block.result.id)
         for stmt in reversed(block.stmts):
-            live = method_for(self._stmts, stmt)(stmt, live)
+            live = dispatch(self._stmts, stmt, live, what="statement")
         return live
 
     def _let(self, stmt: ir.Let, live: set[int]) -> set[int]:

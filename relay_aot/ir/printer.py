@@ -20,6 +20,8 @@ backend moves the value instead of copying it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..dispatch import dispatch
 from . import nodes as ir
 from .liveness import last_uses
@@ -42,7 +44,7 @@ class IrPrinter:
         self.lines: list[str] = []
         self.depth = 0
         self.last: set = set()
-        self._stmts = {ir.Let: self._let, ir.If: self._if, ir.Match: self._match}
+        self._stmts: dict[type, Callable[..., None]] = {ir.Let: self._let, ir.If: self._if, ir.Match: self._match}
         self._rhs = {
             ir.Constant: lambda r, n: (
                 f"constant {r.index}" + (" fresh" if r.fresh else "") + (" zeros" if r.fresh and r.zeros else "")

@@ -23,7 +23,7 @@ def to_params(func: tir.PrimFunc) -> tuple[tir.PrimFunc, tuple[tuple[int, int, s
     """``func`` with each size variable of its buffers' shapes as a trailing parameter; and,
     per such parameter, (index of the buffer among ``func``'s parameters, dimension, the
     parameter's dtype: ``int32`` as TVM makes them)."""
-    found: dict[tir.Var, tuple[int, int]] = {}
+    found: dict[tir.Var, tuple[int, int, str]] = {}
     strides: dict[tir.Var, tir.PrimExpr] = {}
     for index, param in enumerate(func.params):
         buffer = func.buffer_map.get(param)

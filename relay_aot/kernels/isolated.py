@@ -108,6 +108,7 @@ def run(build: Callable[[], None], doing: str = "building") -> None:
         raise ChildFailure(
             f"made no progress (no CPU time for {STALL_SECONDS:g} s, killed) {doing}", "", "", stalled=True
         )
+    assert status is not None  # the child closed its pipe, and was waited for
     _judge(status, output, doing)
 
 

@@ -320,7 +320,9 @@ def _avx512_convolution(
     width has no divisor of :data:`AVX512_FEWEST_COLUMNS` or more (:data:`AVX512_COLUMNS`)."""
     out_width = int(np.prod(entities["tile_ow"].size))
     if kernel_size == 1:
-        return height == 1 and _avx512_row_config(entities, channels, filters, out_width, lanes, registers, blocks)
+        if height != 1:
+            return None
+        return _avx512_row_config(entities, channels, filters, out_width, lanes, registers, blocks)
     if blocks is not None and (entities["tile_ic"].size[-1], entities["tile_oc"].size[-1]) != blocks:
         return None  # packed to other blocks than TVM's
     columns = entities["tile_ow"].size[-1]

@@ -44,14 +44,14 @@ class Scratch:
     fallible: bool  #: it can still return non-zero (a workspace call or an assertion remains)
 
 
-def _workspace_bytes(node: tir.Allocate):
+def _workspace_bytes(node: tir.Allocate) -> int | None:
     """Bytes of ``node`` if LowerTVMBuiltin serves it from the workspace and its size is
     constant; 0 if it stays on the stack; None if it is a workspace call of unknown size."""
     if node.buffer_var.type_annotation.storage_scope != "global":
         return None
-    extents = [int(e) if isinstance(e, tir.IntImm) else None for e in node.extents]
-    if None in extents:
+    if not all(isinstance(e, tir.IntImm) for e in node.extents):
         return None
+    extents = [int(e) for e in node.extents]
     count = 1
     for e in extents:
         count *= e

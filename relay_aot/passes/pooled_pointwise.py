@@ -179,12 +179,15 @@ class _Rewriter(relay.ExprMutator):
             if kind == "full":
                 return relay.reshape(self.visit(expr), flat)
             if kind in ("channel", "bias") and padded != channels:
-                axis = 0 if kind == "bias" else len(_shape(expr)) - 3
+                shape = _shape(expr)
+                assert shape is not None  # padded only when every per-channel operand is a constant
+                axis = 0 if kind == "bias" else len(shape) - 3
                 return _padded_constant(expr, axis, padded)
             return self.visit(expr)
 
-        data = self.visit(conv.args[0])
-        data = relay.reshape(data, [n, _shape(conv.args[0])[1], 1, height * width])
+        data_shape = _shape(conv.args[0])
+        assert data_shape is not None  # _pointwise: static shapes
+        data = relay.reshape(self.visit(conv.args[0]), [n, data_shape[1], 1, height * width])
         weight = _padded_constant(conv.args[1], 0, padded) if padded != channels else self.visit(conv.args[1])
         attrs = {key: conv.attrs[key] for key in conv.attrs.keys()}
         attrs["channels"] = padded

@@ -36,10 +36,11 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 _lock = threading.Lock()
 _depth = 0
-_original = None
+_original: tuple[Callable[[], Any], Callable[..., Any]] | None = None  # TVM's own, while a block runs
 _warmed = False
 _warming: list = []  # the thread of warm_error_backtraces, until joined
 
@@ -131,4 +132,5 @@ def faster_te_compiler() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0:
+                assert _original is not None  # set when the outermost block entered
                 te_compiler.libinfo, autotvm.task.get_workload = _original

@@ -18,6 +18,7 @@ runtime form at all (a ``dict`` for a tuple), reported through that same code.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,8 @@ class _Build:
     __slots__ = ("make", "children", "key")
 
     def __init__(self, make, children: list):
-        self.make, self.children, self.key = make, children, None
+        self.make, self.children = make, children
+        self.key: tuple[Any, Any] | None = None
 
 
 _COMPOSITES = (tuple, list, ConstructorValue, RefValue)
@@ -97,7 +99,7 @@ class Converter:
         for ty in [p.type for p in signature.params] + [signature.ret]:
             self._index_all(ty)
         self._checker = fastcall.TypeTable(self._table.rows())
-        self._to = {
+        self._to: dict[type, Callable[..., Any]] = {
             ir.TensorType: self._tensor_in,
             ir.TupleType: self._tuple_in,
             ir.AdtType: self._adt_in,
@@ -105,7 +107,11 @@ class Converter:
             ir.RefType: self._ref_in,
             ir.AnyType: self._any_in,
         }
-        self._from = {ir.FuncType: self._func_out, ir.RefType: self._ref_out, ir.AnyType: self._any_out}
+        self._from: dict[type, Callable[..., Any]] = {
+            ir.FuncType: self._func_out,
+            ir.RefType: self._ref_out,
+            ir.AnyType: self._any_out,
+        }
         self._ctor_fields: dict = {}
 
     def _index_all(self, ty: ir.Type) -> None:
@@ -151,7 +157,9 @@ class Converter:
             if key is not None and key in done:
                 results.append(done[key])
                 continue
-            converted = method_for(self._to, item[1])(*item)
+            to = method_for(self._to, item[1])
+            assert to is not None  # the one type without a handler, TypeParam, is only inside ADT definitions
+            converted = to(*item)
             if isinstance(converted, _Build):
                 converted.key = key
                 work.append(converted)
@@ -224,8 +232,8 @@ class Converter:
             return self._mismatch(value, ty, where)
         tag, fields = fastcall.constructor_value_parts(value)
         ctor = next((c for c in self.adts[ty.adt].ctors if c.tag == tag), None)
-        types = self._field_types(ctor, ty) if ctor is not None and len(ctor.fields) == len(fields) else None
-        types = types or [ir.AnyType()] * len(fields)  # a wrong tag or arity: check.h says why
+        known = self._field_types(ctor, ty) if ctor is not None and len(ctor.fields) == len(fields) else None
+        types = known or (ir.AnyType(),) * len(fields)  # a wrong tag or arity: check.h says why
         name = ctor.name if ctor is not None else str(tag)
         children = [(f, t, _Path(where, f".{name}[{i}]")) for i, (f, t) in enumerate(zip(fields, types))]
         return _Build(functools.partial(fastcall.make_adt, tag), children)

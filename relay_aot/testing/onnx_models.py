@@ -137,7 +137,7 @@ def quantized_conv_net(seed: int = 0) -> tuple[object, Callable]:
         w_scale = np.float32(0.01)
         bias = rng.integers(-500, 500, out_channels).astype(np.int32)
         y_scale = np.float32(0.05 * (i + 1))
-        inputs = [
+        operands = [
             previous,
             const(f"s{i}", np.float32(scale)),
             zero,
@@ -148,8 +148,8 @@ def quantized_conv_net(seed: int = 0) -> tuple[object, Callable]:
             const(f"yz{i}", np.uint8(0)),
             const(f"b{i}", bias),
         ]
-        nodes.append(helper.make_node("QLinearConv", inputs, [f"c{i}"], pads=[1, 1, 1, 1], strides=[stride, stride]))
-        previous, scale, zero, channels = f"c{i}", y_scale, f"yz{i}", out_channels
+        nodes.append(helper.make_node("QLinearConv", operands, [f"c{i}"], pads=[1, 1, 1, 1], strides=[stride, stride]))
+        previous, scale, zero, channels = f"c{i}", float(y_scale), f"yz{i}", out_channels
     nodes.append(helper.make_node("Reshape", [previous, const("flat", np.array([1, 16 * 8 * 8], np.int64))], ["f"]))
     fc = rng.integers(-40, 40, (16 * 8 * 8, 10), dtype=np.int8)
     nodes.append(
