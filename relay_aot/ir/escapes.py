@@ -68,9 +68,10 @@ class _Escapes:
             for stmt in block.stmts:
                 if isinstance(stmt, ir.Let):
                     self._let(stmt.rhs, escaped)
-                for branch in _branches(stmt):
-                    if isinstance(branch.result, ir.Var):
-                        flows.append((branch.result.id, stmt.result.id))
+                elif isinstance(stmt, (ir.If, ir.Match)):
+                    for branch in _branches(stmt):
+                        if isinstance(branch.result, ir.Var):
+                            flows.append((branch.result.id, stmt.result.id))
             if isinstance(block.result, ir.TailCall):
                 flows += [(a.id, p.id) for a, p in zip(block.result.args, func.params)]
         changed = True

@@ -110,9 +110,11 @@ def concat_in_place(func: ir.Function, program: ir.Program) -> InPlace:
                 continue  # another argument, or a piece twice
             if any(p.id not in made_at or counts[p.id] != 1 or p.id in found.slices for p in pieces):
                 continue
-            sizes = [_nbytes(made_at[p.id][1]) for p in pieces]
-            offsets = [sum(sizes[:i]) for i in range(len(sizes))] if None not in sizes else None
-            if offsets is None or sum(sizes) != _nbytes(result) or any(o % ALIGNMENT for o in offsets):
+            sizes = [n for p in pieces if (n := _nbytes(made_at[p.id][1])) is not None]
+            if len(sizes) != len(pieces) or sum(sizes) != _nbytes(result):
+                continue
+            offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+            if any(o % ALIGNMENT for o in offsets):
                 continue
             first = min(pieces, key=lambda p: made_at[p.id][0])
             for piece, offset in zip(pieces, offsets):

@@ -178,7 +178,8 @@ class KernelTable:
         fused = "fused_" + "_".join(dict.fromkeys(op.replace(".", "_") for op in ops))
         symbol = names.kernel_symbol(self.model, index, fused)
         scalar = scalar_kernel(func) if self.config.scalar_fast_path and is_native_scalar(result) else None
-        shape_func, states = None, ()
+        shape_func: str | None = None
+        states: tuple[int, ...] = ()
         if not all(t.is_static for t in inputs + outputs):
             try:
                 made = make_shape_func(func, symbol + "_shape")

@@ -58,8 +58,8 @@ def copy_form(func: relay.Function, result: ir.Type, dynamic: bool) -> ir.CopyFo
         axis = axis + rank if axis < 0 else axis
         if any(d != 1 for d in result.shape[:axis]):
             return None
-        pieces = [_param_through_views(f, params) for f in body.args[0].fields]
-        if None in pieces:
+        pieces = [p for f in body.args[0].fields if (p := _param_through_views(f, params)) is not None]
+        if len(pieces) != len(body.args[0].fields):
             return None
         return ir.CopyForm(CONCAT_FLAT, tuple(pieces))
     source = _param_through_views(body, params) if not dynamic and result.is_static else None

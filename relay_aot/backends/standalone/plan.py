@@ -48,27 +48,35 @@ def _aligned(n: int, alignment: int) -> int:
 
 def straight_line(program: ir.Program) -> bool:
     """Whether ``program`` is one straight line of tensor kernels (its storage can be planned)."""
+    return _straight_line(program) is not None
+
+
+def _straight_line(program: ir.Program) -> tuple[list[ir.Let], ir.Var] | None:
+    """The statements and result of ``program``'s main if it is one straight line of tensor
+    kernels, else None."""
     if len(program.functions) != 1:
-        return False
+        return None
     main = program.function(program.main)
-    stmts = main.body.stmts
-    if not isinstance(main.body.result, ir.Var):
-        return False
-    for stmt in stmts:
+    result = main.body.result
+    if not isinstance(result, ir.Var):
+        return None
+    lets = []
+    for stmt in main.body.stmts:
         if not isinstance(stmt, ir.Let):
-            return False
+            return None
+        lets.append(stmt)
         rhs = stmt.rhs
         if isinstance(rhs, ir.Constant):
             continue
         if not isinstance(rhs, ir.KernelCall):
-            return False
+            return None
         kernel = program.kernels[rhs.kernel]
         if not all(t.is_static for t in kernel.inputs + kernel.outputs):
-            return False  # sizes known only at run time: from the arena
+            return None  # sizes known only at run time: from the arena
         scalar = kernel.scalar is not None and is_native_scalar(stmt.var.type)
         if not scalar and not isinstance(kernel.result, ir.TensorType):
-            return False  # a tuple of results would need a cell
-    return True
+            return None  # a tuple of results would need a cell
+    return lets, result
 
 
 def plan_storage(
@@ -80,11 +88,10 @@ def plan_storage(
 ) -> StoragePlan | None:
     """The plan of ``program``, or None when it is not one straight line of tensor kernels;
     ``scratch``: per kernel symbol, the bytes of its scratch parameters."""
-    if not straight_line(program):
+    line = _straight_line(program)
+    if line is None:
         return None
-    main = program.function(program.main)
-    stmts = main.body.stmts
-    result = main.body.result
+    stmts, result = line
     last_use: dict[int, int] = {}
     for index, stmt in enumerate(stmts):
         if isinstance(stmt.rhs, ir.KernelCall):
@@ -120,6 +127,7 @@ def plan_storage(
             continue
         live = [slot for slot in live if slot[2] >= index]  # readers of a buffer run before it is reused
         if not is_native_scalar(v.type) and not (direct and v is result):
+            assert isinstance(v.type, ir.TensorType)  # _straight_line: a kernel call makes one tensor
             offsets[v.id] = place(nbytes(v.type), last_use.get(v.id, index))
         # the kernel's scratch: live while it runs, beside its inputs and output
         sizes = scratch.get(program.kernels[stmt.rhs.kernel].symbol, ())
