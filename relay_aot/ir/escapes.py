@@ -34,7 +34,7 @@ _STORED = {
 }
 
 
-def _branches(stmt: ir.Stmt) -> list[ir.Block]:
+def _branches(stmt: ir.Statement) -> list[ir.Block]:
     if isinstance(stmt, ir.If):
         return [stmt.then, stmt.else_]
     if isinstance(stmt, ir.Match):

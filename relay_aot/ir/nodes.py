@@ -335,7 +335,7 @@ class TailCall:
 class Block:
     """Statements followed by the block's value (a variable, or a self tail call)."""
 
-    stmts: list[Stmt]
+    stmts: list[Statement]
     result: Var | TailCall
     uid: int = field(default_factory=_uid, compare=False, repr=False)
 
@@ -384,6 +384,11 @@ class Match(Stmt):
     clauses: list[Clause]
     result: Var
     where: str
+
+
+#: Every kind of statement: what a block holds (a closed set, so a type checker follows an
+#: ``isinstance`` test of one kind to the others).
+Statement = Let | If | Match
 
 
 # ----------------------------------------------------------------------------------------
@@ -542,7 +547,7 @@ def format_type(ty: Type, adts: Sequence[AdtDef]) -> str:
     return _FORMATTERS[type(ty)](ty, adts)
 
 
-def walk(block: Block) -> Iterator[Stmt]:
+def walk(block: Block) -> Iterator[Statement]:
     """Every statement of ``block``, including those nested in ``If`` and ``Match`` (pre-order)."""
     pending = [block]
     while pending:

@@ -11,6 +11,8 @@ without this fast path (``RELAY_AOT_SCALAR_FAST_PATH=0``) against TVM's interpre
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import numpy as np
 import tvm
 from tvm import relay
@@ -35,7 +37,7 @@ NATIVE_DTYPES = {
 }
 
 
-def is_native_scalar(ty: ir.Type) -> bool:
+def is_native_scalar(ty: ir.Type) -> TypeGuard[ir.TensorType]:
     """Whether values of ``ty`` are held unboxed (0-d tensors of a native dtype)."""
     return isinstance(ty, ir.TensorType) and ty.shape == () and ty.dtype in NATIVE_DTYPES
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import tvm
 from tvm import relay, te
@@ -31,13 +32,17 @@ NEED_DATA = 1
 NEED_SHAPE = 2
 
 
+_Arg = TypeVar("_Arg")
+
+
 def shape_function_args(
-    states: Sequence[int], per_param: Sequence[Sequence[str]], shape_of: Callable[[str], str]
-) -> list[str]:
+    states: Sequence[int], per_param: Sequence[Sequence[_Arg]], shape_of: Callable[[_Arg], _Arg]
+) -> list[_Arg]:
     """A shape function's input arguments, in either backend's spelling: per kernel parameter
     (its flattened tensors ``per_param[i]``), the tensors themselves where it reads their data
-    and ``shape_of(tensor)`` where it reads their shapes (both, in that order, for both)."""
-    args: list[str] = []
+    and ``shape_of(tensor)`` where it reads their shapes (both, in that order, for both). The
+    standalone emitter counts them over the tensors' types."""
+    args: list[_Arg] = []
     for flat, state in zip(per_param, states):
         if state & NEED_DATA:
             args.extend(flat)

@@ -297,17 +297,17 @@ class FunctionLowering:
         """A fresh variable for the value of ``expr``, named after ``dest`` if given."""
         return self.prog.new_var(self.lower_type(expr.checked_type), self.prog.name_of(dest))
 
-    def emit(self, stmts: list[ir.Stmt], expr, rhs: ir.Rhs, dest, note: str = "") -> ir.Var:
+    def emit(self, stmts: list[ir.Statement], expr, rhs: ir.Rhs, dest, note: str = "") -> ir.Var:
         """Append ``let v = rhs`` for the value of ``expr`` and return ``v``."""
         var = self.result_var(expr, dest)
         stmts.append(ir.Let(var, rhs, note))
         return var
 
-    def atoms(self, exprs, stmts: list[ir.Stmt]) -> list[ir.Var]:
+    def atoms(self, exprs, stmts: list[ir.Statement]) -> list[ir.Var]:
         """Lower ``exprs`` left to right to variables."""
         return [self.value(e, stmts) for e in exprs]
 
-    def value(self, expr: relay.Expr, stmts: list[ir.Stmt], dest: relay.Var | None = None) -> ir.Var:
+    def value(self, expr: relay.Expr, stmts: list[ir.Statement], dest: relay.Var | None = None) -> ir.Var:
         """Lower ``expr`` (not in tail position) to a variable holding its value."""
         result = self.expr(expr, stmts, False, dest)
         assert isinstance(result, ir.Var)
@@ -315,11 +315,11 @@ class FunctionLowering:
 
     def block(self, expr: relay.Expr, tail: bool) -> ir.Block:
         """Lower ``expr`` into a block of its own."""
-        stmts: list[ir.Stmt] = []
+        stmts: list[ir.Statement] = []
         result = self.expr(expr, stmts, tail, None)
         return ir.Block(stmts, result)
 
-    def expr(self, expr: relay.Expr, stmts: list[ir.Stmt], tail: bool, dest: relay.Var | None) -> Result:
+    def expr(self, expr: relay.Expr, stmts: list[ir.Statement], tail: bool, dest: relay.Var | None) -> Result:
         """Lower ``expr``, appending statements; in tail position the result may be a tail call."""
         handler = method_for(self._handlers, expr)
         if handler is None:

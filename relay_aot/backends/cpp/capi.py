@@ -168,10 +168,13 @@ def c_api(signature: Signature) -> CApi:
         message names it.
     """
     adts = signature.adts
+    param_types: list[ir.TensorType] = []
     for p in signature.params:
         problem = _c_buffer_problem(p.type, adts)
         if problem:
             raise UnsupportedError(f"no C API for @main: parameter %{p.name} {problem}")
+        assert isinstance(p.type, ir.TensorType)  # a type other than a tensor's is a problem
+        param_types.append(p.type)
     results: list = []
     _flatten_result(signature.ret, (), adts, results)
     used: set = set()
@@ -180,7 +183,9 @@ def c_api(signature: Signature) -> CApi:
         CField(_unique("output" if single else f"output{i}", used), what, ty, path)
         for i, (what, ty, path) in enumerate(results)
     )
-    inputs = tuple(CField(_unique(c_identifier(p.name), used), f"%{p.name}", p.type) for p in signature.params)
+    inputs = tuple(
+        CField(_unique(c_identifier(p.name), used), f"%{p.name}", t) for p, t in zip(signature.params, param_types)
+    )
     return CApi(signature.model, inputs, outputs, signature.ret, signature.cpu.target if signature.cpu else "")
 
 
@@ -311,16 +316,16 @@ def _emit_entry(e: Emitter, program: ir.Program, api: CApi) -> None:
     if api.outputs:
         e.line('c_require(outputs, "outputs");')
     args = []
-    for i, (f, p) in enumerate(zip(api.inputs, main.params)):
+    for i, f in enumerate(api.inputs):  # main's parameters, in order, as tensor types
         what = cpp_string_literal(f"input {f.name} ({f.what})")
-        if is_native_scalar(p.type):
-            native = NATIVE_DTYPES[p.type.dtype]
+        if is_native_scalar(f.type):
+            native = NATIVE_DTYPES[f.type.dtype]
             e.line(f"{native} {_INPUT}{i} = c_scalar<{native}>(inputs->{f.name}, {what});")
         else:
-            dims = ", ".join(str(d) for d in p.type.shape)
+            dims = ", ".join(str(d) for d in f.type.shape)
             e.line(f"static const ShapeTuple& {_SHAPE}{i} = leaked_shape({{{dims}}});")
             e.line(
-                f"NDArray {_INPUT}{i} = c_input(inputs->{f.name}, {_SHAPE}{i}, {dtype_literal(p.type.dtype)}, {what});"
+                f"NDArray {_INPUT}{i} = c_input(inputs->{f.name}, {_SHAPE}{i}, {dtype_literal(f.type.dtype)}, {what});"
             )
         args.append(f"{_INPUT}{i}")
     e.line(f"{ctype(main.ret)} {_RESULT} = {main.id}({', '.join(args)});")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import tvm
 
@@ -55,6 +56,13 @@ FUNCTIONS_PER_UNIT = 48
 
 #: The unit holding the tables and entry points (:meth:`CppEmitter.entry_unit`).
 ENTRY_UNIT = "entry.cc"
+
+
+class OnResult(Protocol):
+    """What :meth:`CppEmitter.emit_block` does with its block's value ``v``; ``moved``: the
+    block's last use of it, so it may be moved from."""
+
+    def __call__(self, v: ir.Var, moved: bool = False) -> None: ...
 
 
 def ctype(ty: ir.Type) -> str:
@@ -230,8 +238,8 @@ class CppEmitter:
             self.types.index(self.functions[self.program.main].ret)
         for f in self.program.functions:
             if f.is_closure:
-                for p in f.params:
-                    self.types.index(p.type)
+                for param in f.params:
+                    self.types.index(param.type)
             for stmt in ir.walk(f.body):
                 if isinstance(stmt, ir.Let) and isinstance(stmt.rhs, ir.CallClosure):
                     self.types.index(stmt.var.type)
@@ -442,7 +450,7 @@ class CppEmitter:
             if (stmt.uid, a.id) in self.last and a.id not in self.borrowed and ctype(a.type) == "NDArray":
                 self.out.line(f"{var(a)} = NDArray();", comment="last use")
 
-    def use(self, v: ir.Var, node: object) -> str:
+    def use(self, v: ir.Var, node: ir.Let) -> str:
         """``v`` where ``node`` uses it: moved from if this is its last use, boxed if unboxed.
 
         Moving from a ``const`` reference (a parameter, a capture, a constant) is a copy, so
@@ -475,7 +483,7 @@ class CppEmitter:
             return convert(f"args[{i}]", ir.AnyType(), ty)
         return f"view<{ctype(ty)}>(args[{i}])"
 
-    def emit_block(self, block: ir.Block, on_result: Callable[[ir.Var], None]) -> None:
+    def emit_block(self, block: ir.Block, on_result: OnResult) -> None:
         """Print ``block``; ``on_result`` prints what happens to its value."""
         for stmt in block.stmts:
             dispatch(self._stmts, stmt, what="statement")
@@ -489,6 +497,7 @@ class CppEmitter:
     def emit_tail_call(self, call: ir.TailCall) -> None:
         """Rebind the parameters (through temporaries: arguments may read them) and loop."""
         e = self.out
+        assert self.func is not None  # a tail call is inside the function being printed
         params = self.func.params
         changed = [(i, p, a) for i, (p, a) in enumerate(zip(params, call.args)) if a is not p]
         e.line("{", comment="self tail call")
@@ -538,7 +547,7 @@ class CppEmitter:
         else:
             e.line(failure)
 
-    def assign_to(self, result: ir.Var) -> Callable[..., None]:
+    def assign_to(self, result: ir.Var) -> OnResult:
         """A block-result printer assigning to ``result`` (moving the value if it dies here)."""
 
         def assign(v: ir.Var, moved: bool = False) -> None:
@@ -628,6 +637,7 @@ class CppEmitter:
                 if piece is not None:
                     self.slice_of_concatenation(piece, name, out)
                 elif grown is not None:
+                    assert kernel.copy is not None  # grown_in_place: a concatenation
                     rest = ", ".join(per_param[i][0] for i in kernel.copy.params[1:])
                     e.line(
                         f"NDArray {name} = append_in_place({var(grown)}, {shape}, {dtype_literal(out.dtype)}, {{{rest}}});",
@@ -652,19 +662,18 @@ class CppEmitter:
         if grown is not None:
             e.line("}")
         if not single:
-            rest = iter(zip(outputs, kernel.outputs))
-            e.line(f"ADT {var(v)} = {self.counted(self.rebuild(kernel.result, rest))};")
+            pairs = iter(zip(outputs, kernel.outputs))
+            e.line(f"ADT {var(v)} = {self.counted(self.rebuild(kernel.result, pairs))};")
         self.drop_dead_tensors(stmt, rhs.args)
 
     def slice_of_concatenation(self, piece: Slice, name: str, out: ir.TensorType) -> None:
         """Output ``name`` of a kernel as its slice of the concatenation it is a piece of, which
         the first piece's kernel allocates (``ir/in_place.py``)."""
-        whole = piece.concat
+        whole, ty = piece.concat, piece.concat.type
+        assert isinstance(ty, ir.TensorType)  # concat_in_place: static tensors only
         if piece.first:
-            allocated = self.counted(
-                f"alloc_tensor(shapes()[{self.shapes[whole.type.shape]}], {dtype_literal(whole.type.dtype)})"
-            )
-            self.out.line(f"NDArray {var(whole)} = {allocated};", comment=f"{whole.type.shape}: its pieces write it")
+            allocated = self.counted(f"alloc_tensor(shapes()[{self.shapes[ty.shape]}], {dtype_literal(ty.dtype)})")
+            self.out.line(f"NDArray {var(whole)} = {allocated};", comment=f"{ty.shape}: its pieces write it")
         self.out.line(
             f"NDArray {name} = view_tensor({var(whole)}, shapes()[{self.shapes[out.shape]}], "
             f"{dtype_literal(out.dtype)}, {piece.offset});",
@@ -867,6 +876,7 @@ class CppEmitter:
             e.line("}")
             return
         blob = f"{self.model}_constant_blob"
+        assert self.constants_file is not None  # None only for the standalone emitter, whose constants are arrays
         e.line(
             'asm(".section .rodata\\n.balign 64\\n.globl '
             + blob
@@ -994,6 +1004,7 @@ class CppEmitter:
         """The names the profile reports calls by (``ir/profile.py``), for ``<model>__profile``."""
         e = self.out
         table = self.profile
+        assert table is not None  # printed for a profiled library only
         e.line()
         e.comment("Profiling: the names of functions and kernels by profile id (relay_aot.ir.profile).")
         for array, entries in (("kProfileFunctions", table.functions), ("kProfileKernels", table.kernels)):

@@ -204,6 +204,7 @@ class PythonEmitter:
     def emit_tail_call(self, call: ir.TailCall) -> None:
         """Rebind all parameters at once (arguments may read them) and loop."""
         e = self.out
+        assert self.func is not None  # a tail call is inside the function being printed
         params = self.func.params
         if params:
             targets = ", ".join(var(p) for p in params)

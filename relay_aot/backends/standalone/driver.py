@@ -138,7 +138,7 @@ def export_standalone(
     # Every file's content is made before anything is written (a failed build leaves the
     # directory as it was), then each is checked and written atomically: the package's place
     # holds regular files only, as export_library's does.
-    contents: dict[str, object] = {}
+    contents: dict[str, bytes | str | Path] = {}
     kernel_file, asks_workspace = None, False
     if row.kernel_c_target:
         source = kernels.build_c(row.kernel_c_target, scratch_params=planned)
@@ -172,7 +172,9 @@ def export_standalone(
         files[unit] = emitter.unit(banner(unit), functions[start : start + FUNCTIONS_PER_UNIT])
         units.append(unit)
     files["constants.cc"] = emitter.constants_unit(banner("constants.cc"))
-    files["entry.cc"] = emitter.entry_unit(banner("entry.cc"), size, row.stack_budget, kernel_file == "kernels.c")
+    files["entry.cc"] = emitter.package_entry_unit(
+        banner("entry.cc"), size, row.stack_budget, kernel_file == "kernels.c"
+    )
     usage = (
         " * non-zero, and {last_error}() says why. A standalone package: link",
         f" * lib{names.c_api(name)}.a alone (no TVM, no C++ library); one run at a time.",
@@ -193,7 +195,7 @@ TVM_HEADERS_DIR = "tvm_include"
 _TVM_HEADERS = ("tvm/runtime/c_runtime_api.h", "tvm/runtime/c_backend_api.h", "dlpack/dlpack.h")
 
 
-def _tvm_headers() -> dict:
+def _tvm_headers() -> dict[str, Path]:
     """The headers TVM's C kernels include (declarations only: no TVM library is linked), by
     their path in the package."""
     found = {}
@@ -216,7 +218,7 @@ def _saved(module) -> bytes:
         return path.read_bytes()
 
 
-def _write_package(out: Path, contents: Mapping[str, object], stale) -> None:
+def _write_package(out: Path, contents: Mapping[str, bytes | str | Path], stale) -> None:
     """Write each file of ``contents`` (text, bytes, or a ``Path`` to copy) under ``out``
     atomically, after checking that no path of the package (nor a stale file to remove) is a
     symbolic link, a directory, a FIFO or a device: ``ValueError`` names it, nothing is written."""

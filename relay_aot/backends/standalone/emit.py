@@ -214,6 +214,7 @@ class StandaloneEmitter(CppEmitter):
         """The storage of kernel output ``name`` (of variable ``v``): planned, or from the arena."""
         if self.plan is not None:
             return self.plan.expr(v, name)
+        assert self.func is not None  # a kernel's output is allocated inside the function being printed
         released = v.id in self.released.get(self.func.id, {})
         size = f"{_nbytes(out)}, {self.alignment}"
         if self.dynamic:  # the block begins with the tensor's extents
@@ -442,10 +443,12 @@ class StandaloneEmitter(CppEmitter):
             rest = iter(zip(outputs, kernel.outputs))
             e.line(f"Value {var(v)} = {self.rebuild(kernel.result, rest)};")
             self.check()
+        assert self.func is not None  # a kernel call is inside the function being printed
         released = self.released.get(self.func.id, {})
         for a in dict.fromkeys(rhs.args):
             if (stmt.uid, a.id) in self.last and a.id in released:
-                block = f"block_of({var(a)}, {len(a.type.shape)}, {self.alignment})" if self.dynamic else var(a)
+                rank = len(released[a.id].shape)
+                block = f"block_of({var(a)}, {rank}, {self.alignment})" if self.dynamic else var(a)
                 e.line(
                     f"give_block(state, {self.size_classes[self.block_bytes(released[a.id])]}, {block});",
                     comment="last use",
@@ -465,6 +468,7 @@ class StandaloneEmitter(CppEmitter):
         per output (``<output>_dims``): each parameter's tensors as data, as shapes (``int64_t``
         arrays of their extents), or both (``shape_states``)."""
         e = self.out
+        assert kernel.shape_func is not None  # called for a kernel with ? dimensions only
         types = dict(zip([a for flat in per_param for a in flat], kernel.inputs))
         ranks = {a: len(t.shape) for a, t in types.items()}
         arrays: list[str] = []
@@ -555,7 +559,12 @@ class StandaloneEmitter(CppEmitter):
 
     # -- the entry -------------------------------------------------------------------------
 
-    def entry_unit(self, banner: str, workspace_size: int, stack_budget: int, c_kernels: bool = False) -> str:
+    def entry_unit(self, banner: str) -> str:
+        # A host library's entry (constant blob, type table, packed entry points) has no place
+        # in a package, and the package's needs what is known only once its kernels are built.
+        raise TypeError("a standalone package's entry.cc is StandaloneEmitter.package_entry_unit")
+
+    def package_entry_unit(self, banner: str, workspace_size: int, stack_budget: int, c_kernels: bool = False) -> str:
         """``entry.cc``: the package's state and arena, TVM's workspace hooks, and the C API."""
         api, model = self.api, self.model
         self.workspace_size = workspace_size
@@ -714,14 +723,14 @@ class StandaloneEmitter(CppEmitter):
         if nulls:  # one message: its text is flash on a microcontroller
             e.line(f'if ({" || ".join(nulls)}) return {error} = "a NULL buffer", -1;', comment="its first step")
         args = []
-        for i, (f, p) in enumerate(zip(api.inputs, main.params)):
+        for i, f in enumerate(api.inputs):  # main's parameters, in order, as tensor types
             value = f"inputs->{f.name}"
-            if self.dynamic and not is_native_scalar(p.type):  # into the arena, after its extents
-                dims = ", ".join(str(d) for d in p.type.shape)
-                e.line(f"Value input{i} = copy_static<{dims}>(state, {value}, {_nbytes(p.type)}, {self.alignment});")
+            if self.dynamic and not is_native_scalar(f.type):  # into the arena, after its extents
+                dims = ", ".join(str(d) for d in f.type.shape)
+                e.line(f"Value input{i} = copy_static<{dims}>(state, {value}, {_nbytes(f.type)}, {self.alignment});")
                 e.line("if (state.error) return -1;")
                 value = f"input{i}"
-            args.append(self.convert(value, ir.AnyType(), p.type))
+            args.append(self.convert(value, ir.AnyType(), f.type))
         if self.plan is not None and self.plan.direct_output:
             args.append(f"outputs->{api.outputs[0].name}")
         e.line(f"{self.ctype(main.ret)} result = {main.id}({', '.join(args)});")
