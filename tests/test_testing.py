@@ -139,6 +139,20 @@ def test_a_crashing_oracle_is_reported_not_fatal():
         assert again.ran == ["interpreter", "relay_aot python backend"] and int(again.value) == 10
 
 
+def test_an_oracle_child_killed_between_runs_is_reaped_and_replaced():
+    """A child that died while idle (killed from outside) leaves pipes to close and an exit to
+    reap; the next run starts a new child instead of leaking them."""
+    with oracle.IsolatedOracle() as isolated:
+        assert isolated.run(TWO_KERNELS, (X, Y), "interpreter").kind == "value"
+        first, pipes = isolated._proc, (isolated._send, isolated._recv)
+        first.kill()
+        first.wait()
+        assert isolated.run(TWO_KERNELS, (X, Y), "interpreter").kind == "value"
+        assert isolated._proc is not first
+        assert all(pipe.closed for pipe in pipes)
+        assert first.stdin.closed and first.stdout.closed
+
+
 def test_isolated_and_in_process_references_agree():
     """TVM's references, and relay_aot's backends (compiled in the child, as the hostile-shape
     campaign runs them), in a child process and in this one."""

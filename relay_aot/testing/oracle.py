@@ -307,34 +307,41 @@ class IsolatedOracle:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _start(self) -> None:
+    def _start(self) -> tuple[Connection, Connection]:
+        """Start the child; the pipes (send, receive) to it."""
         env = dict(os.environ)
         env.setdefault("TOPHUB_LOCATION", "NONE")
         # The references run tiny kernels, for which TVM's thread pool costs more than it saves.
         env.setdefault("TVM_NUM_THREADS", "1")
         limit = [] if self.memory_limit is None else ["--memory-limit", str(int(self.memory_limit))]
-        self._proc = subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "relay_aot.testing.oracle", *limit],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
         )
-        self._send = Connection(os.dup(self._proc.stdin.fileno()), readable=False)
-        self._recv = Connection(os.dup(self._proc.stdout.fileno()), writable=False)
+        assert proc.stdin is not None and proc.stdout is not None  # both are pipes
+        self._proc = proc
+        self._send = Connection(os.dup(proc.stdin.fileno()), readable=False)
+        self._recv = Connection(os.dup(proc.stdout.fileno()), writable=False)
+        return self._send, self._recv
 
     def run(self, mod: tvm.IRModule, args: Sequence[Any], executor: str) -> Outcome:
         """Run ``executor`` on ``mod`` and ``args`` in the child process."""
         request = (module_json(mod), _portable(tuple(args)), executor)
-        if self._proc is None or self._proc.poll() is not None:
-            self._start()
+        send, recv = self._send, self._recv
+        if self._proc is None or self._proc.poll() is not None or send is None or recv is None:
+            # a child that died between runs (killed from outside) leaves its pipes to close and its exit to reap
+            self._stop()
+            send, recv = self._start()
         try:
-            self._send.send_bytes(pickle.dumps(request))
-            if not self._recv.poll(self.timeout):
+            send.send_bytes(pickle.dumps(request))
+            if not recv.poll(self.timeout):
                 self._stop()
                 return Outcome(
                     "unavailable", detail=f"{executor} did not finish within {self.timeout:g} s", cause="hung"
                 )
-            return Outcome(*pickle.loads(self._recv.recv_bytes()))
+            return Outcome(*pickle.loads(recv.recv_bytes()))
         except (EOFError, OSError):
             code = self._stop()
             return Outcome("unavailable", detail=f"{executor} crashed ({_describe_exit(code)})", cause="crashed")
@@ -350,8 +357,9 @@ class IsolatedOracle:
         if proc.poll() is None:
             proc.kill()
         code = proc.wait()
-        proc.stdin.close()
-        proc.stdout.close()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
         return code
 
     def close(self) -> None:
