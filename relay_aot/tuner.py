@@ -90,6 +90,7 @@ class TuneResult:
 
     def network_line(self) -> str:
         """What :func:`tune`'s check in the network found (``network`` must be set)."""
+        assert self.network is not None, "no check in the network was made"
         tuned, untuned = self.network
         kept = "the untuned configurations replace it" if self.kept_untuned else "it stays"
         return (
@@ -223,17 +224,19 @@ def _check_in_the_network(
     mod, params, target, opt_level: int, found: list, result: TuneResult, progress: Callable[[str], None] | None
 ) -> None:
     """:func:`tune`'s check of the graph tuner's choice in the network (``network_check``)."""
+    graph_log = result.graph_log
+    assert graph_log is not None  # tune checks the choice only once the graph tuner wrote it
     untuned = _untuned_records(found, result.log)
-    chosen = tuning.read(result.graph_log)
+    chosen = tuning.read(graph_log)
     if any(repr(inp.task.workload) not in untuned for inp, _ in chosen):
         return  # a convolution whose untuned configuration was not measured: nothing to fall back to
-    times = _network_times(mod, params, target, opt_level, result.graph_log)
+    times = _network_times(mod, params, target, opt_level, graph_log)
     if times is None:
         return
     result.network = times
     tuned_s, untuned_s = times
     if untuned_s < tuned_s:
-        with result.graph_log.open("w") as out:
+        with graph_log.open("w") as out:
             for inp, _ in chosen:
                 out.write(autotvm.record.encode(*untuned[repr(inp.task.workload)]) + "\n")
         result.kept_untuned = True

@@ -108,7 +108,8 @@ __all__ = [
 ]
 
 #: ``build_kernels(path, progress)`` writes the kernels' object file; ``progress(done, total)``.
-KernelBuilder = Callable[[Path, Callable[[int, int], None]], None]
+#: What it returns is not used.
+KernelBuilder = Callable[[Path, Callable[[int, int], None]], object]
 
 
 @dataclasses.dataclass

@@ -500,13 +500,16 @@ def cmd_run(args) -> int:
     print("\n".join(format_result(result)))
     if args.output:
         with open(args.output, "wb") as out:
-            np.savez(out, **result_tensors(result))
-    if args.profile:
-        print()
-        print(profile.report().table(), end="")
-    if args.profile_json:
-        profile.write_trace(args.profile_json)
-        print(f"wrote {args.profile_json}: a Chrome trace of the call (chrome://tracing, ui.perfetto.dev)")
+            # The names are result paths ("result", "result[0][1]"), never savez's allow_pickle, which
+            # mypy must assume a str-keyed dict may hold.
+            np.savez(out, **result_tensors(result))  # type: ignore[arg-type]
+    if profile is not None:  # --profile or --profile-json
+        if args.profile:
+            print()
+            print(profile.report().table(), end="")
+        if args.profile_json:
+            profile.write_trace(args.profile_json)
+            print(f"wrote {args.profile_json}: a Chrome trace of the call (chrome://tracing, ui.perfetto.dev)")
     return 0
 
 

@@ -22,6 +22,7 @@ from tvm.relay.backend.interpreter import ConstructorValue, RefValue
 
 from .. import ir, names
 from ..backends.cpp.capi import c_api, header_text
+from ..builder import BuildResult
 from ..builder.cache import check_replaceable, file_kind, write_atomic
 from ..errors import ArgumentTypeError
 from ..ir.signature import Signature
@@ -154,6 +155,9 @@ class CompiledModule:
     #: Compiles the variant of this program instrumented for profiling (set by the drivers on
     #: what they compile; None for a library loaded with :func:`load`).
     profiled_variant: Callable[[], CompiledModule] | None = None
+    #: How the C++ backend obtained the library: its cache ``key``, whether it was ``cached``
+    #: (set by its driver; None for the Python backend and a library loaded with :func:`load`).
+    build_result: BuildResult | None = None
 
     def __init__(
         self,
@@ -249,6 +253,7 @@ class CompiledModule:
         (keeping up to ``max_events`` trace events, after ``warmup`` unprofiled calls);
         :meth:`profile` reports it."""
         target = self._profiling_module()
+        assert target.profiler is not None  # a module built for profiling has its control
         return profiling.run_profiled(
             target,
             target.profiler,

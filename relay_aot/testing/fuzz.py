@@ -184,6 +184,7 @@ def check_lookalike(program: Program, **compile_options) -> bool:
         return False
     first = aot_compile(program.module, **compile_options)
     second = aot_compile(perturbed, **compile_options)
+    assert first.build_result is not None and second.build_result is not None  # the C++ backend's libraries
     if second.build_result.key == first.build_result.key:
         raise Mismatch(
             f"a module with its float constants one ulp away got the first module's library "

@@ -6,6 +6,7 @@ import hashlib
 import linecache
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import tvm
 
@@ -35,7 +36,7 @@ def load_python(source: str, model: str, kernel_module: tvm.runtime.Module | Non
             f"the program's control flow is nested too deeply for the python backend ({type(err).__name__}: {err}); "
             "use the cpp backend"
         ) from None
-    namespace = {
+    namespace: dict[str, Any] = {
         "__name__": f"relay_aot_generated_{model}",
         names.PY_KERNEL_MODULE: kernel_module,
         names.PY_CONSTANTS: [ir.constant_ndarray(c) for c in constants],

@@ -26,7 +26,7 @@ import ctypes
 import functools
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,8 @@ from ...runtime import fastcall
 
 class Adt(tuple):
     """A constructor value: a tuple of its fields that also carries the constructor's ``tag``."""
+
+    tag: int
 
     def __new__(cls, tag: int, fields: tuple = ()):
         self = tuple.__new__(cls, fields)
@@ -73,7 +75,7 @@ def zero_tensor(like: tvm.nd.NDArray) -> tvm.nd.NDArray:
 # call through TVM's FFI. numpy scalars wrap on integer overflow (warnings are switched off while
 # generated code runs, see call_guarded) and follow IEEE float32/float64, like TVM's kernels.
 
-_CTYPE_OF = {
+_CTYPE_OF: dict[str, type[ctypes._SimpleCData]] = {
     "bool": ctypes.c_uint8,
     "int8": ctypes.c_int8,
     "int16": ctypes.c_int16,
@@ -327,7 +329,7 @@ def _convert_tree(value, composite: type, identity: Callable, parts: Callable, l
     """
     done: dict = {}
     tag, children = parts(value)
-    stack = [(value, tag, iter(children), [])]
+    stack: list[tuple[Any, int, Iterator[Any], list[Any]]] = [(value, tag, iter(children), [])]
     while True:
         node, tag, children, fields = stack[-1]
         for child in children:
