@@ -8,6 +8,7 @@ the form of TVM's tests (``tests/tvm_suite_sample``), and the record's invariant
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,25 @@ def test_the_record_gives_a_reason_for_every_test_failing_only_on_relay_aot():
             assert total[key] == sum(f[key] for f in files), (group, key)
         failing = [e for e in data["failing_only_with_relay_aot"] if tvm_suite.group(e["test"].split("::")[0]) == group]
         assert total["failing_only_with_relay_aot"] == len(failing), group
+
+
+@pytest.mark.parametrize(
+    "stdout, stderr",
+    [
+        (b"collected 3 items\nrunning caf\xc3", None),
+        (None, b"collected 3 items\nFatal Python error"),
+        (b"", b"collected 3 items"),
+    ],
+)
+def test_a_file_run_its_timeout_ends_reports_what_it_printed(monkeypatch, tmp_path, stdout, stderr):
+    """subprocess keeps a timed-out run's streams as bytes even with text=True, None for one that
+    printed nothing, and may cut a character: each stream is read on its own."""
+
+    def timed_out(command, **kwargs):
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"], output=stdout, stderr=stderr)
+
+    monkeypatch.setattr(tvm_suite.subprocess, "run", timed_out)
+    results = tvm_suite.run_file(tmp_path, "test_x.py", "aot", 1, 10, file_timeout=1)
+    (entry,) = results.values()
+    assert entry["outcome"] == "failed"
+    assert entry["error"].startswith("collected 3 items")

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import tvm
@@ -65,7 +65,7 @@ _RESULTS: dict = {}
 _ON_WORKER = [False]
 
 
-def _skip(reason: str):
+def _skip(reason: str) -> NoReturn:
     import pytest
 
     pytest.skip(f"relay_aot suite: {reason}")
@@ -804,9 +804,7 @@ def run_file(
         try:
             proc = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, timeout=file_timeout)
         except subprocess.TimeoutExpired as stopped:
-            proc = subprocess.CompletedProcess(command, -1, stopped.stdout or "", stopped.stderr or "")
-            if not isinstance(proc.stdout, str):
-                proc = subprocess.CompletedProcess(command, -1, proc.stdout.decode(), proc.stderr.decode())
+            proc = subprocess.CompletedProcess(command, -1, _output_text(stopped.stdout), _output_text(stopped.stderr))
         results = {}
         if record.exists():
             for line in record.read_text().splitlines():
@@ -817,6 +815,14 @@ def run_file(
             results[f"{test_file}::<collection>"] = {"outcome": "failed", "error": " | ".join(tail)[:300], "reached": 0}
         print(f"{test_file} [{mode}]: {_counts(results)} in {time.monotonic() - started:.0f} s", flush=True)
         return results
+
+
+def _output_text(output: bytes | str | None) -> str:
+    """A stream of a run its timeout ended: subprocess keeps it as bytes even with text=True
+    (None when nothing came), each stream on its own, and may cut it inside a character."""
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return output or ""
 
 
 def _counts(results: dict) -> dict:
@@ -841,7 +847,8 @@ def summarize(runs: dict, reasons: dict | None = None) -> dict:
     and how many tests reached relay_aot (of those, how many passed on TVM, and on both); per
     group, the totals; and every test failing only under relay_aot, with the ``reasons``
     (``{test: why}``) recorded for it."""
-    files, only_aot = {}, []
+    files: dict[str, dict[str, Any]] = {}
+    only_aot: list[dict] = []
     totals = {
         g: {
             "files": 0,
