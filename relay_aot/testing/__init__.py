@@ -100,7 +100,7 @@ def _run_backend(mod, args, backend: Executor, compile_options) -> tuple[str, Ou
         from ..compiler import compile as aot_compile
 
         name = f"relay_aot {backend} backend"
-        func = aot_compile(mod, backend=backend, **compile_options)  # compile errors propagate
+        func: Callable[..., Any] = aot_compile(mod, backend=backend, **compile_options)  # compile errors propagate
     else:
         name, func = backend
     try:
@@ -148,8 +148,8 @@ def equivalence_report(
     base_name, base = ran[0]
     problems = [p for name, o in ran[1:] if (p := compare_outcomes(name, o, base_name, base, rtol, atol)) is not None]
     if problems:
-        outcomes = "".join(f"\n  {line}" for line in str(report).splitlines())
-        raise Mismatch("\n".join(problems) + "\noutcomes:" + outcomes)
+        listed = "".join(f"\n  {line}" for line in str(report).splitlines())
+        raise Mismatch("\n".join(problems) + "\noutcomes:" + listed)
     report.value = base.value if base.kind == "value" else None
     return report
 

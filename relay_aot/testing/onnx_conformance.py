@@ -139,7 +139,9 @@ def import_case(case: Case) -> tvm.IRModule:
     # TVM's importer asks onnxruntime for its version (ConvTranspose with auto_pad); the suite's
     # outcomes must not depend on whether that optional package is installed.
     saved = sys.modules.get("onnxruntime")
-    sys.modules["onnxruntime"] = None  # type: ignore[assignment] - makes `import onnxruntime` fail
+    # None in sys.modules makes `import onnxruntime` fail (the import system's documented rule; typeshed
+    # types the mapping's values as modules only)
+    sys.modules["onnxruntime"] = None  # type: ignore[assignment]
     # A random operator without a seed (Bernoulli, RandomUniformLike) gets one from numpy's
     # global generator at import: seeded by the case's name, its outcome is the same on every
     # run (test_bernoulli matched its expected output by chance in one CI run).
@@ -297,6 +299,7 @@ def batchable(prepared: Prepared) -> bool:
     """Whether a case can share a module with others: ``@main`` alone, over tensors (with a
     dtype), and inputs that fit it."""
     mod = prepared.mod
+    assert mod is not None  # run_relay_aot runs imported cases only
     if prepared.inputs_differ or len(mod.get_global_vars()) != 1 or mod.get_global_type_vars():
         return False
     func = mod["main"]
@@ -493,6 +496,7 @@ def summary(data: dict) -> str:
     groups: dict[str, list[str]] = {}
     for name, record in sorted(records.items()):
         if record.status == "relay_aot_fails":
+            assert record.error is not None  # classify: the C++ backend's outcome, not a pass
             groups.setdefault(cause(record.error), []).append(name)
     for error, names in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         cases = ", ".join(f"`{n}`" for n in names)
@@ -640,7 +644,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.write:
         import onnx
 
-        data = read_data(args.write) if args.write.exists() else {"onnx": onnx.__version__, "cases": {}}
+        data: dict[str, Any] = read_data(args.write) if args.write.exists() else {"onnx": onnx.__version__, "cases": {}}
         for name, outcomes in results.items():
             if "crashed" in outcomes:
                 outcomes = {"cpp": f"the process crashed ({outcomes['crashed']})"}

@@ -375,7 +375,7 @@ class Generator:
             ctor_count = self.draw(st.integers(1, 3))
             recursive_type = self.flip(1, 2)
             for c in range(ctor_count):
-                fields = []
+                fields: list[Ty | ParamT] = []
                 for _ in range(self.draw(st.integers(0, 3))):
                     options = ["tensor", "tensor", "tuple"] + (["adt"] if index > 0 else [])
                     options += ["param"] if poly else []
@@ -928,7 +928,10 @@ def generate(
     for index in range(cases):
         gen.size_left = max(gen.size_left, max_size)
         built.append(gen.case(index))
-    main_params, calls, args, rets = [], [], [], []
+    main_params: list[relay.Var] = []
+    calls: list[relay.Call] = []
+    args: list[Any] = []
+    rets: list[Ty] = []
     for gvar, params, case_args, ret in built:
         fresh = [relay.Var(p.name_hint, p.type_annotation) for p in params]
         main_params += fresh
