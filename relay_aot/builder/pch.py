@@ -171,7 +171,8 @@ class PchBuild(BackgroundCompile):
     """
 
     def __init__(self, flags: BuildFlags, root: Path, reporter: Reporter, lock: Lock):
-        self.final = Path(flags.pch_dir)  # type: ignore[arg-type]
+        assert flags.pch_dir is not None  # start builds a PCH only for flags that compile with one
+        self.final = Path(flags.pch_dir)
         work, work_lock = new_build_dir(root, "pch")
         header = pch_stub(work)
         command = flags.with_pch(None).pch_command(str(header), str(header) + ".gch")
