@@ -61,6 +61,16 @@ def _squeeze(axis):
     return build
 
 
+def _sum_of_add():
+    x, y = _var("x", (A,)), _var("y", (A,))
+    return [x, y], relay.sum(relay.add(x, y))
+
+
+def _squeezed_twice():
+    x = _var("x", (A, A))
+    return [x], relay.add(relay.squeeze(x, axis=[0, 1]), relay.squeeze(x, axis=[0, 1]))
+
+
 def _arange(dtype):
     def build():
         a, b, s = _var("a", (), dtype), _var("b", (), dtype), _var("s", (), dtype)
@@ -493,6 +503,24 @@ CASES = [
         (_f32(1, 2),),
         (KernelError, "squeeze: a removed dimension is not 1"),
     ),
+    # a fused kernel whose result is a scalar: the checks of the shapes inside it ran in no
+    # shape function (its result's shape reads none of them), and the kernel read past the
+    # shorter input (sum(add) of 3 and 4 elements returned 7; campaign seed 8108)
+    ("sum of an add of 3 and 4 elements", _sum_of_add, (_f32(3), _f32(4)), (KernelError, "Incompatible broadcast")),
+    ("sum of an add of 3 elements and 1", _sum_of_add, (_f32(3), _f32(1) + 2), np.float32(9)),
+    (
+        "a (1, 2) tensor squeezed to a scalar, twice, added",
+        _squeezed_twice,
+        (_f32(1, 2),),
+        (KernelError, "squeeze: a removed dimension is not 1"),
+    ),
+    (
+        "a (1, 0) tensor squeezed to a scalar, twice, added",
+        _squeezed_twice,
+        (_f32(1, 0),),
+        (KernelError, "squeeze: a removed dimension is not 1"),
+    ),
+    ("a (1, 1) tensor squeezed to a scalar, twice, added", _squeezed_twice, (_f32(1, 1) + 3,), np.float32(6)),
     (
         "take a row of an empty (?, 2) tensor",
         _take(0, "clip", data_shape=(A, 2)),

@@ -23,6 +23,7 @@ from typing import TypeVar
 import tvm
 from tvm import relay, te
 from tvm.relay.op._tensor import elemwise_shape_func
+from tvm.te.hybrid import script
 
 from .divisions import guard_divisions
 from .shape_rules import CHECKS, REPLACED, constant_tensor
@@ -91,6 +92,8 @@ class _Builder:
         self.memo: dict = {}
         self.dependent: list[bool] = []
         self.scalars: list[te.Tensor] = []
+        #: every operator's shapes, as computed (and checked): see build
+        self.computed: list[te.Tensor] = []
         for param in func.params:
             self.states[param] = 0
             data, shapes = [], []
@@ -183,10 +186,23 @@ class _Builder:
         out_ndims = [tvm.tir.IntImm("int32", len(t.shape)) for t in _flat_tensor_types(call.checked_type)]
         outputs = list(shape_func(call.attrs, inputs, out_ndims))
         check = CHECKS.get(op.name)
-        return check(call.attrs, inputs, outputs) if check is not None else outputs
+        outputs = check(call.attrs, inputs, outputs) if check is not None else outputs
+        self.computed.extend(outputs)
+        return outputs
 
     def build(self, name: str) -> ShapeFunc:
         outputs = self.visit(self.func.body)
+        # TE computes only the stages the outputs read: an operator's shape function (and its
+        # checks) whose result no later shape needs -- an add's broadcast under a full sum,
+        # a squeeze to a scalar, whose shape has no element -- would never run, and the kernel
+        # would read past a mismatched input (sum(add(x, y)) of 3 and 4 elements returned 7).
+        # So the first output is copied through a stage that takes all of them as inputs.
+        kept = {t.op for t in outputs}
+        for computed in self.computed if len(outputs[0].shape) == 1 else ():
+            # (a 0-d shape is a constant some of TVM's shape functions make: nothing to check)
+            if computed.op not in kept and len(computed.shape) == 1:
+                outputs[0] = _after(outputs[0], computed)
+                kept.add(computed.op)
         inputs: list[te.Tensor] = []
         states = []
         for param in self.func.params:
@@ -207,6 +223,21 @@ class _Builder:
             lowered = tvm.lower(schedule, inputs + outputs, name=name)
         prim = lowered["main"] if "main" in [g.name_hint for g in lowered.get_global_vars()] else lowered[name]
         return ShapeFunc(guard_divisions(prim, everywhere=True), tuple(states))
+
+
+@script
+def _after(shape, computed):
+    out = output_tensor((shape.shape[0],), "int64")
+    for i in const_range(shape.shape[0]):
+        out[i] = shape[i]
+    # read, so that hybrid script makes it an input of this stage (an unread argument is none);
+    # a shape without elements (a scalar's) cannot be read, so the read is behind a test that
+    # is false when it runs but not known to be when compiling
+    touched = allocate((1,), "int64")
+    touched[0] = int64(0)
+    if touched[0] < int64(0):
+        touched[0] = computed[0]
+    return out
 
 
 def _is_unary_elementwise(op: tvm.ir.Op, call: relay.Call) -> bool:

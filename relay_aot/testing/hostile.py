@@ -1267,6 +1267,8 @@ def _follow_ons(dtype: str) -> list:
             ("negative", relay.negative, np.negative),
             ("add to itself", lambda e: relay.add(e, e), lambda v: v + v),
             ("sum of the last axis", lambda e: relay.sum(e, axis=-1), lambda v: v.sum(axis=-1, dtype="float32")),
+            # a scalar result: its shape reads none of the operator's (seed 8108's defect)
+            ("sum of everything", lambda e: relay.sum(e), lambda v: np.asarray(v.sum(dtype="float32"))),
             (
                 "cumsum of the last axis",
                 lambda e: relay.cumsum(e, axis=-1),
