@@ -52,7 +52,7 @@ class BuildExtAndToolchain(build_ext):
         super().run()
         editable = self.inplace or getattr(self, "editable_mode", False)
         package_root = _ROOT if editable else os.path.abspath(self.build_lib)
-        out = os.path.join(package_root, "relay_aot", "build", "_prebuilt")
+        out = os.path.join(package_root, "relay_aot", "builder", "_prebuilt")
         code = "import sys; from pathlib import Path; from relay_aot.builder import prebuilt; prebuilt.build(Path(sys.argv[1]))"
         # pip's isolated build finds TVM through PYTHONPATH (its sitecustomize adds the build
         # environment): keep it, behind the package being built.
