@@ -774,7 +774,10 @@ def _tile(c: Choices) -> Built:
         rank = max(data.ndim, len(reps))
         dims = (1,) * (rank - data.ndim) + data.shape
         reps_full = (1,) * (rank - len(reps)) + tuple(reps)
-        fits(tuple(d * r for d, r in zip(dims, reps_full)), x.dtype)
+        shape = tuple(d * r for d, r in zip(dims, reps_full))
+        fits(shape, x.dtype)
+        if 0 in shape:  # numpy tiles axis by axis: a huge repetition before the empty axis would be allocated
+            return np.zeros(shape, x.dtype)
         return np.tile(data, reps)
 
     def draw(args: _Args):
