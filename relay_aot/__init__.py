@@ -22,6 +22,7 @@ from .errors import (  # noqa: E402
     TypeCheckError,
     UnsupportedError,
 )
+from .frontends import ImportedModel, read_tflite  # noqa: E402
 from .runtime import Closure, CompiledModule, load  # noqa: E402
 from .tuner import tune  # noqa: E402
 from .version import __version__  # noqa: E402,F401
@@ -31,6 +32,8 @@ __all__ = [
     "compile",
     "load",
     "tune",
+    "read_tflite",
+    "ImportedModel",
     "clear_cache",
     "CompiledModule",
     "Closure",

@@ -18,6 +18,15 @@ from .kernels import KernelTable, tuning
 from .lower import lower_program
 
 
+def output_names(mod: tvm.IRModule) -> tuple[str, ...]:
+    """``@main``'s ``output_tensor_names`` (TVM's importers set them to the model's output
+    tensors' names), or () without them."""
+    attrs = mod["main"].attrs
+    if attrs is None or "output_tensor_names" not in attrs:
+        return ()
+    return tuple(str(name) for name in attrs["output_tensor_names"])
+
+
 def target_of(target) -> tvm.target.Target:
     """``target`` as a TVM target; ``"host"`` is this machine's CPU, named explicitly
     (:func:`relay_aot.cpu.host_target`). ``ValueError`` if it is not a target,
@@ -105,7 +114,9 @@ class Request:
             tvm.transform.module_pass(lambda mod, ctx: run(mod), opt_level=0, name=OBSERVED_PASS)(self.mod)
         else:
             run(self.mod)
-        return lowered[0]
+        program, kernels = lowered[0]
+        program.output_names = output_names(self.mod)
+        return program, kernels
 
     def fingerprint(self) -> list[str] | None:
         """The exact identity of the module, parameters and options, as text for a cache key;

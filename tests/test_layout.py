@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "relay_aot"
 RANKS = [
     ("shared leaves", ["version", "config", "errors", "names", "dispatch", "recursion", "cpu"]),
     ("control IR vocabulary", ["ir"]),
+    ("0 frontends", ["frontends"]),
     ("1 passes", ["passes"]),
     ("2 kernels", ["kernels"]),
     ("3 lowering", ["lower", "request"]),

@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 PROG = "relay-aot"
-FORMATS = ("relay", "onnx")
+FORMATS = ("relay", "onnx", "tflite")
 OPT_LEVELS = (0, 1, 2, 3)
 
 
@@ -260,14 +260,37 @@ def _not_a_file(path: Path) -> str:
         return err.strerror or "cannot be read"
 
 
+def _read_tflite(path: Path, shapes: dict) -> tuple:
+    from ..errors import RelayAotError
+    from ..frontends import tflite
+
+    if shapes:
+        raise CliError("--input-shapes applies to ONNX models; a TFLite model declares its input shapes", 2)
+    try:
+        model = tflite.read(path)
+    except RelayAotError as err:
+        raise CliError(str(err)) from None
+    return model.mod, model.params
+
+
+def model_format(path: Path) -> str:
+    """What the file at ``path`` holds, when --format does not say: a TFLite flatbuffer (its
+    ``TFL3`` identifier, whatever the suffix), ONNX (``.onnx``), else Relay text."""
+    from ..frontends import tflite
+
+    if tflite.is_tflite(path):
+        return "tflite"
+    return "onnx" if path.suffix.lower() == ".onnx" else "relay"
+
+
 def read_model(path: str, fmt: str | None, input_shapes: str | None) -> tuple:
-    """``(IRModule, params)`` for a Relay text or ONNX file."""
+    """``(IRModule, params)`` for a Relay text, ONNX or TFLite file."""
     model = Path(path)
     if not model.is_file():
         raise CliError(f"{path}: {_not_a_file(model)}")
-    fmt = fmt or ("onnx" if model.suffix.lower() == ".onnx" else "relay")
     shapes = _parse_shapes(input_shapes)
-    return (_read_onnx if fmt == "onnx" else _read_relay)(model, shapes)
+    read = {"onnx": _read_onnx, "tflite": _read_tflite, "relay": _read_relay}[fmt or model_format(model)]
+    return read(model, shapes)
 
 
 def _load_arrays(path: Path) -> dict:
@@ -524,8 +547,12 @@ def cmd_show(args) -> int:
 def _model_options(parser: argparse.ArgumentParser, library: bool = True) -> None:
     """MODEL and how it is read and compiled; ``library``: also the options of what is made of
     it (name, backend, profiling), which tuning has no use for."""
-    parser.add_argument("model", metavar="MODEL", help="a Relay text file, or an ONNX file (.onnx)")
-    parser.add_argument("--format", choices=FORMATS, help="the MODEL's format (default: by suffix, .onnx is ONNX)")
+    parser.add_argument("model", metavar="MODEL", help="a Relay text file, an ONNX file (.onnx) or a TFLite model")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="the MODEL's format (default: a TFLite flatbuffer by its TFL3 identifier, .onnx is ONNX, else Relay text)",
+    )
     parser.add_argument("--params", metavar="P.npz", help="bind parameters of @main to these arrays (by name)")
     parser.add_argument(
         "--input-shapes",

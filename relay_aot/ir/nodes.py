@@ -516,6 +516,9 @@ class Program:
     cpu: CpuRequirement | None = None  #: what the kernels need of the CPU (None: nothing recorded)
     #: the named symbolic dimensions the entry's parameters share (checked at the entry)
     shared_extents: tuple[SharedExtent, ...] = ()
+    #: the model's names of the result's tensors, depth first (``@main``'s ``output_tensor_names``,
+    #: which TVM's importers set): the C API's output fields are named after them
+    output_names: tuple[str, ...] = ()
 
     def function(self, func_id: str) -> Function:
         """The function with id ``func_id``."""

@@ -59,6 +59,7 @@ class Signature:
         adts: list[ir.AdtDef],
         cpu: CpuRequirement | None = None,
         shared_extents: tuple[ir.SharedExtent, ...] = (),
+        output_names: tuple[str, ...] = (),
     ):
         self.model = model
         self.params = params
@@ -66,11 +67,14 @@ class Signature:
         self.adts = adts
         self.cpu = cpu  #: what the kernels need of the CPU (None: a library from before it was recorded)
         self.shared_extents = shared_extents  #: axes of the parameters that must agree (see ir.SharedExtent)
+        self.output_names = output_names  #: the model's names of the result's tensors (ir.Program.output_names)
 
     @classmethod
     def of_program(cls, program: ir.Program, model: str) -> Signature:
         """The signature of a lowered program."""
-        return cls(model, program.params, program.ret, program.adts, program.cpu, program.shared_extents)
+        return cls(
+            model, program.params, program.ret, program.adts, program.cpu, program.shared_extents, program.output_names
+        )
 
     def to_json(self) -> str:
         """The signature as JSON text."""
@@ -92,6 +96,7 @@ class Signature:
                     for adt in self.adts
                 ],
                 **({"cpu": self.cpu.to_json()} if self.cpu is not None else {}),
+                **({"output_names": list(self.output_names)} if self.output_names else {}),
                 **(
                     {
                         "shared_extents": [
@@ -127,5 +132,11 @@ class Signature:
             for name, axes in data.get("shared_extents", [])
         )
         return cls(
-            data["model"], params, type_from_json(data["ret"]), adts, CpuRequirement.from_json(data.get("cpu")), shared
+            data["model"],
+            params,
+            type_from_json(data["ret"]),
+            adts,
+            CpuRequirement.from_json(data.get("cpu")),
+            shared,
+            tuple(str(n) for n in data.get("output_names", ())),
         )

@@ -179,8 +179,16 @@ def c_api(signature: Signature) -> CApi:
     _flatten_result(signature.ret, (), adts, results)
     used: set = set()
     single = not isinstance(signature.ret, ir.TupleType)
+    # named as TVM's AOT executor names them: after the model's output tensors when the program
+    # has their names, else output (one) or output0, output1, ...
+    named = len(signature.output_names) == len(results)
     outputs = tuple(
-        CField(_unique("output" if single else f"output{i}", used), what, ty, path)
+        CField(
+            _unique(c_identifier(signature.output_names[i]) if named else "output" if single else f"output{i}", used),
+            what,
+            ty,
+            path,
+        )
         for i, (what, ty, path) in enumerate(results)
     )
     inputs = tuple(

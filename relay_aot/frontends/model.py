@@ -1,0 +1,32 @@
+"""What a frontend makes of a model file: the module, its parameters, its inputs and outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tvm
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """An input or output of a model, as the model file names and types it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    #: per-tensor or per-channel quantization of an integer tensor (None for float ones)
+    scale: tuple[float, ...] | None = None
+    zero_point: tuple[int, ...] | None = None
+
+
+@dataclasses.dataclass
+class ImportedModel:
+    """A model file read into Relay: ``relay_aot.compile(model.mod, params=model.params)``."""
+
+    mod: tvm.IRModule
+    params: dict[str, np.ndarray]
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    #: which importer made ``mod`` ("exact": relay_aot's integer one; "tvm": TVM's)
+    importer: str = "tvm"

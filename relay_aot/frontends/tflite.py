@@ -1,0 +1,115 @@
+"""TensorFlow Lite models (``.tflite`` flatbuffers) in.
+
+The file is recognised by its flatbuffer identifier (``TFL3`` at byte 4), read with the
+``tflite`` package (the flatbuffer schema TVM's importer uses; the optional extra
+``relay_aot[tflite]``), and its inputs and outputs are named, shaped and typed from the file.
+The module comes from TVM's importer (``relay.frontend.from_tflite``), whose ``@main``
+carries the model's output names (``output_tensor_names``), which the C API's output fields
+are named after.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relay
+
+from ..errors import RelayAotError, UnsupportedError
+from .model import ImportedModel, TensorInfo
+
+#: The flatbuffer file identifier of TFLite's schema, at bytes 4..8 of a model file.
+IDENTIFIER = b"TFL3"
+
+#: TFLite's TensorType enumeration (schema.fbs) -> numpy dtype names.
+_DTYPES = {
+    0: "float32",
+    1: "float16",
+    2: "int32",
+    3: "uint8",
+    4: "int64",
+    6: "bool",
+    7: "int16",
+    9: "int8",
+    10: "float64",
+    11: "complex128",
+    12: "uint64",
+    15: "uint32",
+    16: "uint16",
+}
+
+
+def is_tflite(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` is a TFLite flatbuffer (its identifier; not its suffix)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    return len(head) == 8 and head[4:8] == IDENTIFIER
+
+
+def _schema():
+    try:
+        import tflite
+    except ImportError:
+        raise RelayAotError("TFLite models need the tflite package: pip install 'relay_aot[tflite]'") from None
+    return tflite
+
+
+def _tensor_info(subgraph, index: int) -> TensorInfo:
+    tensor = subgraph.Tensors(index)
+    dtype = _DTYPES.get(tensor.Type())
+    if dtype is None:
+        raise UnsupportedError(
+            f"tensor {tensor.Name().decode()!r} has TFLite type {tensor.Type()}, which relay_aot does not read"
+        )
+    shape = tuple(int(d) for d in tensor.ShapeAsNumpy()) if tensor.ShapeLength() else ()
+    quantization = tensor.Quantization()
+    scale = zero_point = None
+    if quantization is not None and quantization.ScaleLength():
+        scale = tuple(float(s) for s in quantization.ScaleAsNumpy())
+        zero_point = tuple(int(z) for z in quantization.ZeroPointAsNumpy())
+    return TensorInfo(tensor.Name().decode("utf-8", "replace"), shape, dtype, scale, zero_point)
+
+
+def read(path: str | os.PathLike, exact: bool | None = None) -> ImportedModel:
+    """The model in the TFLite file at ``path`` (:class:`~relay_aot.frontends.ImportedModel`).
+
+    :raises FileNotFoundError: no file at ``path``.
+    :raises RelayAotError: the file is not a TFLite model, the ``tflite`` package is missing, or
+        TVM's importer fails on it (the message names the operator where it says).
+    :raises UnsupportedError: the model has more than one subgraph (control flow), or a tensor
+        of a type relay_aot does not read.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    if data[4:8] != IDENTIFIER:
+        raise RelayAotError(f"{path}: not a TFLite model (no {IDENTIFIER.decode()} identifier at byte 4)")
+    tflite = _schema()
+    try:
+        model = tflite.Model.GetRootAsModel(data, 0)
+        subgraphs = model.SubgraphsLength()
+    except Exception as err:  # noqa: BLE001 - the flatbuffer reader raises anything on a damaged file
+        raise RelayAotError(f"{path}: not a readable TFLite model ({type(err).__name__}: {err})") from None
+    if subgraphs != 1:
+        raise UnsupportedError(f"{path}: the model has {subgraphs} subgraphs; relay_aot reads models of one")
+    subgraph = model.Subgraphs(0)
+    inputs = tuple(_tensor_info(subgraph, int(i)) for i in subgraph.InputsAsNumpy())
+    outputs = tuple(_tensor_info(subgraph, int(i)) for i in subgraph.OutputsAsNumpy())
+    shapes = {t.name: list(t.shape) for t in inputs}
+    dtypes = {t.name: t.dtype for t in inputs}
+    try:
+        mod, params = relay.frontend.from_tflite(model, shape_dict=shapes, dtype_dict=dtypes)
+    except Exception as err:  # noqa: BLE001 - TVM's importer raises anything, from asserts to KeyError
+        lines = [line for line in str(err).splitlines() if line.strip()]
+        raise RelayAotError(
+            f"{path}: TVM's TFLite importer failed: {type(err).__name__}: {lines[-1] if lines else ''}"
+        ) from None
+    params = {
+        name: value.numpy() if isinstance(value, tvm.nd.NDArray) else np.asarray(value)
+        for name, value in params.items()
+    }
+    return ImportedModel(mod, params, inputs, outputs, "tvm")
