@@ -108,6 +108,14 @@ def _static_slice(begin, end, strides):
     return build
 
 
+def _sliced_then_reshaped(begin, end, strides, axes=None):
+    def build():
+        x = _var("x", (A, A))
+        return [x], relay.reshape(relay.strided_slice(x, begin, end, strides, axes=axes), [-1])
+
+    return build
+
+
 def _dyn_broadcast_to():
     x, s = _var("x", (A,)), _i64("s", (2,))
     return [x, s], relay.broadcast_to(x, s)
@@ -311,6 +319,26 @@ CASES = [
         _f32(10)[-100:-200:-1],
     ),
     ("strided_slice past the end on a ? axis", _static_slice([20], [30], [1]), (_f32(10),), _f32(10)[20:30]),
+    # a slice's extent over ? dimensions is a variable of TOPI's own, unbound when a reshape is
+    # fused after it: TVM failed the build (its VM too; campaign seed 9110)
+    (
+        "strided_slice of a ? axis, then reshape(-1)",
+        _sliced_then_reshaped([1], [3], [1], axes=[1]),
+        (_f32(3, 4),),
+        _f32(3, 4)[:, 1:3].reshape(-1),
+    ),
+    (
+        "strided_slice from 100 to 100 by 2 of a ? axis, then reshape(-1)",
+        _sliced_then_reshaped([100], [100], [2], axes=[1]),
+        (_f32(0, 4),),
+        np.zeros(0, "float32"),
+    ),
+    (
+        "strided_slice of both ? axes backwards, then reshape(-1)",
+        _sliced_then_reshaped([2, -1], [0, -5], [-1, -2]),
+        (_f32(3, 4),),
+        _f32(3, 4)[2:0:-1, -1:-5:-2].reshape(-1),
+    ),
     # 5
     (
         "dyn.broadcast_to (3,) to (2, 4)",

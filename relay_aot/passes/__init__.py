@@ -28,7 +28,7 @@ from tvm import relay
 from .. import ir
 from ..errors import RelayAotError, TypeCheckError, UnsupportedError
 from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic, vector_math, winograd
-from .bounds import numpy_slice_begin, static_pad_width, unpacked_dynamic_dense
+from .bounds import numpy_slice_begin, slices_end_kernels, static_pad_width, unpacked_dynamic_dense
 from .exact_int8 import exact_int8_products
 from .gradient_cleanup import cleanup, static_tensor
 from .layouts import preserves_order
@@ -547,6 +547,7 @@ def prepare_with_extents(
         # after the products' rewrite: a weight's packing is then invariant with its transpose
         sequence.append(hoist_invariants)
     sequence += [
+        slices_end_kernels,
         relay.transform.FuseOps(fuse_level),
         symbolic.erase_pass,
         relay.transform.InferType(),

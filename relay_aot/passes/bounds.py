@@ -80,6 +80,33 @@ def rewrite_functions(mod: tvm.IRModule, wanted, mutator) -> tvm.IRModule:
     return mod
 
 
+class _SlicesEndKernels(relay.ExprMutator):
+    def visit_call(self, call):
+        new = super().visit_call(call)
+        if _is_slice(call) and _has_any_dim(call.checked_type):
+            return relay.annotation.stop_fusion(new)
+        return new
+
+
+def _is_slice(call: relay.Call) -> bool:
+    return isinstance(call.op, tvm.ir.Op) and call.op.name == "strided_slice"
+
+
+def _has_any_dim(ty) -> bool:
+    return isinstance(ty, relay.TensorType) and any(isinstance(d, tvm.tir.Any) for d in ty.shape)
+
+
+@tvm.transform.module_pass(opt_level=0, name="SlicesEndKernels")
+def slices_end_kernels(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """A ``strided_slice`` whose result has a ``?`` extent ends its kernel (``stop_fusion``,
+    which FuseOps removes). TOPI computes such a slice's extent as a variable of its own
+    (``dim``): as the kernel's output it is the output buffer's extent, but a reshape or
+    transpose fused after it reads it, and no argument binds it -- TVM failed the build ("variables
+    [dim] are used, but are not passed in as API arguments"), on its VM too. Before FuseOps;
+    type-checked input."""
+    return rewrite_functions(mod, _is_slice, _SlicesEndKernels)
+
+
 class _UnpackedDynamicDense(relay.ExprMutator):
     def visit_call(self, call):
         dynamic = _is_dense(call) and not isinstance(call.args[1].checked_type.shape[0], tvm.tir.IntImm)
