@@ -714,3 +714,27 @@ def test_export_refuses_anything_but_a_regular_file_in_the_packages_place(tmp_pa
     (package / "Makefile").write_text("old")
     relay_aot.export_standalone(mod, package, name="m")
     assert "libtvmgen_m.a" in (package / "Makefile").read_text()
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+@pytest.mark.parametrize("model", ["ad01_int8", "kws_ref_model"])
+def test_an_int8_tflite_model_builds_and_runs_on_every_target(model, target, tmp_path):
+    """An int8 package builds with no file the user must add (the Cortex-M4's kernels are TVM's
+    C, whose DSP micro-kernels included TVM's C runtime error codes, which no package shipped)
+    and computes exactly what the host library does: integer arithmetic, equal bit for bit."""
+    row = TARGETS[target]
+    _require_tools(row)
+    imported = relay_aot.read_tflite(ROOT / "tests" / "data" / "tinyml" / f"{model}.tflite")
+    (spec,) = imported.inputs
+    x = np.random.default_rng(0).integers(-40, 40, spec.shape).astype(spec.dtype)
+    want = relay_aot.compile(imported.mod, params=imported.params)(x).numpy()
+    package = relay_aot.export_standalone(
+        imported.mod, tmp_path / "pkg", name="m", target=target, params=imported.params
+    )
+    sa.make_package(package)
+    assert not sa.disallowed(sa.undefined_symbols(package))
+    header = package.header.read_text()
+    assert ("no check of the CPU at run time" in header) == bool(row.kernel_c_target), header[:1500]
+    rc, error, outputs = sa.run_c_main(package, [x], work=tmp_path)
+    assert rc == 0, error
+    np.testing.assert_array_equal(outputs[0], want)

@@ -13,10 +13,13 @@ as C99 ``<math.h>`` functions and GCC builtins (every standalone toolchain is GC
 They are in force only while relay_aot builds C kernels (:func:`building`, a :class:`.gate.Gate`):
 elsewhere TVM's ``c`` target behaves as it did.
 
-:func:`portable` then mends two things in the C TVM prints: it declares every extern function it
+:func:`portable` then mends three things in the C TVM prints: it declares every extern function it
 calls (``TVM_DLL double log2(double);``) after including ``<math.h>``, where newlib defines
-``log2`` as a macro (a syntax error); and it prints infinities and NaNs as ``inff``, ``inf``,
-``nanf`` (``isinf`` and ``isfinite`` compare with one): undeclared identifiers.
+``log2`` as a macro (a syntax error); it prints infinities and NaNs as ``inff``, ``inf``,
+``nanf`` (``isinf`` and ``isfinite`` compare with one): undeclared identifiers; and its Cortex-M
+DSP micro-kernels include ``<tvm/runtime/crt/error_codes.h>`` for the one code they return
+(``kTvmErrorFunctionCallInvalidArg``), a header of TVM's C runtime that neither the TVM wheel
+nor a package ships: an int8 package for the Cortex-M4 did not build.
 """
 
 from __future__ import annotations
@@ -101,10 +104,20 @@ _C_NON_FINITE = {
 }
 
 
+#: TVM's C runtime header its Cortex-M DSP micro-kernels include, for one error code.
+_CRT_ERROR_CODES = "#include <tvm/runtime/crt/error_codes.h>"
+#: What stands in for it: the code's value in TVM's header (category 8, function calls; code 3).
+_CRT_ERROR_CODE = """#ifndef kTvmErrorFunctionCallInvalidArg
+/* TVM's C runtime error code for an invalid argument (tvm/runtime/crt/error_codes.h, not shipped) */
+#define kTvmErrorFunctionCallInvalidArg 0x0803
+#endif"""
+
+
 def portable(source: str) -> str:
     """TVM's C ``source`` without its declarations of functions it does not define (``<math.h>``
-    and the compiler declare them) and with its non-finite constants spelled as GCC builtins
-    (module docstring)."""
+    and the compiler declare them), with its non-finite constants spelled as GCC builtins, and
+    without TVM's C runtime error-code header (module docstring)."""
     defined = set(re.findall(r"^TVM_DLL [^\n(]*?\b(\w+)\([^\n;]*\)\s*{", source, re.MULTILINE))
     source = _DECLARATION.sub(lambda m: m.group(0) if m.group(1) in defined else "", source)
+    source = source.replace(_CRT_ERROR_CODES, _CRT_ERROR_CODE)
     return _NON_FINITE.sub(lambda m: _C_NON_FINITE[m.group(1)], source)

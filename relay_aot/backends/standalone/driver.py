@@ -175,10 +175,20 @@ def export_standalone(
     files["entry.cc"] = emitter.package_entry_unit(
         banner("entry.cc"), size, row.stack_budget, kernel_file == "kernels.c"
     )
-    usage = (
+    usage: tuple[str, ...] = (
         " * non-zero, and {last_error}() says why. A standalone package: link",
         f" * lib{names.c_api(name)}.a alone (no TVM, no C++ library); one run at a time.",
     )
+    if row.kernel_c_target:
+        # C kernels are compiled by the user's toolchain: no LLVM target, and no CPU check
+        usage += (
+            " *",
+            " * The kernels are C (kernels.c): TVM's schedules for",
+            f" *   {row.tvm_target}",
+            f" * printed by its C code generator ({row.kernel_c_target}), compiled by the toolchain",
+            " * and CFLAGS the Makefile is given (no check of the CPU at run time).",
+        )
+        api = dataclasses.replace(api, target="")
     files[api.header_name] = header_text(api, usage, tuple(standalone_header_extra(api, size, emitter.plan)))
     files["Makefile"] = makefile(name, units + ["constants.cc", "entry.cc"], kernel_file)
     contents.update(files)
