@@ -283,6 +283,39 @@ class OnnxRuntime(Executor):
         return lambda: tuple(session.run(None, inputs))
 
 
+class LiteRT(Executor):
+    """LiteRT (``ai-edge-litert``, the TFLite interpreter, with XNNPACK) on a TFLite workload's
+    model file: one thread where ``TVM_NUM_THREADS=1``, its own default elsewhere."""
+
+    key = "litert"
+    label = "LiteRT"
+
+    def unsupported(self, workload):
+        if workload.tflite_model is None:
+            return "not a TFLite model"
+        try:
+            import ai_edge_litert  # noqa: F401
+        except ImportError:
+            return "LiteRT is not installed (pip install ai-edge-litert)"
+        return None
+
+    def prepare_workload(self, workload, mod, args, target):
+        from ai_edge_litert.interpreter import Interpreter
+
+        threads = 1 if os.environ.get("TVM_NUM_THREADS") == "1" else None
+        interpreter = Interpreter(model_path=str(workload.tflite_model), num_threads=threads)
+        interpreter.allocate_tensors()
+        (given,), (output,) = interpreter.get_input_details(), interpreter.get_output_details()
+        data = np.asarray(args[0])
+
+        def call():
+            interpreter.set_tensor(given["index"], data)
+            interpreter.invoke()
+            return interpreter.get_tensor(output["index"])
+
+        return call
+
+
 def all_executors() -> list[Executor]:
     """Every executor, in report order."""
     return [
@@ -295,6 +328,7 @@ def all_executors() -> list[Executor]:
         RelayAot("cpp", "relay_aot_cpp", "relay_aot C++ backend"),
         HandCpp(),
         OnnxRuntime(),
+        LiteRT(),
     ]
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import executors as executors_mod
+from . import workloads as workloads_mod
 from .suite import KERNELS, KERNELS_LABEL
 
 COLUMNS = [e.key for e in executors_mod.all_executors()] + [KERNELS]
@@ -30,6 +31,7 @@ SHORT = {
     "relay_aot_cpp": "ours:C++",
     "hand_cpp": "hand C++",
     "onnxruntime": "ORT",
+    "litert": "LiteRT",
     KERNELS: "kernels",
 }
 LABELS = {e.key: e.label for e in executors_mod.all_executors()} | {KERNELS: KERNELS_LABEL}
@@ -183,6 +185,7 @@ def summary(result: dict, markdown: bool = False) -> str:
             f"C++ vs interp, no VM ({label})",
             f"C++ vs graph ({label})",
             f"C++ vs ORT ({label})",
+            f"C++ vs LiteRT ({label})",
             f"py vs py_conv ({label})",
             f"C++ / hand C++ ({label})",
         ]
@@ -197,8 +200,10 @@ def summary(result: dict, markdown: bool = False) -> str:
             else:
                 row += [_ratio_cell(cpp, "vs_vm"), ""]
             row.append(_ratio_cell(cpp, "vs_graph") if pairs.get((workload, "graph"), {}).get("status") == "ok" else "")
-            ort, ours = _timed(pairs.get((workload, "onnxruntime"))), _timed(cpp)
-            row.append(ratio(ort / ours) if ort and ours else "")
+            ours = _timed(cpp)
+            for peer in ("onnxruntime", "litert"):
+                theirs = _timed(pairs.get((workload, peer)))
+                row.append(ratio(theirs / ours) if theirs and ours else "")
             conv_record = pairs.get((workload, "py_converter"))
             py = pairs.get((workload, "relay_aot_python"))
             conv = _timed(conv_record) if conv_record and conv_record["status"] == "ok" else None  # not if WRONG
@@ -232,10 +237,17 @@ HEADLINE = [
     ("ONNX ResNet-50", "onnxruntime", ["onnx_resnet50"]),
     ("ONNX ShuffleNet", "onnxruntime", ["onnx_shufflenet"]),
     ("ONNX MLP batch 64, quantized conv net", "onnxruntime", ["onnx_mlp_b64", "onnx_qconv_net"]),
+    ("MLPerf Tiny int8 TFLite (KWS, ResNet-8, VWW, AD)", "litert", list(workloads_mod.TINYML)),
 ]
 
 #: How the headline names each peer.
-PEERS = {"vm": "Relay VM", "interpreter": "Relay interpreter", "graph": "graph executor", "onnxruntime": "onnxruntime"}
+PEERS = {
+    "vm": "Relay VM",
+    "interpreter": "Relay interpreter",
+    "graph": "graph executor",
+    "onnxruntime": "onnxruntime",
+    "litert": "LiteRT",
+}
 
 
 def _plain(value: float) -> str:
