@@ -3,7 +3,8 @@
 A frontend reads a file into an :class:`ImportedModel`: the module, the parameters it binds
 (weights), and the model's own names, shapes, dtypes (and quantization) of its inputs and
 outputs, which the C API's fields are named after, as TVM's AOT executor names them.
-``tflite.py`` reads TensorFlow Lite flatbuffers; ONNX files go through TVM's importer in the
+``tflite.py`` reads TensorFlow Lite flatbuffers (``tflite_exact.py`` converts their int8
+operators bit-exactly); ONNX files go through TVM's importer in the
 command line (``relay_aot/cli``).
 """
 
@@ -14,8 +15,16 @@ from .model import ImportedModel, TensorInfo
 __all__ = ["ImportedModel", "TensorInfo", "read_tflite"]
 
 
-def read_tflite(path, exact: bool | None = None) -> ImportedModel:
-    """Read a TensorFlow Lite model (``.tflite``) into Relay (see :mod:`relay_aot.frontends.tflite`)."""
+def read_tflite(path, exact: bool | None = None, *, every_tensor: bool = False) -> ImportedModel:
+    """Read a TensorFlow Lite model (``.tflite``) into Relay.
+
+    A model with quantized tensors goes through relay_aot's importer, whose int8 operators are
+    bit-exact with TFLite's reference kernels (docs/tflite.md lists them); ``exact=True``
+    refuses a quantized operator it cannot convert exactly (by default TVM's converter takes it,
+    with a warning), ``exact=False`` uses TVM's importer for the whole model, as a float model
+    always does. ``every_tensor=True`` returns every operator's output, for checking a model
+    tensor by tensor. See :func:`relay_aot.frontends.tflite.read`.
+    """
     from . import tflite
 
-    return tflite.read(path, exact)
+    return tflite.read(path, exact, every_tensor=every_tensor)

@@ -18,6 +18,9 @@ class TensorInfo:
     #: per-tensor or per-channel quantization of an integer tensor (None for float ones)
     scale: tuple[float, ...] | None = None
     zero_point: tuple[int, ...] | None = None
+    #: its position among the model's tensors, where the file numbers them (TFLite: the index
+    #: LiteRT's ``Interpreter.get_tensor`` takes)
+    index: int | None = None
 
 
 @dataclasses.dataclass
@@ -28,5 +31,9 @@ class ImportedModel:
     params: dict[str, np.ndarray]
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
-    #: which importer made ``mod`` ("exact": relay_aot's integer one; "tvm": TVM's)
+    #: which importer made ``mod``: "exact" (relay_aot's, bit-exact with TFLite's reference
+    #: kernels for the operators it converts; docs/tflite.md) or "tvm" (TVM's)
     importer: str = "tvm"
+    #: the quantized operators the "exact" importer converted with TVM's converter instead,
+    #: whose results may differ from the reference kernels' (``"MEAN (operator 3): why"``)
+    inexact: tuple[str, ...] = ()
