@@ -116,6 +116,11 @@ def _sliced_then_reshaped(begin, end, strides, axes=None):
     return build
 
 
+def _zero_reshape_then_flat():
+    x = _var("x", (A, A))
+    return [x], relay.reshape(relay.reshape(x, [0], allowzero=True), [-1])
+
+
 def _dyn_broadcast_to():
     x, s = _var("x", (A,)), _i64("s", (2,))
     return [x, s], relay.broadcast_to(x, s)
@@ -321,6 +326,20 @@ CASES = [
     ("strided_slice past the end on a ? axis", _static_slice([20], [30], [1]), (_f32(10),), _f32(10)[20:30]),
     # a slice's extent over ? dimensions is a variable of TOPI's own, unbound when a reshape is
     # fused after it: TVM failed the build (its VM too; campaign seed 9110)
+    # SimplifyExpr merged the two into reshape(x, [0]) without allowzero, whose 0 copies an
+    # extent: a (1, 1) tensor came out as (1,) (campaign seed 9303)
+    (
+        "reshape to [0] with allowzero of a (1, 1) tensor, then reshape(-1)",
+        _zero_reshape_then_flat,
+        (_f32(1, 1),),
+        (KernelError, "reshape would change the number of elements"),
+    ),
+    (
+        "reshape to [0] with allowzero of a (3, 0) tensor, then reshape(-1)",
+        _zero_reshape_then_flat,
+        (_f32(3, 0),),
+        np.zeros(0, "float32"),
+    ),
     (
         "strided_slice of a ? axis, then reshape(-1)",
         _sliced_then_reshaped([1], [3], [1], axes=[1]),

@@ -28,10 +28,16 @@ from tvm import relay
 from .. import ir
 from ..errors import RelayAotError, TypeCheckError, UnsupportedError
 from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic, vector_math, winograd
-from .bounds import numpy_slice_begin, slices_end_kernels, static_pad_width, unpacked_dynamic_dense
+from .bounds import (
+    numpy_slice_begin,
+    slices_end_kernels,
+    static_pad_width,
+    unpacked_dynamic_dense,
+    zero_reshapes_kept,
+)
 from .exact_int8 import exact_int8_products
 from .gradient_cleanup import cleanup, static_tensor
-from .layouts import preserves_order
+from .layouts import nchw_convolutions, preserves_order
 from .te_compiler_speed import faster_te_compiler, warm_error_backtraces
 from .walk import ChainMutator, nodes_where
 
@@ -524,6 +530,7 @@ def prepare_with_extents(
         numpy_slice_begin,
         unpacked_dynamic_dense,
         static_pad_width,
+        zero_reshapes_kept,
         relay.transform.InferType(),
     ]
     if opt_level >= 1:
@@ -533,7 +540,12 @@ def prepare_with_extents(
         sequence += [fold_constants, *_graph_simplifications(opt_level)]
     if opt_level >= 3 and target is not None:
         # before the layout choice and AutoTVM's tasks alike: both see the kernels built
-        sequence += [pooled_pointwise_convolutions, windowed_global_pools]
+        sequence += [
+            nchw_convolutions,
+            relay.transform.InferType(),
+            pooled_pointwise_convolutions,
+            windowed_global_pools,
+        ]
     if until_layouts:
         return _run_sequence(sequence, mod, opt_level, target), extents
     if alters_layout:

@@ -107,6 +107,33 @@ def slices_end_kernels(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return rewrite_functions(mod, _is_slice, _SlicesEndKernels)
 
 
+class _ZeroReshapesKept(relay.ExprMutator):
+    def visit_call(self, call):
+        new = super().visit_call(call)
+        if _is_zero_reshape(call):
+            return relay.annotation.stop_fusion(new)
+        return new
+
+
+def _is_zero_reshape(call: relay.Call) -> bool:
+    return (
+        isinstance(call.op, tvm.ir.Op)
+        and call.op.name == "reshape"
+        and bool(call.attrs.allowzero)
+        and any(int(d) == 0 for d in call.attrs.newshape)
+    )
+
+
+@tvm.transform.module_pass(opt_level=0, name="ZeroReshapesKept")
+def zero_reshapes_kept(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """A ``reshape`` to a literal 0 extent (``allowzero``) is kept from the reshape after it
+    (``stop_fusion``, which FuseOps removes): TVM's SimplifyExpr merges two reshapes into one
+    to the final static shape without ``allowzero``, where 0 copies an input extent instead --
+    ``reshape(reshape(x, [0], allowzero=True), [-1])`` became ``reshape(x, [0])``, which turned
+    a (1, 1) tensor into a (1,) one (the hostile campaign, fresh seed 9303)."""
+    return rewrite_functions(mod, _is_zero_reshape, _ZeroReshapesKept)
+
+
 class _UnpackedDynamicDense(relay.ExprMutator):
     def visit_call(self, call):
         dynamic = _is_dense(call) and not isinstance(call.args[1].checked_type.shape[0], tvm.tir.IntImm)
