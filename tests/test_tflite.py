@@ -8,9 +8,12 @@ after them as TVM's AOT executor names them.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import sys
+import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +21,10 @@ import pytest
 
 import relay_aot
 from relay_aot import cli
-from relay_aot.errors import RelayAotError
+from relay_aot.errors import RelayAotError, UnsupportedError
+from relay_aot.frontends import ImportedModel
+from relay_aot.frontends.tflite import InexactConversionWarning
+from relay_aot.testing.tflite_models import LITERT_MISSING, ModelBuilder, Reference
 
 TINYML = Path(__file__).resolve().parent / "data" / "tinyml"
 KWS = TINYML / "kws_ref_model.tflite"
@@ -80,3 +86,386 @@ def test_a_damaged_model_is_a_clear_error(tmp_path):
     damaged.write_bytes(KWS.read_bytes()[:64])
     with pytest.raises(RelayAotError, match="damaged.tflite"):
         relay_aot.read_tflite(damaged)
+
+
+# --------------------------------------------------------------------------------------------
+# Exactness (issue 48): int8 results equal to TFLite's reference kernels (LiteRT BUILTIN_REF)
+# --------------------------------------------------------------------------------------------
+needs_litert = pytest.mark.skipif(importlib.util.find_spec("ai_edge_litert") is None, reason=LITERT_MISSING)
+
+MLPERF_TINY = ["kws_ref_model", "pretrainedResnet_quant", "vww_96_int8", "ad01_int8"]
+
+#: Ranges of int8 inputs drawn in turn: the full range, narrower ones, and each end alone.
+RANGES = [(-128, 127), (-40, 40), (-10, 10), (-128, -100), (100, 127)]
+
+
+def _values(compiled, inputs) -> list[np.ndarray]:
+    result = compiled(*inputs)
+    if hasattr(result, "numpy"):
+        return [result.numpy()]
+    return [result[i].numpy() for i in range(len(result))]
+
+
+def _int8(rng, shape, low=-128, high=127) -> np.ndarray:
+    return rng.integers(low, high + 1, size=shape).astype(np.int8)
+
+
+def assert_bit_exact(ours, theirs, where: str) -> None:
+    """Equal values, bit for bit (floats compared as their bits)."""
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, (where, ours.shape, theirs.shape)
+    if ours.dtype.kind == "f":
+        ours, theirs = ours.view(f"int{8 * ours.itemsize}"), theirs.view(f"int{8 * theirs.itemsize}")
+    wrong = ours != theirs
+    if wrong.any():
+        diff = np.abs(ours.astype(np.int64) - theirs.astype(np.int64))
+        pytest.fail(f"{where}: {int(wrong.sum())} of {wrong.size} values differ (at most by {int(diff.max())})")
+
+
+@needs_litert
+@pytest.mark.parametrize("name", MLPERF_TINY)
+def test_mlperf_tiny_models_are_bit_exact_with_the_reference_kernels(name):
+    """Three inputs that do not all saturate: the full int8 range, [-40, 40], the full range of
+    another seed. KWS is compiled with every operator's output, each compared."""
+    path = TINYML / f"{name}.tflite"
+    every_tensor = name == "kws_ref_model"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InexactConversionWarning)
+        model = relay_aot.read_tflite(path, every_tensor=every_tensor)
+    assert (model.importer, model.inexact) == ("exact", ())
+    if every_tensor:
+        assert len(model.outputs) == 13 and model.outputs[-1].name == "Identity"  # one per operator
+    compiled = relay_aot.compile(model.mod, params=model.params)
+    reference = Reference(path, every_tensor=every_tensor)
+    for seed, (low, high) in enumerate([(-128, 127), (-40, 40), (-128, 127)]):
+        x = _int8(np.random.default_rng(seed), model.inputs[0].shape, low, high)
+        theirs = reference([x])
+        for k, (info, ours) in enumerate(zip(model.outputs, _values(compiled, [x]), strict=True)):
+            expected = theirs[info.index] if isinstance(theirs, dict) else theirs[k]
+            assert_bit_exact(ours, expected, f"{name}, input {seed} in [{low}, {high}], tensor {info.name!r}")
+        if every_tensor:  # the last layers' tensors take many values: the input did not saturate them
+            assert len(np.unique(theirs[model.outputs[-3].index])) > 5
+
+
+# Synthetic one-operator models ---------------------------------------------------------------
+def _quantized_filter(rng, s_in: float, shape, channels: int, taps: int, per_channel: bool = True):
+    """Random int8 weights (per-channel or one scale), a bias, and an output scale and zero point
+    that keep the output's spread near 40 LSB: the weights' scale makes the accumulator's real
+    spread about 3 (taps products of weights of ~73 LSB and inputs of ~60), 3 is mapped to 40 LSB."""
+    weights = rng.integers(-127, 128, size=shape).astype(np.int8)
+    base = 3.0 / (s_in * np.sqrt(taps) * 73 * 60)
+    scales = (base * rng.uniform(0.5, 1.5, size=channels if per_channel else 1)).astype(np.float32)
+    bias = rng.integers(-3000, 3000, size=channels).astype(np.int32)
+    return weights, scales, bias, 3.0 / 40 * rng.uniform(0.8, 1.25), int(rng.integers(-30, 30))
+
+
+def _convolution(kind, shape, out, kernel, stride, dilation, padding, activation, per_channel=True):
+    def build(rng) -> ModelBuilder:
+        model = ModelBuilder()
+        s_in = rng.uniform(0.005, 0.1)
+        x = model.input("x", shape, "int8", s_in, int(rng.integers(-60, 60)))
+        common = dict(stride=stride, dilation=dilation, padding=padding, activation=activation)
+        if kind == "conv":
+            taps = kernel[0] * kernel[1] * shape[3]
+            w, s, b, scale, zero_point = _quantized_filter(rng, s_in, (out, *kernel, shape[3]), out, taps, per_channel)
+            model.output(model.conv_2d(x, w, s, b, scale, zero_point, **common))
+        else:  # out: the depth multiplier
+            channels, taps = shape[3] * out, kernel[0] * kernel[1]
+            w, s, b, scale, zero_point = _quantized_filter(
+                rng, s_in, (1, *kernel, channels), channels, taps, per_channel
+            )
+            model.output(model.depthwise_conv_2d(x, w, s, b, scale, zero_point, **common))
+        return model
+
+    return build
+
+
+def _dense(shape, units, activation, keep_num_dims, per_channel=False):
+    def build(rng) -> ModelBuilder:
+        model = ModelBuilder()
+        s_in = rng.uniform(0.01, 0.2)
+        x = model.input("x", shape, "int8", s_in, int(rng.integers(-60, 60)))
+        w, s, b, scale, zero_point = _quantized_filter(rng, s_in, (units, shape[-1]), units, shape[-1], per_channel)
+        model.output(model.fully_connected(x, w, s, b, scale, zero_point, activation, keep_num_dims))
+        return model
+
+    return build
+
+
+def _add(shape_a, shape_b, activation):
+    def build(rng) -> ModelBuilder:
+        model = ModelBuilder()
+        (s_a, s_b), (zp_a, zp_b) = rng.uniform(0.01, 0.2, size=2), rng.integers(-60, 60, size=2)
+        a = model.input("a", shape_a, "int8", s_a, int(zp_a))
+        b = model.input("b", shape_b, "int8", s_b, int(zp_b))
+        # the sum's range is about (s_a + s_b) * 255 LSB, centred on what zero inputs give
+        scale = (s_a + s_b) * rng.uniform(0.6, 1.0)
+        zero_point = int(np.clip(np.round((s_a * zp_a + s_b * zp_b) / scale), -100, 100))
+        model.output(model.add(a, b, scale, zero_point, activation))
+        return model
+
+    return build
+
+
+def _pool(code, shape, size, stride, padding, activation):
+    def build(rng) -> ModelBuilder:
+        model = ModelBuilder()
+        x = model.input("x", shape, "int8", rng.uniform(0.01, 0.2), int(rng.integers(-128, 50)))
+        model.output(model.pool_2d(code, x, size, stride, padding, activation))
+        return model
+
+    return build
+
+
+def _softmax(shape, scale, beta=1.0):
+    def build(rng) -> ModelBuilder:
+        model = ModelBuilder()
+        x = model.input("x", shape, "int8", scale, int(rng.integers(-128, 127)))
+        model.output(model.softmax(x, beta))
+        return model
+
+    return build
+
+
+def _quantize_dequantize(shape, scale, zero_point):
+    def build(rng) -> ModelBuilder:
+        model = ModelBuilder()
+        x = model.input("x", shape, "float32")
+        model.output(model.dequantize(model.quantize(x, scale, zero_point)))
+        return model
+
+    return build
+
+
+SYNTHETIC = {
+    "conv_same_stride2_relu6": _convolution("conv", (1, 9, 11, 5), 7, (3, 3), (2, 2), (1, 1), "SAME", "RELU6"),
+    "conv_valid_dilation2": _convolution("conv", (2, 10, 9, 3), 4, (3, 2), (1, 1), (2, 2), "VALID", "NONE"),
+    "conv_same_per_tensor_relu": _convolution("conv", (1, 8, 8, 4), 6, (5, 5), (1, 1), (1, 1), "SAME", "RELU", False),
+    "depthwise_same_stride2_multiplier2_relu": _convolution(
+        "depthwise", (1, 9, 9, 3), 2, (3, 3), (2, 2), (1, 1), "SAME", "RELU"
+    ),
+    "depthwise_one_channel_multiplier4": _convolution(
+        "depthwise", (1, 7, 6, 1), 4, (3, 3), (1, 1), (1, 1), "SAME", "NONE"
+    ),
+    "depthwise_valid_dilation2_relu6": _convolution(
+        "depthwise", (1, 11, 11, 8), 1, (3, 3), (1, 1), (2, 2), "VALID", "RELU6"
+    ),
+    "fully_connected_relu": _dense((3, 40), 9, "RELU", False),
+    "fully_connected_keep_num_dims": _dense((2, 3, 16), 5, "NONE", True),
+    "fully_connected_per_channel_relu6": _dense((1, 33), 7, "RELU6", False, per_channel=True),
+    "fully_connected_per_channel_keep_num_dims": _dense((2, 2, 24), 6, "NONE", True, per_channel=True),
+    "add_relu": _add((1, 5, 6, 3), (1, 5, 6, 3), "RELU"),
+    "add_broadcast": _add((1, 4, 4, 3), (1, 1, 1, 3), "NONE"),
+    "average_pool_same_stride2": _pool("AVERAGE_POOL_2D", (1, 9, 10, 4), (3, 3), (2, 2), "SAME", "NONE"),
+    "average_pool_valid_relu": _pool("AVERAGE_POOL_2D", (2, 8, 8, 3), (2, 3), (2, 1), "VALID", "RELU"),
+    "max_pool_same_stride2_relu6": _pool("MAX_POOL_2D", (1, 9, 10, 4), (3, 3), (2, 2), "SAME", "RELU6"),
+    "softmax_scale0.17": _softmax((1, 10), 0.171854),
+    "softmax_scale0.05": _softmax((4, 12), 0.05),
+    "softmax_scale0.5": _softmax((3, 100), 0.5),
+    "softmax_scale0.01_beta0.5": _softmax((2, 7), 0.01, beta=0.5),
+    "softmax_one_column": _softmax((5, 1), 0.1),
+    "softmax_depth400": _softmax((2, 3, 400), 0.02),
+    "softmax_scale2": _softmax((1, 16), 2.0),
+    "quantize_dequantize": _quantize_dequantize((4, 50), 0.037, 5),
+    "quantize_dequantize_exact_ties": _quantize_dequantize((4, 50), 0.375, -3),
+}
+
+
+def _synthetic_inputs(builder: ModelBuilder, rng, count: int = 20):
+    """``count`` sets of inputs, each from the next of RANGES; a float input of a QUANTIZE is
+    drawn at or near ties of its rounding (x / scale = k + 1/2, exactly or almost) half of the
+    time."""
+    quantize = [builder.tensors[op["outputs"][0]]["scale"][0] for op in builder.operators if op["code"] == "QUANTIZE"]
+    for k in range(count):
+        low, high = RANGES[k % len(RANGES)]
+        inputs = []
+        for index in builder.inputs:
+            shape = builder.tensors[index]["shape"]
+            if builder.tensors[index]["dtype"] == "int8":
+                inputs.append(_int8(rng, shape, low, high))
+                continue
+            q = rng.integers(-140, 140, size=shape)
+            if k % 2:
+                offset = rng.choice([0.5, -0.5, 0.4999999, 0.5000001], size=shape)
+            else:
+                offset = rng.uniform(-0.5, 0.5, size=shape)
+            inputs.append(((q + offset) * float(quantize[0])).astype(np.float32))
+        yield inputs
+
+
+def _check_on_inputs(path, builder: ModelBuilder, model: ImportedModel, seed: int, count: int = 20) -> None:
+    compiled = relay_aot.compile(model.mod, params=model.params)
+    reference = Reference(path)
+    for k, inputs in enumerate(_synthetic_inputs(builder, np.random.default_rng(seed), count)):
+        for info, ours, theirs in zip(model.outputs, _values(compiled, inputs), reference(inputs), strict=True):
+            assert_bit_exact(ours, theirs, f"input {k} (range {RANGES[k % len(RANGES)]}), {info.name}")
+
+
+@needs_litert
+@pytest.mark.parametrize("case", sorted(SYNTHETIC))
+def test_synthetic_operators_are_bit_exact(case, tmp_path):
+    """One operator (two for QUANTIZE then DEQUANTIZE) on 20 inputs from five ranges."""
+    builder = SYNTHETIC[case](np.random.default_rng(zlib.crc32(case.encode())))
+    path = tmp_path / f"{case}.tflite"
+    builder.write(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InexactConversionWarning)
+        model = relay_aot.read_tflite(path)
+    assert (model.importer, model.inexact) == ("exact", ())
+    _check_on_inputs(path, builder, model, seed=11)
+
+
+@needs_litert
+def test_a_quantized_operator_without_an_exact_form_falls_back_with_a_warning(tmp_path):
+    """MEAN has no exact conversion: TVM's converter makes it, a warning names it, and exact=True
+    refuses the model. The convolution before it stays exact."""
+    rng = np.random.default_rng(5)
+    builder = ModelBuilder()
+    x = builder.input("x", (1, 6, 6, 3), "int8", 0.05, -10)
+    w, s, b, scale, zero_point = _quantized_filter(rng, 0.05, (4, 3, 3, 3), 4, 27)
+    y = builder.conv_2d(x, w, s, b, scale, zero_point, activation="RELU")
+    builder.output(builder.mean(y, (1, 2)))
+    path = tmp_path / "mean.tflite"
+    builder.write(path)
+    with pytest.warns(InexactConversionWarning, match=r"1 quantized operator.*MEAN \(operator 1\)"):
+        model = relay_aot.read_tflite(path, every_tensor=True)
+    assert model.importer == "exact" and len(model.inexact) == 1 and model.inexact[0].startswith("MEAN (operator 1)")
+    with pytest.raises(UnsupportedError, match=r"mean.tflite: .*MEAN \(operator 1\): relay_aot has no exact"):
+        relay_aot.read_tflite(path, exact=True)
+    compiled = relay_aot.compile(model.mod, params=model.params)
+    reference = Reference(path, every_tensor=True)
+    for k in range(6):
+        x_value = _int8(np.random.default_rng(k), (1, 6, 6, 3), *RANGES[k % len(RANGES)])
+        conv, mean = _values(compiled, [x_value])
+        theirs = reference([x_value])
+        assert_bit_exact(conv, theirs[model.outputs[0].index], f"input {k}, the convolution")
+        # TVM's MEAN is its own arithmetic: near the reference, not necessarily equal
+        assert np.abs(mean.astype(int) - theirs[model.outputs[1].index].astype(int)).max() <= 1
+    # exact=False: TVM's importer for the whole model, and no tensor-by-tensor outputs
+    assert relay_aot.read_tflite(path, exact=False).importer == "tvm"
+    with pytest.raises(UnsupportedError, match="every_tensor needs relay_aot's importer"):
+        relay_aot.read_tflite(path, exact=False, every_tensor=True)
+
+
+# Held-out models: built here, not in tests/data ------------------------------------------------
+def _scaled_filter(rng, builder: ModelBuilder, x: int, shape, channels: int):
+    """Random int8 weights with per-channel scales, a bias, and the output scale that keeps the
+    output's spread near its input's in LSB (the weights' ~73 LSB times sqrt(taps))."""
+    weights = rng.integers(-127, 128, size=shape).astype(np.int8)
+    scales = rng.uniform(0.002, 0.02, size=channels).astype(np.float32)
+    taps = int(np.prod(shape)) // channels if shape[0] == channels else int(np.prod(shape[1:3]))
+    bias = rng.integers(-2000, 2000, size=channels).astype(np.int32)
+    out_scale = float(builder.tensors[x]["scale"][0]) * float(scales.mean()) * np.sqrt(taps) * 73
+    return weights, scales, bias, out_scale
+
+
+def kws_family(seed: int = 48) -> ModelBuilder:
+    """A small network of the KWS (DS-CNN) family: conv, depthwise, pointwise, average pool, FC,
+    softmax, int8, random weights."""
+    rng = np.random.default_rng(seed)
+    model = ModelBuilder()
+    x = model.input("input_1", (1, 49, 10, 1), "int8", 0.5, 80)
+    w, s, b, scale = _scaled_filter(rng, model, x, (16, 10, 4, 1), 16)
+    y = model.conv_2d(x, w, s, b, scale, -128, stride=(2, 2), activation="RELU", name="conv")
+    w, s, b, scale = _scaled_filter(rng, model, y, (1, 3, 3, 16), 16)
+    y = model.depthwise_conv_2d(y, w, s, b, scale, -128, activation="RELU", name="depthwise")
+    w, s, b, scale = _scaled_filter(rng, model, y, (16, 1, 1, 16), 16)
+    y = model.conv_2d(y, w, s, b, scale, -128, activation="RELU", name="pointwise")
+    y = model.reshape(model.pool_2d("AVERAGE_POOL_2D", y, (25, 5), name="pool"), (1, 16), name="flatten")
+    w, s, b, scale = _scaled_filter(rng, model, y, (12, 16), 12)
+    # weights 500 times smaller: logits a few units apart, so that the softmax does not saturate
+    y = model.fully_connected(y, w, s[:1] / 500, b, scale / 500, 0, name="logits")
+    model.output(model.softmax(y, name="Identity"))
+    return model
+
+
+@needs_litert
+def test_held_out_int8_network_of_the_kws_family_is_bit_exact_tensor_by_tensor(tmp_path):
+    builder = kws_family()
+    path = tmp_path / "kws_family.tflite"
+    builder.write(path)
+    model = relay_aot.read_tflite(path, every_tensor=True)
+    assert (model.importer, model.inexact, len(model.outputs)) == ("exact", (), 7)
+    compiled = relay_aot.compile(model.mod, params=model.params)
+    reference = Reference(path, every_tensor=True)
+    seen: dict[str, list] = {info.name: [] for info in model.outputs}
+    for k, (x,) in enumerate(_synthetic_inputs(builder, np.random.default_rng(3))):
+        theirs = reference([x])
+        for info, ours in zip(model.outputs, _values(compiled, [x]), strict=True):
+            assert_bit_exact(ours, theirs[info.index], f"input {k}, tensor {info.name!r}")
+            seen[info.name].append(ours)
+    for name, values in seen.items():  # the inputs exercised the network: no tensor saturated
+        values = np.stack(values)
+        assert len(np.unique(values)) > 40 and np.mean(values == 127) < 0.1, (name, np.unique(values))
+
+
+def small_float_network(seed: int = 7) -> ModelBuilder:
+    """A float32 conv net: conv, depthwise, average pool, FC, softmax."""
+    rng = np.random.default_rng(seed)
+    model = ModelBuilder()
+    x = model.input("image", (1, 16, 16, 3), "float32")
+    w = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+    y = model.conv_2d(x, w, bias=rng.standard_normal(8).astype(np.float32), stride=(2, 2), activation="RELU")
+    w = (rng.standard_normal((1, 3, 3, 8)) * 0.3).astype(np.float32)
+    y = model.depthwise_conv_2d(y, w, bias=np.zeros(8, np.float32), activation="RELU6")
+    y = model.reshape(model.pool_2d("AVERAGE_POOL_2D", y, (2, 2), (2, 2), "SAME"), (1, 128))
+    logits = model.fully_connected(y, (rng.standard_normal((10, 128)) * 0.1).astype(np.float32), name="logits")
+    model.output(logits, model.softmax(logits, name="probabilities"))
+    return model
+
+
+@needs_litert
+def test_held_out_float_network_is_within_1e_4_of_the_reference(tmp_path):
+    path = tmp_path / "float.tflite"
+    small_float_network().write(path)
+    model = relay_aot.read_tflite(path)
+    assert model.importer == "tvm"  # a float model: TVM's importer
+    compiled = relay_aot.compile(model.mod, params=model.params)
+    reference = Reference(path)
+    rng = np.random.default_rng(0)
+    for k in range(5):
+        x = (rng.standard_normal((1, 16, 16, 3)) * (1 + k)).astype(np.float32)
+        for info, ours, theirs in zip(model.outputs, _values(compiled, [x]), reference([x]), strict=True):
+            bound = 1e-4 * float(np.abs(theirs).max())
+            assert np.abs(ours - theirs).max() <= bound, (k, info.name, np.abs(ours - theirs).max(), bound)
+
+
+def quantized_island(seed: int = 9) -> ModelBuilder:
+    """Float in, float out: QUANTIZE, int8 conv, depthwise, ADD, max pool, FC, DEQUANTIZE."""
+    rng = np.random.default_rng(seed)
+    model = ModelBuilder()
+    x = model.input("features", (1, 12, 12, 4), "float32")
+    q = model.quantize(x, 0.04, 3)
+    w, s, b, scale = _scaled_filter(rng, model, q, (8, 3, 3, 4), 8)
+    y = model.conv_2d(q, w, s, b, scale, -128, activation="RELU", name="conv")
+    w, s, b, scale = _scaled_filter(rng, model, y, (1, 3, 3, 8), 8)
+    y = model.depthwise_conv_2d(y, w, s, b, scale, 0, stride=(2, 2), name="depthwise")
+    w, s, b, scale = _scaled_filter(rng, model, y, (8, 1, 1, 8), 8)
+    z = model.conv_2d(y, w, s, b, scale, 5, name="pointwise")
+    y = model.add(y, z, 1.5 * max(float(model.tensors[y]["scale"][0]), scale), 0, name="residual")
+    y = model.reshape(model.pool_2d("MAX_POOL_2D", y, (2, 2), (2, 2)), (1, 72))
+    w, s, b, scale = _scaled_filter(rng, model, y, (10, 72), 10)
+    y = model.fully_connected(y, w, s, b, scale, 0, name="logits")
+    model.output(model.dequantize(y, name="scores"))
+    return model
+
+
+@needs_litert
+def test_held_out_quantize_int8_dequantize_model_is_bit_exact(tmp_path):
+    """The int8 interior tensor by tensor, and the float output bit for bit."""
+    builder = quantized_island()
+    path = tmp_path / "island.tflite"
+    builder.write(path)
+    model = relay_aot.read_tflite(path, every_tensor=True)
+    assert (model.importer, model.inexact) == ("exact", ())
+    assert model.outputs[-1].dtype == "float32" and model.outputs[0].dtype == "int8"
+    compiled = relay_aot.compile(model.mod, params=model.params)
+    reference = Reference(path, every_tensor=True)
+    rng = np.random.default_rng(1)
+    for k in range(12):
+        x = rng.uniform(-4, 4, size=(1, 12, 12, 4)) / (1 + k % 3)
+        if k % 4 == 3:  # at or next to ties of the quantization: x / 0.04 = n + 1/2
+            x = (rng.integers(-90, 90, size=x.shape) + 0.5) * np.float32(0.04)
+        x = x.astype(np.float32)
+        theirs = reference([x])
+        for info, ours in zip(model.outputs, _values(compiled, [x]), strict=True):
+            assert_bit_exact(ours, theirs[info.index], f"input {k}, tensor {info.name!r}")
