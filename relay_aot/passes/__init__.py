@@ -37,7 +37,7 @@ from .bounds import (
 )
 from .exact_int8 import exact_int8_products
 from .gradient_cleanup import cleanup, static_tensor
-from .layouts import nchw_convolutions, preserves_order
+from .layouts import preserves_order
 from .te_compiler_speed import faster_te_compiler, warm_error_backtraces
 from .walk import ChainMutator, nodes_where
 
@@ -540,12 +540,7 @@ def prepare_with_extents(
         sequence += [fold_constants, *_graph_simplifications(opt_level)]
     if opt_level >= 3 and target is not None:
         # before the layout choice and AutoTVM's tasks alike: both see the kernels built
-        sequence += [
-            nchw_convolutions,
-            relay.transform.InferType(),
-            pooled_pointwise_convolutions,
-            windowed_global_pools,
-        ]
+        sequence += [pooled_pointwise_convolutions, windowed_global_pools]
     if until_layouts:
         return _run_sequence(sequence, mod, opt_level, target), extents
     if alters_layout:
