@@ -116,6 +116,11 @@ def _sliced_then_reshaped(begin, end, strides, axes=None):
     return build
 
 
+def _tiled_then_summed():
+    x, reps = _var("x", (A, A)), _i64("reps", (2,))
+    return [x, reps], relay.sum(relay.tile(x, reps))
+
+
 def _zero_reshape_then_flat():
     x = _var("x", (A, A))
     return [x], relay.reshape(relay.reshape(x, [0], allowzero=True), [-1])
@@ -523,6 +528,20 @@ CASES = [
         (KernelError, "tile: a repetition is negative"),
     ),
     ("dyn.tile by 0", _dyn_tile, (_f32(2, 3), np.array([0])), np.zeros((2, 0), "float32")),
+    # 4 rows times 2^62 wrapped to an empty axis in TVM's shape function, and a sum of the tiles
+    # returned 0 (campaign seed 9309)
+    (
+        "dyn.tile of 4 rows by 2^62, summed",
+        _tiled_then_summed,
+        (_f32(4, 4), np.array([2**62, 3])),
+        (KernelError, "tile: an extent times its repetition exceeds 2^63"),
+    ),
+    (
+        "dyn.tile of 4 rows by 2, summed",
+        _tiled_then_summed,
+        (_f32(4, 4), np.array([2, 3])),
+        np.float32(_f32(4, 4).sum() * 6),
+    ),
     ("dense with a ? number of rows, 4 of them", _dense, (_f32(1, 4), _f32(4, 4) - 7), _f32(1, 4) @ (_f32(4, 4) - 7).T),
     ("dense with a ? number of rows, 9 of them", _dense, (_f32(2, 3), _f32(9, 3) / 4), _f32(2, 3) @ (_f32(9, 3) / 4).T),
     (

@@ -561,12 +561,26 @@ def _take_from_nonempty(data_shape, indices_shape, out_shape, axis):
 
 
 @script
-def _non_negative_reps(reps, out_shape):
+def _non_negative_reps(data, reps, out_shape):
     out = output_tensor((out_shape.shape[0],), "int64")
     for i in const_range(out_shape.shape[0]):
         out[i] = out_shape[i]
     for i in const_range(reps.shape[0]):
         assert int64(reps[i]) >= int64(0), "tile: a repetition is negative"
+    # each extent is an input extent times its repetition (aligned at the last axis), which
+    # TVM's shape function computes in int64: 4 times 2^62 wrapped to an empty axis. (2^63 - 1
+    # is made of int32 literals: hybrid script reads every literal as int32.)
+    half = int64(1073741824) * int64(1073741824) * int64(4)
+    largest = half - int64(1) + half
+    for k in const_range(out_shape.shape[0]):
+        r = int64(1)
+        d = int64(1)
+        if k >= out_shape.shape[0] - reps.shape[0]:
+            r = int64(reps[k - (out_shape.shape[0] - reps.shape[0])])
+        if k >= out_shape.shape[0] - len(data.shape):
+            d = int64(data.shape[k - (out_shape.shape[0] - len(data.shape))])
+        if r > int64(0):
+            assert d <= largest // r, "tile: an extent times its repetition exceeds 2^63"
     return out
 
 
@@ -627,7 +641,8 @@ def _check_topk(attrs, inputs, outputs):
 
 
 def _check_tile(attrs, inputs, outputs):
-    return [_non_negative_reps(inputs[1], outputs[0])]
+    # dyn.tile's shape function reads its inputs as data: the first is the tensor itself
+    return [_non_negative_reps(inputs[0], inputs[1], outputs[0])]
 
 
 def _check_take(attrs, inputs, outputs):

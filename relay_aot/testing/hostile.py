@@ -1263,7 +1263,8 @@ def _follow_ons(dtype: str) -> list:
     steps = [
         ("reshape(-1)", lambda e: relay.reshape(e, [-1]), lambda v: v.reshape(-1)),
         ("expand_dims", lambda e: relay.expand_dims(e, 0), lambda v: v[None]),
-        ("transpose", lambda e: relay.transpose(e), lambda v: np.ascontiguousarray(v.T)),
+        # (np.ascontiguousarray makes a 0-d array 1-d: a copy keeps the rank; seed 9307)
+        ("transpose", lambda e: relay.transpose(e), lambda v: np.array(v.T, copy=True)),
     ]
     if dtype == "float32":
         steps += [
