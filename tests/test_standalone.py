@@ -57,7 +57,7 @@ TUPLES_IFS = """#[version = "0.0.5"]
 def @main(%x: Tensor[(4, 3), float32], %k: float32, %flag: bool) {
   let %parts = split(%x, indices_or_sections=2);
   let %a = %parts.0;
-  let %b = %parts.1;
+  let %b = abs(%parts.1);
   let %c = concatenate(%parts, axis=1);
   let %t = ((%a, %b), %c);
   let %chosen = if (%flag) { %t } else { ((%b, %a), multiply(%c, %k)) };
@@ -326,7 +326,12 @@ PROGRAMS = {
     ),
     "closures": _parsed((PROGRAMS_DIR / "closures.relay").read_text(), [np.array([1, 2, 3], dtype="float32")]),
     "fib": _parsed((PROGRAMS_DIR / "fib.relay").read_text(), [np.int32(12)]),
-    "tuples_ifs": _parsed(TUPLES_IFS, [np.arange(12, dtype="float32").reshape(4, 3), np.float32(2), np.bool_(False)]),
+    "polymorphic_maps": _parsed(
+        (PROGRAMS_DIR / "polymorphic_maps.relay").read_text(), [np.array([1.5, -2, 0.25], dtype="float32"), np.int32(3)]
+    ),
+    "tuples_ifs": _parsed(
+        TUPLES_IFS, [(np.arange(12, dtype="float32") - 5).reshape(4, 3), np.float32(2), np.bool_(False)]
+    ),
     "dtypes": _parsed(
         DTYPES,
         [
