@@ -37,3 +37,21 @@ class ImportedModel:
     #: the quantized operators the "exact" importer converted with TVM's converter instead,
     #: whose results may differ from the reference kernels' (``"MEAN (operator 3): why"``)
     inexact: tuple[str, ...] = ()
+
+
+#: TFLite's TensorType enumeration (schema.fbs) -> numpy dtype names.
+DTYPES = {
+    0: "float32",
+    1: "float16",
+    2: "int32",
+    3: "uint8",
+    4: "int64",
+    6: "bool",
+    7: "int16",
+    9: "int8",
+    10: "float64",
+    11: "complex128",
+    12: "uint64",
+    15: "uint32",
+    16: "uint16",
+}
