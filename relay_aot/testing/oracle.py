@@ -315,7 +315,9 @@ class IsolatedOracle:
         env.setdefault("TVM_NUM_THREADS", "1")
         limit = [] if self.memory_limit is None else ["--memory-limit", str(int(self.memory_limit))]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "relay_aot.testing.oracle", *limit],
+            # imported, not run with -m: the package imports this module first, and runpy then
+            # warns on every child's stderr that it was already in sys.modules
+            [sys.executable, "-c", "from relay_aot.testing.oracle import main; main()", *limit],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -412,13 +414,18 @@ def _serve(memory_limit: int | None = None) -> None:
         while len(runners) > CHILD_CACHE_SIZE:
             del runners[next(iter(runners))]
         outcome = runner if isinstance(runner, Outcome) else evaluate(None, args, executor, runner)
-        # A plain tuple: this module runs as __main__ here, so its classes do not unpickle.
+        # A plain tuple: the parent needs no class of this module to read it.
         replies.send_bytes(pickle.dumps((outcome.kind, outcome.value, outcome.detail, outcome.cause)))
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """The child process of :class:`IsolatedOracle`: serve requests from stdin."""
     import argparse
 
-    _parser = argparse.ArgumentParser(description="the child process of IsolatedOracle (reads requests on stdin)")
-    _parser.add_argument("--memory-limit", type=int, default=None, help="address space limit in bytes")
-    _serve(_parser.parse_args().memory_limit)
+    parser = argparse.ArgumentParser(description="the child process of IsolatedOracle (reads requests on stdin)")
+    parser.add_argument("--memory-limit", type=int, default=None, help="address space limit in bytes")
+    _serve(parser.parse_args().memory_limit)
+
+
+if __name__ == "__main__":
+    main()
