@@ -116,6 +116,11 @@ def _sliced_then_reshaped(begin, end, strides, axes=None):
     return build
 
 
+def _static_tile_summed():
+    x = _var("x", (A,))
+    return [x], relay.sum(relay.tile(x, [3]), axis=[-1])
+
+
 def _tiled_then_summed():
     x, reps = _var("x", (A, A)), _i64("reps", (2,))
     return [x, reps], relay.sum(relay.tile(x, reps))
@@ -542,6 +547,10 @@ CASES = [
         (_f32(4, 4), np.array([2, 3])),
         np.float32(_f32(4, 4).sum() * 6),
     ),
+    # the fused sum's loop over the empty tiles divides by the empty extent zero times, and the
+    # check on entry refused it (campaign seed 9409)
+    ("tile of an empty vector by 3, summed", _static_tile_summed, (_f32(0),), np.float32(0)),
+    ("tile of 4 elements by 3, summed", _static_tile_summed, (_f32(4),), np.float32(_f32(4).sum() * 3)),
     ("dense with a ? number of rows, 4 of them", _dense, (_f32(1, 4), _f32(4, 4) - 7), _f32(1, 4) @ (_f32(4, 4) - 7).T),
     ("dense with a ? number of rows, 9 of them", _dense, (_f32(2, 3), _f32(9, 3) / 4), _f32(2, 3) @ (_f32(9, 3) / 4).T),
     (

@@ -500,3 +500,26 @@ def test_a_library_loaded_by_tvm_is_known_too(tmp_path):
         _adds(2.0, "t").export_library(path)
     with pytest.raises(ValueError, match="already loaded a library from this path"):
         relay_aot.load(path)
+
+
+def test_a_division_by_an_extent_is_checked_where_it_runs():
+    """A kernel dividing by an extent known on entry fails with the check, instead of SIGFPE,
+    when the division runs; inside loops that run zero times it never runs, and is no error."""
+    import numpy as np
+    import tvm
+
+    from relay_aot.kernels.divisions import MESSAGE, guard_divisions
+
+    n, m = tvm.te.var("n"), tvm.te.var("m")
+    data = tvm.te.placeholder((m,), name="data")
+    out = tvm.te.compute((n,), lambda i: data[tvm.tir.indexmod(i, m)], name="out")
+    func = guard_divisions(tvm.te.create_prim_func([data, out]).with_attr("global_symbol", "wrap"))
+    assert MESSAGE in str(func.script())
+    kernel = tvm.build(func, target="llvm")
+    dev = tvm.cpu()
+    filled = tvm.nd.empty((5,), "float32", dev)
+    kernel(tvm.nd.array(np.arange(2, dtype="float32")), filled)
+    assert filled.numpy().tolist() == [0, 1, 0, 1, 0]
+    kernel(tvm.nd.empty((0,), "float32", dev), tvm.nd.empty((0,), "float32", dev))  # no loop, no division
+    with pytest.raises(tvm.TVMError, match="division by zero"):
+        kernel(tvm.nd.empty((0,), "float32", dev), tvm.nd.empty((3,), "float32", dev))

@@ -48,11 +48,12 @@ def _loads(expr: tir.PrimExpr) -> bool:
     return bool(found)
 
 
-def _check(divisors: list[tir.PrimExpr], body: tir.Stmt) -> tir.Stmt:
+def _check(conditions: list[tir.PrimExpr], body: tir.Stmt) -> tir.Stmt:
+    """``body`` after an assertion that every one of ``conditions`` (divisor != 0, or the
+    division does not run) holds."""
     condition = None
-    for d in divisors:
-        nonzero = tir.NE(d, tir.const(0, d.dtype))
-        condition = nonzero if condition is None else tir.And(condition, nonzero)
+    for c in conditions:
+        condition = c if condition is None else tir.And(condition, c)
     return tir.AssertStmt(condition, tir.StringImm(MESSAGE), body)
 
 
@@ -85,25 +86,41 @@ _OWN_EXPRESSIONS = {
 
 
 def guard_divisions(func: tir.PrimFunc, everywhere: bool = False) -> tir.PrimFunc:
-    """``func`` with a check before each integer division by a non-constant (module docstring)."""
+    """``func`` with a check before each integer division by a non-constant (module docstring).
+
+    A divisor checked on entry is checked only where its statement runs: a division inside
+    loops whose extents are known on entry may be by zero when one of them is 0 (a tile of an
+    empty axis, summed: the sum's loop divides by the empty extent zero times)."""
     bound = _entry_vars(func)
     on_entry: list[tir.PrimExpr] = []
     seen: set = set()
+    loops: list[tir.PrimExpr] = []  # the extents of the loops around the statement visited
+
+    def enter(stmt):
+        if isinstance(stmt, tir.For):
+            loops.append(stmt.extent)
+        return None
 
     def guard(stmt):
+        if isinstance(stmt, tir.For):
+            loops.pop()  # its own min and extent are computed outside it
         divisors = [d for e in _OWN_EXPRESSIONS[_key(stmt)](stmt) for d in _divisors(e)]
         inner = []
         for d in divisors:
             if _known_on_entry(d, bound):
-                key = str(d)
+                condition = tir.NE(d, tir.const(0, d.dtype))
+                for extent in loops:
+                    if _known_on_entry(extent, bound) and not isinstance(extent, tir.IntImm):
+                        condition = tir.Or(condition, tir.EQ(extent, tir.const(0, extent.dtype)))
+                key = str(condition)
                 if key not in seen:
                     seen.add(key)
-                    on_entry.append(d)
+                    on_entry.append(condition)
             elif everywhere:
-                inner.append(d)
+                inner.append(tir.NE(d, tir.const(0, d.dtype)))
         return _check(inner, stmt) if inner else None
 
-    body = tir.stmt_functor.ir_transform(func.body, None, guard, list(_OWN_EXPRESSIONS))
+    body = tir.stmt_functor.ir_transform(func.body, enter, guard, list(_OWN_EXPRESSIONS))
     if on_entry:
         body = _check(on_entry, body)
     if body.same_as(func.body):
