@@ -24,27 +24,11 @@ import tvm
 from tvm import relay
 
 from ..errors import RelayAotError, UnsupportedError
+from .model import TFLITE_DTYPES as DTYPES
 from .model import ImportedModel, TensorInfo
 
 #: The flatbuffer file identifier of TFLite's schema, at bytes 4..8 of a model file.
 IDENTIFIER = b"TFL3"
-
-#: TFLite's TensorType enumeration (schema.fbs) -> numpy dtype names.
-DTYPES = {
-    0: "float32",
-    1: "float16",
-    2: "int32",
-    3: "uint8",
-    4: "int64",
-    6: "bool",
-    7: "int16",
-    9: "int8",
-    10: "float64",
-    11: "complex128",
-    12: "uint64",
-    15: "uint32",
-    16: "uint16",
-}
 
 
 def is_tflite(path: str | os.PathLike) -> bool:
