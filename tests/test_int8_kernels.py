@@ -1,18 +1,22 @@
-"""int8 kernels with VNNI.
+"""int8 kernels with VNNI, and NHWC convolutions in NCHW on x86.
 
 TVM's uint8 x int8 kernels (``conv2d_NCHWc_int8``, ``dense_int8``, ``batch_matmul_int8``) are
 built with ``vpdpbusd`` as the linked LLVM declares it (``kernels/vnni.py``); TVM's x86
 legalization turns int8 x int8 products into uint8 x int8 ones (the data shifted by 128, the
 weights' sums times 128 subtracted). Every kind of product, with both operand types, is checked
 exactly against numpy's int64 on extreme values (0, 255, -128, 127) where the host has VNNI, and
-built without running for CPUs named by ``-mcpu`` (AVX-512 VNNI, AVX-VNNI, none).
+built without running for CPUs named by ``-mcpu`` (AVX-512 VNNI, AVX-VNNI, none). NHWC
+convolutions and pools become NCHWc kernels on x86 (``passes/nchw.py``): results against the
+graph executor (float) and numpy (int8), kernels by their names.
 """
 
+import re
 
 import numpy as np
 import pytest
 import tvm
 from tvm import relay, te, topi
+from tvm.contrib import graph_executor
 from tvm.target.x86 import get_simd_32bit_lanes
 
 import relay_aot
@@ -237,3 +241,146 @@ def test_outside_relay_aot_tvms_intrinsic_is_unchanged():
         tvms = tensor_intrin.dot_16x1x16_uint8_int8_int32()
     assert str(outside.body) == str(tvms.body)
     assert "int8x64" in str(inside.body) and str(inside.body) != str(tvms.body)
+
+
+# -- NHWC models -----------------------------------------------------------------------------
+
+
+def _float_nhwc_net():
+    """conv 3x3 (stride 2), max pool, depthwise 3x3, 1x1 conv, avg pool, global pool, dense: NHWC
+    as TFLite's models are, weights constant."""
+    rng = np.random.default_rng(5)
+    x = relay.var("x", shape=(1, 64, 64, 3))
+    params = {}
+
+    def weight(name, shape):
+        params[name] = rng.normal(0, 0.3, shape).astype("float32")
+        return relay.var(name, shape=shape)
+
+    y = relay.nn.conv2d(
+        x,
+        weight("c1", (3, 3, 3, 16)),
+        strides=(2, 2),
+        padding=(1, 1),
+        channels=16,
+        kernel_size=(3, 3),
+        data_layout="NHWC",
+        kernel_layout="HWIO",
+    )
+    y = relay.nn.relu(relay.nn.bias_add(y, weight("b1", (16,)), axis=3))
+    y = relay.nn.max_pool2d(y, (2, 2), strides=(2, 2), layout="NHWC")
+    y = relay.nn.conv2d(
+        y,
+        weight("dw", (3, 3, 16, 1)),
+        padding=(1, 1),
+        groups=16,
+        channels=16,
+        kernel_size=(3, 3),
+        data_layout="NHWC",
+        kernel_layout="HWOI",
+    )
+    y = relay.clip(y, 0.0, 6.0)
+    y = relay.nn.conv2d(
+        y, weight("pw", (1, 1, 16, 32)), channels=32, kernel_size=(1, 1), data_layout="NHWC", kernel_layout="HWIO"
+    )
+    y = relay.nn.avg_pool2d(y, (2, 2), strides=(2, 2), layout="NHWC")
+    y = relay.reshape(relay.nn.global_avg_pool2d(y, layout="NHWC"), (1, 32))
+    y = relay.nn.dense(y, weight("fc", (10, 32)))
+    mod = tvm.IRModule.from_expr(relay.Function(relay.analysis.free_vars(y), y))
+    return relay.transform.InferType()(mod), params
+
+
+def _nhwc_kernels(kernels: dict[str, str]) -> list[str]:
+    return [name for name in kernels if re.search(r"conv2d|pool", name)]
+
+
+def test_float_nhwc_net_becomes_nchwc_kernels_and_agrees():
+    mod, params = _float_nhwc_net()
+    x = np.random.default_rng(6).normal(0, 1, (1, 64, 64, 3)).astype("float32")
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=HOST, params=params)
+    graph = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    graph.run(x=x)
+    expected = graph.get_output(0).numpy()
+    got = relay_aot.compile(mod, params=params)(x).numpy()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+    names = _nhwc_kernels(_lowered(mod, params=params))
+    convolutions = [n for n in names if "conv2d" in n]
+    assert len(convolutions) == 3 and all("NCHWc" in n for n in convolutions), names
+
+
+def _int8_nhwc_net():
+    """Two int8 x int8 convolutions (a 3x3 with padding, a depthwise 3x3) with the integer
+    requantization between them, NHWC as the exact TFLite import writes them."""
+    rng = np.random.default_rng(7)
+    x = relay.var("x", shape=(1, 12, 10, 8), dtype="int8")
+    w1 = _extremes(rng, (3, 3, 8, 32), "int8")
+    w2 = _extremes(rng, (3, 3, 32, 1), "int8")
+    y = relay.nn.conv2d(
+        x,
+        relay.const(w1),
+        padding=(1, 1),
+        channels=32,
+        kernel_size=(3, 3),
+        data_layout="NHWC",
+        kernel_layout="HWIO",
+        out_dtype="int32",
+    )
+    y = relay.annotation.stop_fusion(y)
+    y = relay.right_shift(y, relay.const(10, "int32"))
+    y = relay.cast(relay.clip(y, -128, 127), "int8")
+    y = relay.nn.max_pool2d(y, (2, 2), strides=(2, 2), layout="NHWC")
+    y = relay.nn.conv2d(
+        y,
+        relay.const(w2),
+        padding=(1, 1),
+        groups=32,
+        channels=32,
+        kernel_size=(3, 3),
+        data_layout="NHWC",
+        kernel_layout="HWOI",
+        out_dtype="int32",
+    )
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+
+    def reference(xv):
+        nchw = xv.transpose(0, 3, 1, 2)
+        a = _conv2d_reference(nchw, w1.transpose(3, 2, 0, 1), (1, 1), (1, 1), (1, 1), 1)
+        a = np.clip(a >> 10, -128, 127)
+        a = a.reshape(1, 32, 6, 2, 5, 2).max(axis=(3, 5))
+        b = _conv2d_reference(a, w2.transpose(2, 3, 0, 1), (1, 1), (1, 1), (1, 1), 32)
+        return b.transpose(0, 2, 3, 1)
+
+    return mod, reference
+
+
+def test_int8_nhwc_net_becomes_nchwc_kernels_and_is_exact():
+    mod, reference = _int8_nhwc_net()
+    x = _extremes(np.random.default_rng(8), (1, 12, 10, 8), "int8")
+    names = _nhwc_kernels(_lowered(mod))
+    convolutions = [n for n in names if "conv2d" in n]
+    assert len(convolutions) == 2 and all("NCHWc" in n for n in convolutions), names
+    np.testing.assert_array_equal(relay_aot.compile(mod)(x).numpy(), reference(x))
+
+
+def test_nhwc_stays_for_other_targets_and_where_it_does_not_pay():
+    """Not x86 (an AArch64 triple): TVM's ARM strategies have NHWC kernels of their own. And a
+    convolution too small for its transforms' cost (one output channel of a 1x1 over a large
+    image: as many elements moved as multiplied) keeps its layout."""
+    from relay_aot.passes import nchw
+
+    assert not nchw.is_x86(tvm.target.Target("llvm -mtriple=aarch64-linux-gnu"))
+    assert nchw.is_x86(tvm.target.Target("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"))
+    x = relay.var("x", shape=(1, 64, 64, 4))
+    y = relay.nn.conv2d(
+        x,
+        relay.const(np.ones((1, 1, 4, 1), "float32")),
+        kernel_size=(1, 1),
+        channels=1,
+        data_layout="NHWC",
+        kernel_layout="HWIO",
+    )
+    y = relay.sigmoid(relay.add(x, y))  # the NHWC input is needed again after the convolution
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+    with tvm.transform.PassContext(opt_level=3), HOST:
+        assert nchw.nchw_convolutions(mod).astext().count("NHWC") == mod.astext().count("NHWC")
