@@ -143,3 +143,31 @@ def _requirement(target: str) -> CpuRequirement:
 def requirement(target: tvm.target.Target) -> CpuRequirement:
     """What kernels compiled for ``target`` need of the CPU that runs them."""
     return _requirement(str(target))
+
+
+def int32_lanes(target: tvm.target.Target | None = None) -> int:
+    """The int32 lanes TVM's x86 schedules block their kernels by for ``target`` (the one in
+    scope if None): 16 with AVX-512 BW, 8 with AVX2, 4 otherwise (``get_simd_32bit_lanes``,
+    which reads the target in scope)."""
+    from tvm.target.x86 import get_simd_32bit_lanes
+
+    if target is None:
+        return get_simd_32bit_lanes()
+    with target:
+        return get_simd_32bit_lanes()
+
+
+def has_vnni(target: tvm.target.Target | None = None) -> bool:
+    """Whether ``target`` (the one in scope if None) computes VNNI's ``vpdpbusd`` at the width TVM's
+    x86 int8 kernels block by (:func:`int32_lanes`): 512 bits with ``avx512vnni``; 256 bits with
+    AVX-VNNI or AVX-512 VNNI on 256-bit registers (``avx512vl``). ``vpdpbusd`` sums four
+    uint8 x int8 products into an int32 without saturating (``vpmaddubsw``, the instruction
+    without VNNI, saturates pairs of them in int16)."""
+    from tvm.target.codegen import target_has_features
+
+    lanes = int32_lanes(target)
+    if lanes == 16:
+        return bool(target_has_features("avx512vnni", target))
+    if lanes == 8:
+        return bool(target_has_features("avxvnni", target) or target_has_features(["avx512vnni", "avx512vl"], target))
+    return False

@@ -7,6 +7,24 @@ import dataclasses
 import numpy as np
 import tvm
 
+#: TFLite's TensorType enumeration (schema.fbs) -> numpy dtype names (read by ``tflite.py`` and
+#: ``tflite_exact.py``; here, so that the exact importer need not import the module that calls it).
+TFLITE_DTYPES = {
+    0: "float32",
+    1: "float16",
+    2: "int32",
+    3: "uint8",
+    4: "int64",
+    6: "bool",
+    7: "int16",
+    9: "int8",
+    10: "float64",
+    11: "complex128",
+    12: "uint64",
+    15: "uint32",
+    16: "uint16",
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class TensorInfo:
@@ -37,21 +55,3 @@ class ImportedModel:
     #: the quantized operators the "exact" importer converted with TVM's converter instead,
     #: whose results may differ from the reference kernels' (``"MEAN (operator 3): why"``)
     inexact: tuple[str, ...] = ()
-
-
-#: TFLite's TensorType enumeration (schema.fbs) -> numpy dtype names.
-DTYPES = {
-    0: "float32",
-    1: "float16",
-    2: "int32",
-    3: "uint8",
-    4: "int64",
-    6: "bool",
-    7: "int16",
-    9: "int8",
-    10: "float64",
-    11: "complex128",
-    12: "uint64",
-    15: "uint32",
-    16: "uint16",
-}

@@ -24,7 +24,8 @@ import tvm
 from tvm import relay
 
 from ..errors import RelayAotError, UnsupportedError
-from .model import DTYPES, ImportedModel, TensorInfo
+from .model import TFLITE_DTYPES as DTYPES
+from .model import ImportedModel, TensorInfo
 
 #: The flatbuffer file identifier of TFLite's schema, at bytes 4..8 of a model file.
 IDENTIFIER = b"TFL3"

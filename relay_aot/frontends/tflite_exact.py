@@ -67,7 +67,8 @@ from tvm import relay
 from tvm.runtime.name_transforms import sanitize_name
 
 from ..errors import UnsupportedError
-from .model import DTYPES, ImportedModel, TensorInfo
+from .model import TFLITE_DTYPES as DTYPES
+from .model import ImportedModel, TensorInfo
 
 _OPERATOR_NAMES = {value: name for name, value in BuiltinOperator.__dict__.items() if not name.startswith("_")}
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

@@ -36,8 +36,9 @@ from .bounds import (
     zero_reshapes_kept,
 )
 from .exact_int8 import exact_int8_products
-from .gradient_cleanup import cleanup, static_tensor
-from .layouts import preserves_order
+from .gradient_cleanup import cleanup
+from .layout_cost import LAYOUT_TRANSFORM_SHARE, _multiply_accumulates, _runtime_transform_elements
+from .nchw import nchw_convolutions
 from .te_compiler_speed import faster_te_compiler, warm_error_backtraces
 from .walk import ChainMutator, nodes_where
 
@@ -201,89 +202,6 @@ def bounded_take(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
-
-
-def _runtime_transform_elements(mod: tvm.IRModule) -> int:
-    """Elements moved per call by ``mod``'s ``layout_transform`` calls of non-constant tensors.
-
-    A transform whose input is a constant folds away at compile time and costs nothing at run
-    time; one that moves nothing (``layouts.preserves_order``) is a view of its input. A ``?``
-    extent counts as 1: the shape is not known, and the rule below should not take a risk on it.
-    """
-    total = 0
-
-    def visit(node):
-        nonlocal total
-        if (
-            isinstance(node, relay.Call)
-            and isinstance(node.op, tvm.ir.Op)
-            and node.op.name == "layout_transform"
-            and not isinstance(node.args[0], relay.Constant)
-            and not preserves_order(node)  # it moves nothing (an image's NCHW as NCHW1c)
-        ):
-            extents = [int(d) if isinstance(d, tvm.tir.IntImm) else 1 for d in node.args[0].checked_type.shape]
-            total += int(np.prod(extents, dtype=np.int64))
-
-    for func in mod.functions.values():
-        if isinstance(func, relay.Function):
-            relay.analysis.post_order_visit(func, visit)
-    return total
-
-
-def _multiply_accumulates(mod: tvm.IRModule) -> int:
-    """The multiply-accumulates of ``mod``'s convolutions and matrix products.
-
-    The operators that register TVM's ``FMacCount`` are counted, but by :func:`_call_macs`
-    rather than TVM's counters: those abort on calls Relay accepts (a ``conv2d`` built without
-    ``kernel_size``, as the Legalize of ``conv2d_backward_weight`` makes; an N-d ``dense``).
-    A call with a ``?`` extent counts nothing: there is no evidence that a layout change pays.
-    """
-    total = 0
-
-    def visit(node):
-        nonlocal total
-        if (
-            isinstance(node, relay.Call)
-            and isinstance(node.op, tvm.ir.Op)
-            and node.op.get_attr("FMacCount") is not None
-            and all(static_tensor(arg.checked_type) for arg in [*node.args, node])
-        ):
-            total += _call_macs(node)
-
-    for func in mod.functions.values():
-        if isinstance(func, relay.Function):
-            relay.analysis.post_order_visit(func, visit)
-    return total
-
-
-def _call_macs(call: relay.Call) -> int:
-    """Multiply-accumulates of one static convolution or matrix product: its output elements
-    times the length of each one's reduction."""
-    out = [int(d) for d in call.checked_type.shape]
-    shapes = [[int(d) for d in arg.checked_type.shape] for arg in call.args]
-    attrs = call.attrs
-    outputs = int(np.prod(out, dtype=np.int64))
-    if call.op.name in ("nn.conv2d", "nn.conv2d_transpose"):
-        # Each output element reduces over (weight elements / output channels), whatever the
-        # kernel layout: (O, I/g, kh, kw) for conv2d, (I, O/g, kh, kw) for its transpose.
-        layout = str(attrs.out_layout or attrs.data_layout)
-        channels = 1
-        for axis, extent in zip(layout, out):
-            if axis in "Cc":
-                channels *= extent
-        weights = int(np.prod(shapes[1], dtype=np.int64))
-        return outputs * weights // max(channels, 1)
-    if call.op.name == "nn.dense":
-        return outputs * shapes[0][-1]
-    if call.op.name == "nn.batch_matmul":
-        return outputs * shapes[0][-2 if attrs.transpose_a else -1]
-    return 0
-
-
-#: A layout change is kept when the tensors it transforms at run time hold at most this share
-#: of the multiply-accumulates of the convolutions and matrix products (one element moved
-#: against one multiply-accumulate; see :func:`alter_layout`).
-LAYOUT_TRANSFORM_SHARE = 1 / 32
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantIfPossible")
@@ -498,8 +416,11 @@ def prepare_with_extents(
     At ``opt_level`` 2 and up, the dataflow simplifications of ``relay.build`` run too; at 3,
     ``AlterOpLayout`` picks the target's preferred data layouts (packed weights for ``dense``,
     ``NCHWc`` convolutions on x86, as ``relay.build`` does) when their run-time cost is small
-    (see :func:`alter_layout`). ``layouts=False`` leaves layouts as they are, whatever the level:
-    AutoTVM's tasks are the kernels before that choice, which reads their records.
+    (see :func:`alter_layout`); before it, on x86, NHWC convolutions and pools become NCHW ones
+    where the transforms this adds are cheap (:func:`.layouts.nchw_convolutions`: TVM's x86
+    schedules are written for NCHWc). ``layouts=False`` leaves out the layout choice, whatever
+    the level (not the NCHW conversion): AutoTVM's tasks are the kernels before that choice,
+    which reads their records.
     ``until_layouts=True`` stops where the layout choice would run: the dataflow graph whose
     operators become those kernels, which TVM's graph tuner reads (see :func:`layout_graph`).
     ``winograd``: after the layout choice, 3x3 convolutions with constant weights on AVX-512
@@ -540,7 +461,12 @@ def prepare_with_extents(
         sequence += [fold_constants, *_graph_simplifications(opt_level)]
     if opt_level >= 3 and target is not None:
         # before the layout choice and AutoTVM's tasks alike: both see the kernels built
-        sequence += [pooled_pointwise_convolutions, windowed_global_pools]
+        sequence += [
+            nchw_convolutions,
+            relay.transform.InferType(),
+            pooled_pointwise_convolutions,
+            windowed_global_pools,
+        ]
     if until_layouts:
         return _run_sequence(sequence, mod, opt_level, target), extents
     if alters_layout:

@@ -5,16 +5,21 @@ TVM's x86 strategies compute a ``uint8`` x ``int8`` ``conv2d``, ``dense`` or ``b
 saturation: 255 * 127 * 2 does not fit, so a kernel over full-range values returns wrong numbers
 (on a target with SSE4.2, which every x86 CPU named by ``-mcpu`` has; the generic ``llvm`` target
 takes the plain kernels). TVM's QNN legalization makes exactly these products out of
-``qnn.conv2d`` and ``qnn.dense`` on such targets, so a quantized network from ONNX came back wrong.
-Only VNNI's ``vpdpbusd`` (``avx512vnni``, ``avxvnni``) sums them in ``int32``. Without it, the
-operands are widened to ``int16`` first, which is what TVM's legalization does on CPUs it does
-not consider fast at int8: the same values, computed by the ordinary kernels.
+``qnn.conv2d`` and ``qnn.dense`` on such targets, and its x86 legalization of ``nn.conv2d`` and
+``nn.dense`` makes them out of int8 x int8 ones (the data shifted by 128 into uint8, the
+weights' sums times 128 subtracted after), so a quantized network came back wrong. Only VNNI's
+``vpdpbusd`` (``avx512vnni``, ``avxvnni``) sums them in ``int32``. Without it, the operands are
+widened to ``int16`` first, which is what TVM's legalization does on CPUs it does not consider
+fast at int8: the same values, computed by the ordinary kernels.
 
-With VNNI the products are exact, but TVM 0.19's VNNI kernels do not build with the LLVM it is
-linked to here: they call ``llvm.x86.avx512.vpdpbusd.512`` with ``int32x16`` operands, and
-LLVM 21 changed that intrinsic to take ``int8x64`` -- LLVM's assertion aborts the build
-("Calling a function with a bad signature!"). So from LLVM 21 on the operands are widened on
-VNNI CPUs as well; a uint8 network is then exact and compiles, at the ordinary kernels' speed.
+With VNNI the products are left to TVM's int8 kernels, which relay_aot builds with
+``vpdpbusd`` called as the linked LLVM declares it (``kernels/vnni.py``: TVM 0.19's own call
+has the signature LLVM had before 21, and aborts the build). They are widened there too where
+the int8 kernels would still go wrong: on CPUs with AMX, whose tile kernels TVM picks for
+``dense`` and ``batch_matmul`` (their LLVM intrinsics are not the ones relay_aot calls), and
+for a convolution whose channels TVM's int8 kernel cannot block (input channels by 4, output
+channels by 16; TVM's legalization pads them, but not for a dilated convolution, whose lowering
+then failed with an ``IndexError``).
 """
 
 from __future__ import annotations
@@ -23,24 +28,17 @@ import tvm
 from tvm import relay
 from tvm.target.codegen import target_has_features
 
+from ..cpu import has_vnni
 from .bounds import rewrite_functions
 
 #: Operators TVM's x86 strategies compute with ``vpmaddubsw`` for uint8 data and int8 weights.
 PRODUCTS = ("nn.conv2d", "nn.dense", "nn.batch_matmul", "nn.contrib_dense_pack")
 
 
-#: The first LLVM whose ``vpdpbusd`` intrinsics take int8 vectors, which TVM 0.19's VNNI
-#: kernels do not (module docstring).
-LLVM_VNNI_SIGNATURE_CHANGED = 21
-
-
 def _needs_widening(target: tvm.target.Target) -> bool:
-    """Whether ``target``'s uint8 x int8 kernels may saturate (x86 with SSE4.2, no VNNI) or, with
-    VNNI, would not build (LLVM 21 or later: module docstring)."""
-    if target is None or target.kind.name != "llvm" or not target_has_features("sse4.2", target):
-        return False
-    vnni = target_has_features("avx512vnni", target) or target_has_features("avxvnni", target)
-    return not vnni or tvm.target.codegen.llvm_version_major() >= LLVM_VNNI_SIGNATURE_CHANGED
+    """Whether x86 target ``target``'s uint8 x int8 kernels may saturate (no VNNI at the width
+    TVM's kernels use) or take AMX's tiles (module docstring)."""
+    return not has_vnni(target) or bool(target_has_features("amx-int8", target))
 
 
 def _is_u8_by_s8(call: relay.Call) -> bool:
@@ -55,9 +53,31 @@ def _is_u8_by_s8(call: relay.Call) -> bool:
     )
 
 
+def _unblocked_convolution(call: relay.Call) -> bool:
+    """Whether ``call`` is a uint8 x int8 ``conv2d`` (of one group) that TVM's int8 kernel cannot
+    block: input channels not a multiple of 4 or output channels not of 16 (or not static)."""
+    if not (_is_u8_by_s8(call) and call.op.name == "nn.conv2d" and int(call.attrs.groups) == 1):
+        return False
+    data_layout, kernel_layout = str(call.attrs.data_layout), str(call.attrs.kernel_layout)
+    if "C" not in data_layout or "O" not in kernel_layout:
+        return True
+    channels = call.args[0].checked_type.shape[data_layout.index("C")]
+    filters = call.args[1].checked_type.shape[kernel_layout.index("O")]
+    if not all(isinstance(d, tvm.tir.IntImm) for d in (channels, filters)):
+        return True
+    return int(channels) % 4 != 0 or int(filters) % 16 != 0
+
+
 class _Widen(relay.ExprMutator):
+    """Widens every uint8 x int8 product (``everywhere``) or only the convolutions TVM's int8
+    kernel cannot block."""
+
+    def __init__(self, everywhere: bool) -> None:
+        super().__init__()
+        self.everywhere = everywhere
+
     def visit_call(self, call):
-        wanted = _is_u8_by_s8(call)
+        wanted = _is_u8_by_s8(call) if self.everywhere else _unblocked_convolution(call)
         call = super().visit_call(call)
         if not wanted:
             return call
@@ -67,8 +87,15 @@ class _Widen(relay.ExprMutator):
 
 @tvm.transform.module_pass(opt_level=0, name="ExactInt8Products")
 def exact_int8_products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """Widen the operands of every uint8 x int8 product to int16 when the target in scope would
-    compute it with saturation (module docstring); type-checked input, a no-op elsewhere."""
-    if not _needs_widening(tvm.target.Target.current(allow_none=True)):
+    """Widen the operands of uint8 x int8 products to int16 where the target in scope would
+    compute them with saturation or could not compute them (module docstring); type-checked
+    input, a no-op for targets other than x86 with SSE4.2."""
+    target = tvm.target.Target.current(allow_none=True)
+    if target is None or target.kind.name != "llvm" or not target_has_features("sse4.2", target):
         return mod
-    return rewrite_functions(mod, _is_u8_by_s8, _Widen)
+    everywhere = _needs_widening(target)
+    return rewrite_functions(
+        mod,
+        _is_u8_by_s8 if everywhere else _unblocked_convolution,
+        lambda: _Widen(everywhere),
+    )
