@@ -1,0 +1,246 @@
+"""Grouped 1x1 convolutions (ShuffleNet's) as register-blocked matrix products, in ``NCHW``.
+
+A grouped pointwise convolution with ``G`` groups is ``G`` matrix products: the ``M = O/G``
+filters of a group times its ``K = C/G`` input channels, each channel a contiguous row of
+``H*W`` values in ``NCHW``. x86 keeps grouped convolutions in ``NCHW`` (``AlterOpLayout`` packs
+only ungrouped and depthwise ones) and schedules them with ``group_conv2d_nchw.x86``, whose
+untuned fallback vectorises over a few output columns and spills: ShuffleNet's 1x1 layers (4
+groups of 34, 68 and 136 channels) ran at 5-30 GFLOP/s, 13.5 of the model's 16.5 ms on Zen 5
+(onnxruntime's whole model: 6.8 ms).
+
+Here each output value is ``sum_k x[g*K + k, h, w] * w[o, k]`` (``g = o // M``), computed a
+register block at a time: ``rows`` filters of one group by a run of one row of the map, the
+widest that divides the row and fits one vector (14 of AVX-512's 16 lanes on ShuffleNet's 28-
+and 14-wide maps, 7 on its 7-wide ones): for each input channel of the group, one load of the
+run and one broadcast weight per filter feed ``rows`` multiply-adds. Runs are never wider than
+a vector: LLVM splits a vector of 28, 49 or 196 lanes into pieces and shuffles, and such blocks
+ran at 4-15 GFLOP/s. The block is chosen by :func:`blocking` for the target's vector width and
+register count (ShuffleNet's: 17 or 28 filters by one run, 88-178 GFLOP/s on Zen 5 for the
+kernel alone); the fused operators after the convolution (batch norm's scale and shift, a
+residual ``add``, ``relu``) are applied to the accumulators before their only store. The
+accumulators live in a ``local`` block: a ``global`` one larger than 1 KiB would be a workspace
+allocation per block.
+
+TVM's ``conv2d`` strategy for ``cpu`` targets is wrapped once, at the first :func:`building`:
+while relay_aot lowers its kernels, a float32 grouped (not depthwise) 1x1 convolution of stride
+1 without padding or dilation, in ``NCHW``/``OIHW`` with static shapes, whose rows have a run of
+:data:`MIN_RUN` values, gets this kernel; everything else, and every call outside
+:func:`building` (``relay.build``, TVM's executors and AutoTVM in the same process), TVM's
+strategy as before. ``AlterOpLayout`` leaves these convolutions in ``NCHW`` either way.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import te
+from tvm.relay.op import op as _op
+from tvm.relay.op.strategy import generic as _generic
+from tvm.relay.op.strategy import x86 as _x86
+from tvm.topi.utils import get_const_tuple
+
+from .gate import Gate
+
+#: The kernel's tag: the schedule finds the convolution's stage by it.
+TAG = "relay_aot_grouped_pointwise"
+
+#: Vector registers the schedule leaves to the input run, the broadcast weight and addresses.
+SPARE_REGISTERS = 4
+
+#: Rows whose widest run that fits a vector is narrower than this (a prime width above the
+#: vector's lanes) keep TVM's kernel: this one would be scalar.
+MIN_RUN = 4
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def run_width(width: int, lanes: int) -> int:
+    """The widest run of a row of ``width`` values that one vector of ``lanes`` holds and that
+    divides the row."""
+    return max(d for d in _divisors(width) if d <= lanes)
+
+
+def blocking(filters: int, height: int, width: int, lanes: int, registers: int) -> tuple[int, int, int]:
+    """The register block ``(rows, block_height, block_width)`` of a group of ``filters`` output
+    channels over an ``height x width`` map, for vectors of ``lanes`` float32 and ``registers``
+    vector registers: ``rows`` filters (a divisor of ``filters``) by ``block_height`` rows of the
+    map (a divisor of ``height``) by a run of ``block_width`` values of each, the largest
+    divisor of ``width`` that fits one vector. Every block is full, each of its runs one vector,
+    and the ``rows x block_height`` accumulators leave :data:`SPARE_REGISTERS` free.
+
+    Per input channel a block issues ``rows x block_height`` multiply-adds (two per cycle),
+    ``rows`` broadcast weights (about four per cycle: they are operands of the multiply-adds)
+    and ``block_height`` input runs, a plain load where the run is a whole vector but about
+    three cycles of split loads and shuffles where it is not (14 or 7 of AVX-512's 16 lanes):
+    so many filters and few rows of the map. Measured on Zen 5, one thread, ShuffleNet's
+    shapes: 17 filters by one 14-wide run 41 us (178 GFLOP/s) against 105 us for 4 filters by
+    7 runs, which fill as many accumulators. The block with the most useful multiply-adds per
+    cycle wins, then the one with more filters (each input run is read once per block of
+    filters), then fewer rows of the map.
+    """
+    budget = max(registers - SPARE_REGISTERS, 1)
+    block_width = run_width(width, lanes)
+    run_cost = 0.5 if block_width % lanes == 0 else 3.0
+    best: tuple | None = None
+    for rows in _divisors(filters):
+        for block_height in _divisors(height):
+            if rows * block_height > budget:
+                continue
+            cycles = max(rows * block_height / 2, rows / 4 + block_height * run_cost)
+            rate = rows * block_height * block_width / cycles
+            key = (round(rate, 6), rows, -block_height)
+            if best is None or key > best[0]:
+                best = (key, (rows, block_height, block_width))
+    assert best is not None  # one filter by one run always fits
+    return best[1]
+
+
+def compute(data: te.Tensor, weight: te.Tensor, groups: int, out_dtype: str) -> te.Tensor:
+    """``conv2d(data, weight, groups=groups)`` for a 1x1 window, stride 1, no padding:
+    ``NCHW`` data, ``OIHW`` weights."""
+    batch, channels, height, width = get_const_tuple(data.shape)
+    filters, group_channels = get_const_tuple(weight.shape)[:2]
+    per_group = filters // groups
+    k = te.reduce_axis((0, group_channels), name="k")
+    return te.compute(
+        (batch, filters, height, width),
+        lambda n, o, h, w: te.sum(
+            data[n, (o // per_group) * group_channels + k, h, w].astype(out_dtype)
+            * weight[o, k, 0, 0].astype(out_dtype),
+            axis=k,
+        ),
+        name="grouped_pointwise",
+        tag=TAG,
+        attrs={"groups": groups},
+    )
+
+
+def _vector_registers(target: tvm.target.Target) -> tuple[int, int]:
+    from .schedule_rules import _vector_registers as registers
+
+    return registers(target)
+
+
+def schedule(outs) -> te.Schedule:
+    """The schedule of :func:`compute` and the elementwise operators fused after it (module
+    docstring): per register block of :func:`blocking`, the loop over the group's input
+    channels outside, the block's filters unrolled and its columns vectorised inside, then the
+    fused operators on the accumulators and one store."""
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    convs: list[te.Tensor] = []
+
+    def find(op):
+        if op.tag == TAG:
+            convs.append(op.output(0))
+            return
+        for t in op.input_tensors:
+            if isinstance(t.op, te.ComputeOp):
+                find(t.op)
+
+    find(outs[0].op)
+    conv = convs[0]
+    last = outs[0]
+    if len(outs) != 1 or get_const_tuple(last.shape) != get_const_tuple(conv.shape):
+        last = conv  # not FuseOps' out-elementwise pattern: the other stages keep TVM's default
+    elif not last.op.same_as(conv.op):
+        # everything between the convolution and the last operator is elementwise
+        def inline(op):
+            if op.same_as(conv.op) or not isinstance(op, te.ComputeOp):
+                return
+            if not op.same_as(last.op):
+                s[op].compute_inline()
+            for t in op.input_tensors:
+                inline(t.op)
+
+        inline(last.op)
+    lanes, registers = _vector_registers(tvm.target.Target.current())
+    _, filters, height, width = get_const_tuple(conv.shape)
+    per_group = filters // int(conv.op.attrs["groups"])
+    rows, block_height, block_width = blocking(per_group, height, width, lanes, registers)
+
+    if last.op.same_as(conv.op):
+        # unfused: the block accumulates in a local copy, then the output stage stores it
+        accumulators = s.cache_write(conv, "local")
+    else:
+        # "local": a stack block LLVM keeps in registers (module docstring)
+        accumulators = conv
+        s[conv].set_scope("local")
+
+    n, o, h, w = s[last].op.axis
+    oo, oi = s[last].split(o, rows)
+    ho, hi = s[last].split(h, block_height)
+    wo, wi = s[last].split(w, block_width)
+    s[last].reorder(n, oo, ho, wo, oi, hi, wi)
+    outer = s[last].fuse(n, oo, ho, wo)
+    s[last].parallel(outer)
+    s[last].unroll(oi)
+    s[last].unroll(hi)
+    s[last].vectorize(wi)
+
+    s[accumulators].compute_at(s[last], outer)
+    n, o, h, w = s[accumulators].op.axis
+    (k,) = s[accumulators].op.reduce_axis
+    s[accumulators].reorder(n, k, o, h, w)
+    s[accumulators].unroll(o)
+    s[accumulators].unroll(h)
+    s[accumulators].vectorize(w)
+    return s
+
+
+def applies(attrs, data_type, weight_type, target: tvm.target.Target) -> bool:
+    """Whether :func:`compute` computes this ``nn.conv2d`` call for ``target`` (module
+    docstring; rows with no run of :data:`MIN_RUN` values keep TVM's kernel)."""
+    shapes = (data_type.shape, weight_type.shape)
+    if not all(isinstance(d, (int, tvm.tir.IntImm)) for shape in shapes for d in shape):
+        return False
+    groups = int(attrs.groups)
+    if groups == 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW":
+        return False
+    out_dtype = attrs.out_dtype or data_type.dtype
+    if data_type.dtype != "float32" or weight_type.dtype != "float32" or out_dtype != "float32":
+        return False
+    channels = int(data_type.shape[1])
+    filters, group_channels, kh, kw = (int(d) for d in weight_type.shape)
+    if groups == channels and group_channels == 1:  # depthwise: TVM's kernels
+        return False
+    if run_width(int(data_type.shape[3]), _vector_registers(target)[0]) < MIN_RUN:
+        return False
+    return (
+        (kh, kw) == (1, 1)
+        and get_const_tuple(attrs.strides) == (1, 1)
+        and get_const_tuple(attrs.dilation) == (1, 1)
+        and all(p == 0 for p in get_const_tuple(attrs.padding))
+        and channels == groups * group_channels
+        and filters % groups == 0
+    )
+
+
+def _compute(attrs, inputs, out_type):
+    return [compute(inputs[0], inputs[1], int(attrs.groups), out_type.dtype)]
+
+
+def _schedule(attrs, outs, target):
+    with target:
+        return schedule(outs)
+
+
+_TVM_CPU_STRATEGY = _x86.conv2d_strategy_cpu
+
+
+def _cpu_strategy(attrs, inputs, out_type, target):
+    if not (_GATE.active() and applies(attrs, inputs[0], inputs[1], target)):
+        return _TVM_CPU_STRATEGY(attrs, inputs, out_type, target)
+    strategy = _op.OpStrategy()
+    strategy.add_implementation(_compute, _schedule, name="grouped_pointwise_nchw.relay_aot", plevel=20)
+    return strategy
+
+
+def _install() -> None:
+    _generic.conv2d_strategy.register("cpu", _cpu_strategy, override=True)
+
+
+_GATE = Gate(_install)
+#: Within the block (on this thread), grouped pointwise convolutions get this kernel.
+building = _GATE.building
