@@ -88,6 +88,10 @@ def test_the_kernel_is_chosen_only_for_grouped_pointwise_convolutions_while_rela
         (12, 18, 10, 6, 3, "none", 2),  # unfused; not square; two images
         (16, 8, 5, 9, 2, "residual", 1),  # fewer filters than channels; a 9-wide row (blocks of 9)
         (8, 8, 3, 17, 2, "bn_relu", 1),  # a prime width above the lanes: TVM's kernel
+        (64, 32, 7, 7, 4, "residual", 1),  # a small map's whole vectors, the last overlapping (AVX-512)
+        (32, 48, 5, 5, 2, "none", 2),  # unfused, two images: 25 positions, two vectors
+        (16, 16, 8, 8, 4, "bn_relu", 1),  # 64 positions: whole vectors without overlap
+        (16, 16, 4, 4, 2, "residual", 1),  # one vector
     ],
 )
 def test_grouped_pointwise_convolutions_equal_the_graph_executors(
@@ -117,3 +121,16 @@ def test_blocks_are_many_filters_by_one_run_of_a_row():
             rows, block_height, block_width = grouped_pointwise.blocking(filters, height, width, lanes, registers)
             assert filters % rows == 0 and height % block_height == 0 and width % block_width == 0
             assert block_width <= lanes and rows * block_height <= registers - grouped_pointwise.SPARE_REGISTERS
+
+
+def test_small_maps_are_whole_vectors_the_last_overlapping():
+    """A 7 x 7 map on AVX-512: 4 vectors (at 0, 16, 32, 33) instead of 7 runs of 7 of 16 lanes,
+    4 filters a block; a 14 x 14 map keeps its rows (13 vectors would be more than 4), as does
+    a map smaller than a vector, and AVX2's 8 lanes (7 vectors)."""
+    assert grouped_pointwise.map_blocks(7, 7, 16) == 4
+    assert grouped_pointwise.block_rows(136, 4, 32) == 4
+    assert grouped_pointwise.map_blocks(14, 14, 16) == 0
+    assert grouped_pointwise.map_blocks(3, 3, 16) == 0
+    assert grouped_pointwise.map_blocks(7, 7, 8) == 0
+    assert grouped_pointwise.map_blocks(4, 16, 16) == 0  # rows of 16 are whole vectors already
+    assert grouped_pointwise.map_blocks(5, 5, 16) == 2

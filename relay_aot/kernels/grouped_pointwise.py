@@ -21,6 +21,11 @@ residual ``add``, ``relu``) are applied to the accumulators before their only st
 accumulators live in a ``local`` block: a ``global`` one larger than 1 KiB would be a workspace
 allocation per block.
 
+A small map whose rows fill vectors badly (7 x 7: seven runs of 7 lanes) is computed instead as
+the few whole vectors of the flattened map, the last overlapping the one before so that every
+vector lies inside the map (:func:`map_blocks`); the output loop, unrolled, reads each position
+from its vector: 2.3 times faster on ShuffleNet's 7 x 7 layers.
+
 TVM's ``conv2d`` strategy for ``cpu`` targets is wrapped once, at the first :func:`building`:
 while relay_aot lowers its kernels, a float32 grouped (not depthwise) 1x1 convolution of stride
 1 without padding or dilation, in ``NCHW``/``OIHW`` with static shapes, whose rows have a run of
@@ -96,24 +101,79 @@ def blocking(filters: int, height: int, width: int, lanes: int, registers: int) 
     return best[1]
 
 
-def compute(data: te.Tensor, weight: te.Tensor, groups: int, out_dtype: str) -> te.Tensor:
+#: Small maps are computed as at most this many whole vectors (:func:`map_blocks`).
+MAX_MAP_BLOCKS = 4
+
+
+def map_blocks(height: int, width: int, lanes: int) -> int:
+    """How many whole vectors cover a small ``height x width`` map, the last one overlapping
+    the one before it (a 7 x 7 map: 4 vectors of 16 at 0, 16, 32 and 33), or 0 where the map
+    takes runs of its rows (:func:`blocking`): maps smaller than a vector, larger than
+    :data:`MAX_MAP_BLOCKS` vectors, or whose rows fill vectors in as few runs.
+
+    A 7-wide row fills 7 of AVX-512's 16 lanes, and its run is a split load: a block of
+    ShuffleNet's 7 x 7 layer (544 channels) took 81 us that way, 35 us (208 GFLOP/s) as
+    4 filters by the map's 4 vectors (Zen 5, one thread, the kernel alone). On a 14 x 14 map
+    (13 vectors, 2 filters a block) rows were faster: 43 against 59 us."""
+    size = height * width
+    blocks = -(-size // lanes)
+    if size < lanes or blocks > MAX_MAP_BLOCKS:
+        return 0
+    runs = height * (width // run_width(width, lanes))
+    return blocks if blocks < runs else 0
+
+
+def block_rows(filters: int, blocks: int, registers: int) -> int:
+    """Filters per register block of a map of ``blocks`` vectors (:func:`map_blocks`): the most
+    (a divisor of ``filters``) whose accumulators fill at most half of the vector registers
+    (4 x 4 of AVX-512's 32 ran at 35 us, 8 x 4 at 45 us, 2 x 4 at 44 us)."""
+    return max(d for d in _divisors(filters) if d * blocks <= max(registers // 2, blocks))
+
+
+def compute(data: te.Tensor, weight: te.Tensor, groups: int, out_dtype: str, lanes: int = 0) -> te.Tensor:
     """``conv2d(data, weight, groups=groups)`` for a 1x1 window, stride 1, no padding:
-    ``NCHW`` data, ``OIHW`` weights."""
+    ``NCHW`` data, ``OIHW`` weights. With ``lanes``, a small map (:func:`map_blocks`) is
+    computed as whole vectors of the flattened map, ``blocks[n, o, j, l]`` at position
+    ``min(j * lanes, H*W - lanes) + l`` (the last vector overlaps the one before it: all of
+    them read and compute inside the map), and the result reads each position from its
+    vector."""
     batch, channels, height, width = get_const_tuple(data.shape)
     filters, group_channels = get_const_tuple(weight.shape)[:2]
     per_group = filters // groups
+    blocks = map_blocks(height, width, lanes) if lanes else 0
+    attrs = {"groups": groups, "blocks": blocks}
     k = te.reduce_axis((0, group_channels), name="k")
-    return te.compute(
-        (batch, filters, height, width),
-        lambda n, o, h, w: te.sum(
-            data[n, (o // per_group) * group_channels + k, h, w].astype(out_dtype)
-            * weight[o, k, 0, 0].astype(out_dtype),
-            axis=k,
-        ),
-        name="grouped_pointwise",
-        tag=TAG,
-        attrs={"groups": groups},
-    )
+
+    def term(n, o, h, w):
+        return data[n, (o // per_group) * group_channels + k, h, w].astype(out_dtype) * weight[o, k, 0, 0].astype(
+            out_dtype
+        )
+
+    if not blocks:
+        return te.compute(
+            (batch, filters, height, width),
+            lambda n, o, h, w: te.sum(term(n, o, h, w), axis=k),
+            name="grouped_pointwise",
+            tag=TAG,
+            attrs=attrs,
+        )
+    size = height * width
+
+    def start(j):
+        return te.min(j * lanes, size - lanes)
+
+    def at(n, o, j, lane):
+        position = start(j) + lane
+        return te.sum(term(n, o, position // width, position % width), axis=k)
+
+    vectors = te.compute((batch, filters, blocks, lanes), at, name="grouped_pointwise_blocks")
+
+    def result(n, o, h, w):
+        position = h * width + w
+        j = te.min(position // lanes, blocks - 1)
+        return vectors[n, o, j, position - start(j)]
+
+    return te.compute((batch, filters, height, width), result, name="grouped_pointwise", tag=TAG, attrs=attrs)
 
 
 def _vector_registers(target: tvm.target.Target) -> tuple[int, int]:
@@ -158,8 +218,16 @@ def schedule(outs) -> te.Schedule:
     lanes, registers = _vector_registers(tvm.target.Target.current())
     _, filters, height, width = get_const_tuple(conv.shape)
     per_group = filters // int(conv.op.attrs["groups"])
-    rows, block_height, block_width = blocking(per_group, height, width, lanes, registers)
+    if int(conv.op.attrs["blocks"]):
+        _schedule_blocks(s, conv, last, per_group, registers)
+    else:
+        _schedule_runs(s, conv, last, blocking(per_group, height, width, lanes, registers))
+    return s
 
+
+def _schedule_runs(s: te.Schedule, conv: te.Tensor, last: te.Tensor, block: tuple[int, int, int]) -> None:
+    """Register blocks of filters by runs of rows (:func:`blocking`)."""
+    rows, block_height, block_width = block
     if last.op.same_as(conv.op):
         # unfused: the block accumulates in a local copy, then the output stage stores it
         accumulators = s.cache_write(conv, "local")
@@ -186,7 +254,34 @@ def schedule(outs) -> te.Schedule:
     s[accumulators].unroll(o)
     s[accumulators].unroll(h)
     s[accumulators].vectorize(w)
-    return s
+
+
+def _schedule_blocks(s: te.Schedule, conv: te.Tensor, last: te.Tensor, per_group: int, registers: int) -> None:
+    """Register blocks of filters by a small map's whole vectors (:func:`map_blocks`): the
+    vectors accumulate in registers, then the output loop, unrolled over the block's filters
+    and positions (LLVM vectorises its contiguous stretches), applies the fused operators and
+    stores each position once."""
+    (vectors,) = conv.op.input_tensors
+    rows = block_rows(per_group, int(conv.op.attrs["blocks"]), registers)
+    if not last.op.same_as(conv.op):
+        s[conv].compute_inline()
+    s[vectors].set_scope("local")
+    n, o, h, w = s[last].op.axis
+    oo, oi = s[last].split(o, rows)
+    s[last].reorder(n, oo, oi, h, w)
+    outer = s[last].fuse(n, oo)
+    s[last].parallel(outer)
+    s[last].unroll(oi)
+    s[last].unroll(h)
+    s[last].unroll(w)
+
+    s[vectors].compute_at(s[last], outer)
+    n, o, j, lane = s[vectors].op.axis
+    (k,) = s[vectors].op.reduce_axis
+    s[vectors].reorder(n, k, o, j, lane)
+    s[vectors].unroll(o)
+    s[vectors].unroll(j)
+    s[vectors].vectorize(lane)
 
 
 def applies(attrs, data_type, weight_type, target: tvm.target.Target) -> bool:
@@ -217,8 +312,13 @@ def applies(attrs, data_type, weight_type, target: tvm.target.Target) -> bool:
     )
 
 
-def _compute(attrs, inputs, out_type):
-    return [compute(inputs[0], inputs[1], int(attrs.groups), out_type.dtype)]
+def _compute_for(target: tvm.target.Target):
+    lanes = _vector_registers(target)[0]
+
+    def _compute(attrs, inputs, out_type):
+        return [compute(inputs[0], inputs[1], int(attrs.groups), out_type.dtype, lanes)]
+
+    return _compute
 
 
 def _schedule(attrs, outs, target):
@@ -233,7 +333,7 @@ def _cpu_strategy(attrs, inputs, out_type, target):
     if not (_GATE.active() and applies(attrs, inputs[0], inputs[1], target)):
         return _TVM_CPU_STRATEGY(attrs, inputs, out_type, target)
     strategy = _op.OpStrategy()
-    strategy.add_implementation(_compute, _schedule, name="grouped_pointwise_nchw.relay_aot", plevel=20)
+    strategy.add_implementation(_compute_for(target), _schedule, name="grouped_pointwise_nchw.relay_aot", plevel=20)
     return strategy
 
 
