@@ -134,3 +134,18 @@ def test_small_maps_are_whole_vectors_the_last_overlapping():
     assert grouped_pointwise.map_blocks(7, 7, 8) == 0
     assert grouped_pointwise.map_blocks(4, 16, 16) == 0  # rows of 16 are whole vectors already
     assert grouped_pointwise.map_blocks(5, 5, 16) == 2
+
+
+@pytest.mark.parametrize(
+    "target,height,ours",
+    [
+        ("llvm -mcpu=skylake-avx512", 7, True),  # a small map's whole vectors
+        ("llvm -mcpu=haswell", 14, True),  # runs of 7 of 8 lanes
+        ("llvm -mcpu=haswell", 7, False),  # AVX2, fewer positions than 8 x 8: TVM's kernel was faster
+        ("llvm", 14, False),  # SSE2: 14-wide rows have no run of 4 values
+    ],
+)
+def test_the_kernel_choice_depends_on_the_targets_vectors(target, height, ours):
+    mod, _ = _grouped_net(64, 64, height, height, 4, "none")
+    with grouped_pointwise.building():
+        assert (_implementation(mod, tvm.target.Target(target)) == OURS) == ours

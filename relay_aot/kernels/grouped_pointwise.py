@@ -286,7 +286,8 @@ def _schedule_blocks(s: te.Schedule, conv: te.Tensor, last: te.Tensor, per_group
 
 def applies(attrs, data_type, weight_type, target: tvm.target.Target) -> bool:
     """Whether :func:`compute` computes this ``nn.conv2d`` call for ``target`` (module
-    docstring; rows with no run of :data:`MIN_RUN` values keep TVM's kernel)."""
+    docstring; rows with no run of :data:`MIN_RUN` values keep TVM's kernel, and so do maps of
+    fewer positions than a vector's lanes squared on a target of 16 vector registers)."""
     shapes = (data_type.shape, weight_type.shape)
     if not all(isinstance(d, (int, tvm.tir.IntImm)) for shape in shapes for d in shape):
         return False
@@ -300,7 +301,13 @@ def applies(attrs, data_type, weight_type, target: tvm.target.Target) -> bool:
     filters, group_channels, kh, kw = (int(d) for d in weight_type.shape)
     if groups == channels and group_channels == 1:  # depthwise: TVM's kernels
         return False
-    if run_width(int(data_type.shape[3]), _vector_registers(target)[0]) < MIN_RUN:
+    lanes, registers = _vector_registers(target)
+    height, width = int(data_type.shape[2]), int(data_type.shape[3])
+    if run_width(width, lanes) < MIN_RUN:
+        return False
+    if registers < 32 and height * width < lanes * lanes:
+        # AVX2, ShuffleNet's 7 x 7 layer: 8 filters by a 7-wide run took 106 us, TVM's packed
+        # kernel 86 (its 28 x 28 and 14 x 14 layers: 343 and 119 us against 765 and 223)
         return False
     return (
         (kh, kw) == (1, 1)
