@@ -307,7 +307,7 @@ def applies(attrs, data_type, weight_type, target: tvm.target.Target) -> bool:
     groups = int(attrs.groups)
     if groups == 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW":
         return False
-    out_dtype = attrs.out_dtype or data_type.dtype
+    out_dtype = str(attrs.out_dtype) or data_type.dtype
     if data_type.dtype != "float32" or weight_type.dtype != "float32" or out_dtype != "float32":
         return False
     channels = int(data_type.shape[1])
