@@ -29,7 +29,17 @@ from .. import ir, names
 from ..config import Config
 from ..errors import CompileError, UnsupportedError
 from ..passes.te_compiler_speed import faster_te_compiler
-from . import c_intrinsics, conv_epilogue, extents, isolated, scratch, tuning, vnni, winograd  # noqa: F401 (winograd: its strategy)
+from . import (  # noqa: F401 (winograd: its strategy)
+    c_intrinsics,
+    conv_epilogue,
+    extents,
+    grouped_pointwise,
+    isolated,
+    scratch,
+    tuning,
+    vnni,
+    winograd,
+)
 from .copies import copy_form
 from .divisions import explicit_asserts, guard_divisions
 from .llvm_debug_info import for_llvm
@@ -259,6 +269,7 @@ class KernelTable:
             faster_te_compiler(),
             conv_epilogue.building(),
             vnni.building(),
+            grouped_pointwise.building(),
         ):
             merged = self._lower_all(progress, untuned)
         if report:
