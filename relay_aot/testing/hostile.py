@@ -1142,6 +1142,57 @@ def _packed_dense(c: Choices) -> Built:
     return Built("nn.dense (packed)", [x], body, reference, draw, "float32", relative=True)
 
 
+def _grouped_pointwise(c: Choices) -> Built:
+    """A grouped 1x1 convolution with constant weights (ShuffleNet's), maybe with a scale and
+    shift, a residual and ReLU fused: relay_aot's grouped pointwise kernel (whole-vector runs of
+    rows, or the flattened small map's overlapping vectors), TVM's where it does not apply."""
+    groups, per_group, filters = c.choose([2, 3, 4]), c.choose([4, 17, 34]), c.choose([4, 16, 17])
+    size = c.choose([7, 14, 8, 5])
+    cin, cout = groups * per_group, groups * filters
+    rng = np.random.default_rng(c.integers(0, 2**31 - 1))
+    weight = (rng.uniform(-1, 1, (cout, per_group, 1, 1)) / per_group).astype("float32")
+    scale = rng.uniform(0.5, 1, cout).astype("float32")
+    shift = rng.uniform(-1, 1, cout).astype("float32")
+    fused = c.choose(["none", "scale_shift", "scale_shift_relu", "residual"])
+    x = relay.var("x", shape=(1, cin, size, size), dtype="float32")
+    r = relay.var("r", shape=(1, cout, size, size), dtype="float32")
+    body = relay.nn.conv2d(x, relay.const(weight), kernel_size=(1, 1), channels=cout, groups=groups)
+    if fused != "none":
+        body = body * relay.const(scale.reshape(cout, 1, 1)) + relay.const(shift.reshape(cout, 1, 1))
+    if fused == "scale_shift_relu":
+        body = relay.nn.relu(body)
+    if fused == "residual":
+        body = relay.nn.relu(body + r)
+    params = [x, r] if fused == "residual" else [x]
+
+    def reference(data, residual=None):
+        out = np.zeros((cout, size, size), "float64")
+        with np.errstate(all="ignore"):
+            for o in range(cout):
+                g = o // filters
+                group = data[0, g * per_group : (g + 1) * per_group].astype("float64")
+                out[o] = np.einsum("k,khw->hw", weight[o, :, 0, 0].astype("float64"), group)
+            out32 = out[None].astype("float32")
+            if fused != "none":
+                out32 = out32 * scale.reshape(cout, 1, 1) + shift.reshape(cout, 1, 1)
+            if fused == "residual":
+                out32 = out32 + residual
+        return _relu_as_tvm(out32) if fused in ("scale_shift_relu", "residual") else out32
+
+    def draw(args: _Args):
+        data = _float_data(args, (1, cin, size, size), 1e37)
+        if fused == "residual":
+            return (
+                data,
+                np.random.default_rng(args.c.integers(0, 2**31 - 1))
+                .uniform(-1, 1, (1, cout, size, size))
+                .astype("float32"),
+            )
+        return (data,)
+
+    return Built("nn.conv2d (grouped 1x1)", params, body, reference, draw, "float32", relative=True)
+
+
 def _int8_product(c: Choices) -> Built:
     """An int8 or uint8 by int8 product into int32 (dense or 1x1/3x3 convolution) with constant
     weights: the exact int8 kernels (uint8 x int8 on x86 without VNNI's saturation)."""
@@ -1253,6 +1304,7 @@ OPERATORS: dict[str, Callable[[Choices], Built]] = {
     "conv2d_3x3": _conv3x3,
     "dense_pack": _packed_dense,
     "int8_product": _int8_product,
+    "grouped_pointwise": _grouped_pointwise,
 }
 
 
