@@ -29,7 +29,7 @@ from .. import ir, names
 from ..config import Config
 from ..errors import CompileError, UnsupportedError
 from ..passes.te_compiler_speed import faster_te_compiler
-from . import c_intrinsics, conv_epilogue, extents, isolated, scratch, tuning, winograd  # noqa: F401 (winograd: its strategy)
+from . import arm_dsp, c_intrinsics, conv_epilogue, extents, isolated, scratch, tuning, winograd  # noqa: F401 (winograd: its strategy)
 from .copies import copy_form
 from .divisions import explicit_asserts, guard_divisions
 from .llvm_debug_info import for_llvm
@@ -254,7 +254,12 @@ class KernelTable:
         ``progress(done, total)`` is called after each kernel (builds show it on a terminal);
         ``report``: say in one line how many kernels have no tuning records.
         """
-        with tuning.watch(str(self.target), lowering=True) as untuned, faster_te_compiler(), conv_epilogue.building():
+        with (
+            tuning.watch(str(self.target), lowering=True) as untuned,
+            faster_te_compiler(),
+            conv_epilogue.building(),
+            arm_dsp.building(),
+        ):
             merged = self._lower_all(progress, untuned)
         if report:
             untuned.report()

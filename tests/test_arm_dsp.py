@@ -1,0 +1,206 @@
+"""relay_aot's int8 kernels for Arm's M-profile DSP extension (``relay_aot/kernels/arm_dsp.py``).
+
+The Cortex-M4 packages run on QEMU's ``mps2-an386`` (skipped without the toolchain, as in
+test_standalone.py); the int32 sums are compared with numpy's int64 ones, the int8 results of
+TFLite models with TFLite's reference kernels (LiteRT ``BUILTIN_REF``) and with the host's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+from tvm.relay.op.strategy import generic
+
+import relay_aot
+from relay_aot.backends.standalone.targets import TARGETS
+from relay_aot.kernels import arm_dsp
+from relay_aot.testing import standalone as sa
+from relay_aot.testing.tflite_models import ModelBuilder, Reference
+
+M4 = TARGETS["cortex-m4"]
+
+#: (batch, depth, units): depths of every remainder mod 4, below 4 and long; units of every
+#: rows-per-call (4, 3, 2, 1); a shape twice (two kernels share one micro-kernel).
+SHAPES = [
+    (1, 640, 128),
+    (1, 33, 7),
+    (3, 40, 9),
+    (2, 7, 6),
+    (1, 3, 10),
+    (1, 1, 5),
+    (1, 130, 12),
+    (1, 127, 4),
+    (1, 8, 8),
+    (1, 8, 8),
+]
+
+
+def _require_m4() -> None:
+    try:
+        for name in ("gcc", "ar", "nm"):
+            sa.tool(M4, name)
+        sa.tool(type(M4)("runner", "llvm"), M4.run[0])
+    except sa.ToolMissing as err:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(err))
+
+
+def _extreme_int8(rng, shape) -> np.ndarray:
+    """int8 values, a third of them -128 or 127, the rest uniform."""
+    x = rng.integers(-128, 128, size=shape)
+    pick = rng.random(shape)
+    x[pick < 0.17] = -128
+    x[pick > 0.83] = 127
+    return x.astype(np.int8)
+
+
+def _dense_program(rng):
+    """@main of one int8 input per shape, each ``dense(x, W) + b`` in int32 (W constant, with
+    rows of all -128 and all 127 where there are more than two), and the numpy int64 sums."""
+    params, outputs, weights = [], [], []
+    for k, (batch, depth, units) in enumerate(SHAPES):
+        x = relay.var(f"x{k}", shape=(batch, depth), dtype="int8")
+        w = _extreme_int8(rng, (units, depth))
+        if units > 2:
+            w[0], w[1] = -128, 127
+        b = rng.integers(-(2**20), 2**20, size=units).astype(np.int32)
+        params.append(x)
+        weights.append((w, b))
+        outputs.append(relay.nn.dense(x, relay.const(w), out_dtype="int32") + relay.const(b))
+    return tvm.IRModule.from_expr(relay.Function(params, relay.Tuple(outputs))), weights
+
+
+def test_int8_dense_sums_on_the_cortex_m4_are_numpys(tmp_path):
+    """Every rows-per-call and depth remainder, inputs and weights at -128 and 127: the package's
+    int32 sums are numpy's, and the kernels are relay_aot's micro-kernels (one definition per
+    shape in kernels.c)."""
+    _require_m4()
+    rng = np.random.default_rng(7)
+    mod, weights = _dense_program(rng)
+    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="m", target="cortex-m4")
+    source = (package.directory / "kernels.c").read_text()
+    for _, depth, units in SHAPES:
+        name = arm_dsp.micro_kernel_name(arm_dsp.rows_per_call(units), depth)
+        assert f"{name}((" in source, f"{name} is not called"
+    sa.make_package(package)
+    assert not sa.disallowed(sa.undefined_symbols(package))
+    inputs = [_extreme_int8(rng, (batch, depth)) for batch, depth, _ in SHAPES]
+    inputs[0][:] = -128  # the largest sums: 640 * 128 * 128
+    rc, error, outputs = sa.run_c_main(package, inputs, work=tmp_path)
+    assert rc == 0, error
+    for x, (w, b), got, shape in zip(inputs, weights, outputs, SHAPES, strict=True):
+        want = x.astype(np.int64) @ w.astype(np.int64).T + b
+        np.testing.assert_array_equal(got, want.astype(np.int32), err_msg=str(shape))
+
+
+def _fully_connected_model(rng) -> ModelBuilder:
+    """FULLY_CONNECTED layers of the shapes, one input each, per-tensor and per-channel scales,
+    each fused activation; the output scale maps the accumulator's spread to about 60 LSB."""
+    model = ModelBuilder()
+    activations = ["NONE", "RELU", "RELU6"]
+    ys = []
+    for k, (batch, depth, units) in enumerate(SHAPES):
+        s_in = float(rng.uniform(0.01, 0.2))
+        x = model.input(f"x{k}", (batch, depth), "int8", s_in, int(rng.integers(-60, 60)))
+        w = rng.integers(-127, 128, size=(units, depth)).astype(np.int8)
+        per_channel = k % 2 == 1
+        base = 3.0 / (s_in * np.sqrt(depth) * 73 * 60)
+        scales = (base * rng.uniform(0.5, 1.5, size=units if per_channel else 1)).astype(np.float32)
+        bias = rng.integers(-3000, 3000, size=units).astype(np.int32)
+        activation = activations[k % 3]
+        zero_point = int(rng.integers(-30, 30))
+        ys.append(model.fully_connected(x, w, scales, bias, 3.0 / 60, zero_point, activation, name=f"fc{k}"))
+    model.output(*ys)
+    return model
+
+
+def test_fully_connected_layers_on_the_cortex_m4_are_tflites_reference(tmp_path):
+    """TFLite models of every shape: the Cortex-M4 package equals TFLite's reference kernels and
+    the host's library, bit for bit, on inputs of the full range, a narrow one and the extremes."""
+    _require_m4()
+    rng = np.random.default_rng(11)
+    path = tmp_path / "fc.tflite"
+    _fully_connected_model(rng).write(path)
+    imported = relay_aot.read_tflite(path, exact=True)
+    package = relay_aot.export_standalone(
+        imported.mod, tmp_path / "pkg", name="m", target="cortex-m4", params=imported.params
+    )
+    assert "relay_aot_dot_s8_r4_k640((" in (package.directory / "kernels.c").read_text()
+    sa.make_package(package)
+    host = relay_aot.compile(imported.mod, params=imported.params)
+    reference = Reference(path)
+    for low, high in ((-128, 127), (-10, 10), (-128, -128), (127, 127)):
+        inputs = [rng.integers(low, high + 1, size=s.shape).astype(np.int8) for s in imported.inputs]
+        rc, error, outputs = sa.run_c_main(package, inputs, work=tmp_path)
+        assert rc == 0, error
+        result = host(*inputs)
+        for k, (got, want) in enumerate(zip(outputs, reference(inputs), strict=True)):
+            np.testing.assert_array_equal(got, want, err_msg=f"{SHAPES[k]} on [{low}, {high}]")
+            np.testing.assert_array_equal(got, result[k].numpy(), err_msg=f"{SHAPES[k]} on [{low}, {high}]")
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize("depth", [1, 3, 4, 9, 66])
+def test_the_micro_kernels_c_without_the_dsp_extension_is_the_plain_sum(rows, depth, tmp_path):
+    """A package compiled for a core without the DSP extension (or for the host) takes the
+    micro-kernel's plain C loop: the same sums."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    rng = np.random.default_rng(rows * 100 + depth)
+    x, w = _extreme_int8(rng, depth), _extreme_int8(rng, (rows, depth))
+    name = arm_dsp.micro_kernel_name(rows, depth)
+    array = lambda a: ",".join(str(int(v)) for v in a.reshape(-1))  # noqa: E731
+    main = f"""{arm_dsp.micro_kernel_c(rows, depth)}
+#include <stdio.h>
+static const int8_t x[{depth}] = {{{array(x)}}};
+static const int8_t w[{rows * depth}] = {{{array(w)}}};
+int main(void) {{
+  int32_t out[{rows}];
+  {name}(x, w, out);
+  for (int r = 0; r < {rows}; ++r) printf("%ld\\n", (long)out[r]);
+  return 0;
+}}
+"""
+    source, executable = tmp_path / "main.c", tmp_path / "main"
+    source.write_text(main)
+    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
+    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    assert got == (w.astype(np.int64) @ x.astype(np.int64)).tolist()
+
+
+def _strategy_name(target: str, dtype: str = "int8") -> str:
+    """The first implementation TVM's dense strategy gives an int8 (or ``dtype``) dense on ``target``."""
+    x = relay.var("x", shape=(1, 16), dtype=dtype)
+    w = relay.var("w", shape=(8, 16), dtype=dtype)
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.nn.dense(x, w, out_dtype="int32")))
+    call = mod["main"].body
+    inputs = [tvm.te.placeholder((1, 16), dtype), tvm.te.placeholder((8, 16), dtype)]
+    with tvm.target.Target(target) as t:
+        strategy = generic.dense_strategy(call.attrs, inputs, call.checked_type, t)
+    return [impl.name for spec in strategy.specializations for impl in spec.implementations][0]
+
+
+def test_the_kernel_is_chosen_only_for_int8_on_dsp_targets_while_relay_aot_lowers():
+    """TVM's strategy everywhere else: the host, aarch64, int16 operands, and outside relay_aot's
+    lowering (relay.build and AutoTVM in the same process schedule as TVM does)."""
+    with arm_dsp.building():
+        assert _strategy_name(M4.tvm_target) == "dense_s8_dsp.relay_aot"
+        assert _strategy_name(M4.tvm_target, "int16") == "dense_dsp.arm_cpu"
+        assert _strategy_name(TARGETS["aarch64-linux"].tvm_target) != "dense_s8_dsp.relay_aot"
+        assert _strategy_name("llvm") != "dense_s8_dsp.relay_aot"
+    assert _strategy_name(M4.tvm_target) == "dense_dsp.arm_cpu"
+
+
+def test_the_micro_kernels_c_is_in_the_code_digest():
+    """The C is a string of a Python module: relay_aot's code digest (every cache key) covers it."""
+    assert Path(arm_dsp.__file__).suffix == ".py"
+    assert "__smlad" in arm_dsp.micro_kernel_c(4, 16)
