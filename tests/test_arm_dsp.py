@@ -21,6 +21,7 @@ from tvm.relay.op.strategy import generic
 import relay_aot
 from relay_aot.backends.standalone.targets import TARGETS
 from relay_aot.kernels import arm_dsp
+from relay_aot.passes import pointwise_dense
 from relay_aot.testing import standalone as sa
 from relay_aot.testing.tflite_models import ModelBuilder, Reference
 
@@ -204,3 +205,81 @@ def test_the_micro_kernels_c_is_in_the_code_digest():
     """The C is a string of a Python module: relay_aot's code digest (every cache key) covers it."""
     assert Path(arm_dsp.__file__).suffix == ".py"
     assert "__smlad" in arm_dsp.micro_kernel_c(4, 16)
+
+
+def _pointwise_model(rng) -> ModelBuilder:
+    """Two chained 1x1 convolutions (12 -> 10 channels per channel, RELU6; 10 -> 7 per tensor,
+    an odd depth and count), and a 1x1 convolution of stride 2 (not a matrix product)."""
+    model = ModelBuilder()
+    s_in = 0.05
+    x = model.input("x", (1, 5, 7, 12), "int8", s_in, 3)
+    y = x
+    for k, (channels, out, per_channel, stride, activation) in enumerate(
+        [(12, 10, True, 1, "RELU6"), (10, 7, False, 1, "NONE"), (7, 6, True, 2, "RELU")]
+    ):
+        w = rng.integers(-127, 128, size=(out, 1, 1, channels)).astype(np.int8)
+        base = 3.0 / (s_in * np.sqrt(channels) * 73 * 60)
+        scales = (base * rng.uniform(0.5, 1.5, size=out if per_channel else 1)).astype(np.float32)
+        bias = rng.integers(-3000, 3000, size=out).astype(np.int32)
+        y = model.conv_2d(
+            y,
+            w,
+            scales,
+            bias,
+            3.0 / 60,
+            int(rng.integers(-20, 20)),
+            stride=(stride, stride),
+            padding="VALID",
+            activation=activation,
+            name=f"conv{k}",
+        )
+    model.output(y)
+    return model
+
+
+def _ops(mod: tvm.IRModule) -> list[str]:
+    found: list[str] = []
+    relay.analysis.post_order_visit(
+        mod["main"],
+        lambda n: found.append(n.op.name) if isinstance(n, relay.Call) and isinstance(n.op, tvm.ir.Op) else None,
+    )
+    return found
+
+
+def test_pointwise_convolutions_are_dense_on_dsp_targets_only(tmp_path):
+    """The two 1x1 convolutions of unit stride become dense products on the Cortex-M4 (int8
+    operands); the strided one stays a convolution, and the host's and aarch64's are untouched."""
+    path = tmp_path / "pw.tflite"
+    _pointwise_model(np.random.default_rng(3)).write(path)
+    imported = relay_aot.read_tflite(path, exact=True)
+    mod = relay_aot.passes.bind_params(imported.mod, imported.params)
+    mod = relay.transform.InferType()(mod)
+    rewritten = pointwise_dense.rewrite(mod, tvm.target.Target(M4.tvm_target))
+    ops = _ops(rewritten)
+    assert ops.count("nn.dense") == 2 and ops.count("nn.conv2d") == 1, ops
+    for target in ("llvm", TARGETS["aarch64-linux"].tvm_target):
+        assert pointwise_dense.rewrite(mod, tvm.target.Target(target)) is mod
+
+
+def test_pointwise_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
+    """The package (two convolutions as dense products, one as TVM's) equals TFLite's reference
+    kernels and the host's library bit for bit."""
+    _require_m4()
+    rng = np.random.default_rng(5)
+    path = tmp_path / "pw.tflite"
+    _pointwise_model(rng).write(path)
+    imported = relay_aot.read_tflite(path, exact=True)
+    package = relay_aot.export_standalone(
+        imported.mod, tmp_path / "pkg", name="m", target="cortex-m4", params=imported.params
+    )
+    source = (package.directory / "kernels.c").read_text()
+    assert "relay_aot_dot_s8_r2_k12((" in source and "relay_aot_dot_s8_r1_k10((" in source
+    sa.make_package(package)
+    host = relay_aot.compile(imported.mod, params=imported.params)
+    reference = Reference(path)
+    for low, high in ((-128, 127), (-10, 10), (-128, -128), (127, 127)):
+        x = rng.integers(low, high + 1, size=(1, 5, 7, 12)).astype(np.int8)
+        rc, error, outputs = sa.run_c_main(package, [x], work=tmp_path)
+        assert rc == 0, error
+        np.testing.assert_array_equal(outputs[0], reference([x])[0], err_msg=f"[{low}, {high}]")
+        np.testing.assert_array_equal(outputs[0], host(x).numpy(), err_msg=f"[{low}, {high}]")

@@ -27,7 +27,16 @@ from tvm import relay
 
 from .. import ir
 from ..errors import RelayAotError, TypeCheckError, UnsupportedError
-from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic, vector_math, winograd
+from . import (
+    dense_transposes,
+    global_pools,
+    invariants,
+    pointwise_dense,
+    pooled_pointwise,
+    symbolic,
+    vector_math,
+    winograd,
+)
 from .bounds import (
     numpy_slice_begin,
     slices_end_kernels,
@@ -353,6 +362,12 @@ def winograd_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return winograd.rewrite(mod, tvm.target.Target.current(allow_none=True))
 
 
+@tvm.transform.module_pass(opt_level=0, name="PointwiseDense")
+def pointwise_dense_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`pointwise_dense.rewrite` as a pass, for the current target (see that module)."""
+    return pointwise_dense.rewrite(mod, tvm.target.Target.current(allow_none=True))
+
+
 @tvm.transform.module_pass(opt_level=0, name="PooledPointwiseConvolutions")
 def pooled_pointwise_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:func:`pooled_pointwise.rewrite` as a pass (see that module)."""
@@ -519,8 +534,11 @@ def prepare_with_extents(
     extents = symbolic.shared_extents(mod["main"])
     mod = symbolic.erase(mod)
     fuse_level = 0 if opt_level < 1 else 2
-    sequence = [
-        relay.transform.InferType(),
+    sequence = [relay.transform.InferType()]
+    if opt_level >= 1 and target is not None:
+        # before the legalizations, which widen an int8 convolution's operands on arm_cpu
+        sequence += [pointwise_dense_convolutions, relay.transform.InferType()]
+    sequence += [
         *_legalizations(),
         relay.transform.InferType(),
         exact_int8_products,

@@ -1,0 +1,135 @@
+"""int8 pointwise convolutions as ``dense`` on targets with Arm's DSP extension.
+
+A 1x1 convolution with unit strides and no padding (``NHWC``, ``HWIO`` weights) is a matrix
+product of the pixels (``N*H*W`` rows of ``C``) by the filters (``O`` rows of ``C``): the shape
+of relay_aot's int8 DSP kernel for ``nn.dense`` (``kernels/arm_dsp.py``), whose micro-kernel reads
+four int8 of a pixel and of each filter as one word. TVM's own path for the convolution on a
+Cortex-M4 widens both operands to int16 (its ``conv2d`` legalization on ``arm_cpu``), storing
+the filters as int16 constants (twice the flash) and every pixel as an int16 tensor (an extra
+kernel and twice the RAM), then multiplies one pair at a time (7.5 instructions per
+multiply-add on MLPerf Tiny's keyword-spotting model, where CMSIS-NN takes 2.1).
+
+:func:`rewrite` (before the legalizations, so the operands stay int8) replaces such a
+convolution of int8 by int8 into int32, with constant weights, by
+``reshape(dense(reshape(x, [N*H*W, C]), W^T), [N, H, W, O])``; the elementwise operators after
+it whose other operands are constant along the pixels (a bias, per-channel or per-tensor
+requantization constants, ``stop_fusion``) are moved inside the final reshape, so they fuse into
+the dense's kernel as they did into the convolution's. The sums are the same int32 sums.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relay
+
+from .gradient_cleanup import static_tensor
+from .walk import CallRewriter, calls_any, rewrite_functions
+
+_STOP_FUSION = "annotation.stop_fusion"
+
+
+def _dsp(target: tvm.target.Target | None) -> bool:
+    """Whether ``target`` has Arm's M-profile DSP extension (the kernel's instructions)."""
+    return target is not None and target.kind.name in ("llvm", "c") and bool(target.features.has_dsp)
+
+
+def _shape(expr: relay.Expr) -> list[int] | None:
+    ty = expr.checked_type
+    return [int(d) for d in ty.shape] if static_tensor(ty) else None
+
+
+def _pointwise_weights(call: relay.Call) -> np.ndarray | None:
+    """The filters (``O x C``, int8) of an int8 1x1 ``NHWC`` convolution into int32 with unit
+    strides, no padding, one group and constant ``HWIO`` weights; else None."""
+    attrs = call.attrs
+    data, weight = call.args
+    shape = _shape(data)
+    if (
+        not isinstance(weight, relay.Constant)
+        or shape is None
+        or len(shape) != 4
+        or attrs.data_layout != "NHWC"
+        or attrs.kernel_layout != "HWIO"
+        or str(attrs.out_layout) not in ("", "NHWC")
+        or tuple(int(k) for k in weight.data.shape[:2]) != (1, 1)
+        or any(int(s) != 1 for s in attrs.strides)
+        or any(int(d) != 1 for d in attrs.dilation)
+        or any(int(p) != 0 for p in attrs.padding)
+        or int(attrs.groups) != 1
+        or data.checked_type.dtype != "int8"
+        or weight.data.dtype != "int8"
+        or call.checked_type.dtype != "int32"
+    ):
+        return None
+    return np.ascontiguousarray(weight.data.numpy().reshape(weight.data.shape[2:]).T)
+
+
+def _along_channels(original: relay.Expr, arg: relay.Expr, channels: int) -> relay.Expr | None:
+    """An operand beside the convolution's result (``original``, rewritten ``arg``) as an
+    operand of its 2-D form: a scalar as it is, a tensor constant along every axis but the last
+    (``[1, 1, 1, O]``) reshaped to ``[1, O]``; None for anything else."""
+    shape = _shape(original)
+    if shape is None:
+        return None
+    if not shape:
+        return arg
+    if any(d != 1 for d in shape[:-1]) or shape[-1] not in (1, channels):
+        return None
+    return relay.reshape(arg, [1, shape[-1]])
+
+
+class _Rewrite(CallRewriter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.flat: dict[relay.Expr, tuple[relay.Expr, int]] = {}  # a reshape made here -> its 2-D input, O
+
+    def rewrite_call(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
+        if not isinstance(call.op, tvm.ir.Op):
+            return None
+        if call.op.name == "nn.conv2d":
+            weights = _pointwise_weights(call)
+            if weights is None:
+                return None
+            n, h, w, c = _shape(call.args[0]) or []
+            rows = relay.reshape(new.args[0], [n * h * w, c])
+            product = relay.nn.dense(rows, relay.const(weights), out_dtype="int32")
+            return self._flat(product, [n, h, w, weights.shape[0]], weights.shape[0])
+        return self._sink(call, new)
+
+    def _flat(self, inner: relay.Expr, shape: list[int], channels: int) -> relay.Expr:
+        out = relay.reshape(inner, shape)
+        self.flat[out] = (inner, channels)
+        return out
+
+    def _sink(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
+        """An elementwise operator of one of our reshapes (and operands constant along the
+        pixels) applied inside it instead."""
+        pattern = call.op.get_attr("TOpPattern")
+        if call.op.name != _STOP_FUSION and (pattern is None or int(pattern) > 1):
+            return None
+        shape = _shape(call)
+        found = [self.flat[arg] for arg in new.args if arg in self.flat]
+        if not found or shape is None or len({channels for _, channels in found}) != 1:
+            return None
+        channels = found[0][1]
+        args = []
+        for original, arg in zip(call.args, new.args):
+            if arg in self.flat:
+                if _shape(original) != shape:  # broadcast against a smaller tensor
+                    return None
+                args.append(self.flat[arg][0])
+                continue
+            operand = _along_channels(original, arg, channels)
+            if operand is None:
+                return None
+            args.append(operand)
+        return self._flat(relay.Call(new.op, args, new.attrs), shape, channels)
+
+
+def rewrite(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
+    """``mod`` with its int8 pointwise convolutions as ``dense`` (module docstring), on targets
+    with the DSP extension; ``mod`` elsewhere."""
+    if not _dsp(target):
+        return mod
+    return rewrite_functions(mod, lambda func: _Rewrite() if calls_any(func, {"nn.conv2d"}) else None)
