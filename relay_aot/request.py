@@ -14,7 +14,7 @@ import tvm
 from . import cpu, ir, names, passes
 from .config import Config
 from .errors import UnsupportedError
-from .kernels import KernelTable, tuning
+from .kernels import KernelTable, arm_dsp, tuning
 from .lower import lower_program
 
 
@@ -98,7 +98,9 @@ class Request:
         def run(mod: tvm.IRModule) -> tvm.IRModule:
             # Layout passes ask AutoTVM for schedules too: its raw messages are held back here;
             # the build reports untuned kernels once (kernels/tuning.py).
-            with tvm.transform.PassContext(opt_level=self.opt_level), tuning.watch():
+            # relay_aot's DSP strategies in force: the layout choice asks for the convolutions'
+            # strategies too (TVM's would widen int8 to int16, or have none for OHWI weights)
+            with tvm.transform.PassContext(opt_level=self.opt_level), tuning.watch(), arm_dsp.building():
                 # a standalone package keeps direct convolutions: their scratch is small, and planned
                 winograd = self.config.winograd and not self.config.standalone
                 prepared, extents = passes.prepare_with_extents(

@@ -21,7 +21,7 @@ from tvm.relay.op.strategy import generic
 import relay_aot
 from relay_aot.backends.standalone.targets import TARGETS
 from relay_aot.kernels import arm_dsp
-from relay_aot.passes import pointwise_dense
+from relay_aot.passes import arm_dsp as dsp_pass
 from relay_aot.testing import standalone as sa
 from relay_aot.testing.tflite_models import ModelBuilder, Reference
 
@@ -254,11 +254,11 @@ def test_pointwise_convolutions_are_dense_on_dsp_targets_only(tmp_path):
     imported = relay_aot.read_tflite(path, exact=True)
     mod = relay_aot.passes.bind_params(imported.mod, imported.params)
     mod = relay.transform.InferType()(mod)
-    rewritten = pointwise_dense.rewrite(mod, tvm.target.Target(M4.tvm_target))
+    rewritten = dsp_pass.rewrite(mod, tvm.target.Target(M4.tvm_target))
     ops = _ops(rewritten)
     assert ops.count("nn.dense") == 2 and ops.count("nn.conv2d") == 1, ops
     for target in ("llvm", TARGETS["aarch64-linux"].tvm_target):
-        assert pointwise_dense.rewrite(mod, tvm.target.Target(target)) is mod
+        assert dsp_pass.rewrite(mod, tvm.target.Target(target)) is mod
 
 
 def test_pointwise_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
@@ -283,3 +283,109 @@ def test_pointwise_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path)
         assert rc == 0, error
         np.testing.assert_array_equal(outputs[0], reference([x])[0], err_msg=f"[{low}, {high}]")
         np.testing.assert_array_equal(outputs[0], host(x).numpy(), err_msg=f"[{low}, {high}]")
+
+
+#: (input shape, filters, kernel, stride, dilation, padding, per-channel, activation): windows of
+#: one and several segments, depths of every remainder mod 4, rows per call 4, 3, 2, 1, strides,
+#: a height dilation (relay_aot's kernel) and a width dilation (TVM's).
+CONVOLUTIONS = [
+    ((1, 9, 11, 5), 8, (3, 3), (1, 1), (1, 1), "SAME", True, "RELU6"),
+    ((1, 12, 7, 1), 6, (10, 4), (2, 2), (1, 1), "VALID", False, "NONE"),
+    ((1, 8, 8, 3), 7, (3, 3), (2, 2), (1, 1), "SAME", True, "RELU"),
+    ((1, 10, 9, 3), 10, (3, 2), (1, 1), (2, 1), "VALID", True, "NONE"),
+    ((1, 9, 9, 4), 4, (1, 1), (2, 2), (1, 1), "VALID", False, "NONE"),
+    ((1, 9, 9, 2), 5, (3, 3), (1, 1), (2, 2), "SAME", True, "NONE"),
+]
+
+
+def _convolution_model(rng) -> ModelBuilder:
+    model = ModelBuilder()
+    ys = []
+    for k, (shape, filters, kernel, stride, dilation, padding, per_channel, activation) in enumerate(CONVOLUTIONS):
+        s_in = float(rng.uniform(0.01, 0.2))
+        x = model.input(f"x{k}", shape, "int8", s_in, int(rng.integers(-60, 60)))
+        taps = kernel[0] * kernel[1] * shape[3]
+        w = rng.integers(-127, 128, size=(filters, *kernel, shape[3])).astype(np.int8)
+        base = 3.0 / (s_in * np.sqrt(taps) * 73 * 60)
+        scales = (base * rng.uniform(0.5, 1.5, size=filters if per_channel else 1)).astype(np.float32)
+        bias = rng.integers(-3000, 3000, size=filters).astype(np.int32)
+        ys.append(
+            model.conv_2d(
+                x,
+                w,
+                scales,
+                bias,
+                3.0 / 60,
+                int(rng.integers(-20, 20)),
+                stride=stride,
+                dilation=dilation,
+                padding=padding,
+                activation=activation,
+                name=f"conv{k}",
+            )
+        )
+    model.output(*ys)
+    return model
+
+
+def test_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
+    """Convolutions of every kind the kernel takes (and a width dilation, which it does not):
+    the package equals TFLite's reference kernels and the host's library bit for bit, on inputs
+    of the full range, a narrow one and the extremes."""
+    _require_m4()
+    rng = np.random.default_rng(13)
+    path = tmp_path / "conv.tflite"
+    _convolution_model(rng).write(path)
+    imported = relay_aot.read_tflite(path, exact=True)
+    package = relay_aot.export_standalone(
+        imported.mod, tmp_path / "pkg", name="m", target="cortex-m4", params=imported.params
+    )
+    source = (package.directory / "kernels.c").read_text()
+    for name in ("r4_s3x15(", "r3_s10x4(", "r1_s3x9(", "r2_s3x6_d2(", "r4_s1x4("):
+        assert f"relay_aot_conv_s8_{name}" in source, name
+    assert source.count("relay_aot_conv_s8_r") == 2 * 5, "the width-dilated convolution is TVM's"
+    sa.make_package(package)
+    host = relay_aot.compile(imported.mod, params=imported.params)
+    reference = Reference(path)
+    for low, high in ((-128, 127), (-10, 10), (-128, -128), (127, 127)):
+        inputs = [rng.integers(low, high + 1, size=s.shape).astype(np.int8) for s in imported.inputs]
+        rc, error, outputs = sa.run_c_main(package, inputs, work=tmp_path)
+        assert rc == 0, error
+        result = host(*inputs)
+        for k, (got, want) in enumerate(zip(outputs, reference(inputs), strict=True)):
+            np.testing.assert_array_equal(got, want, err_msg=f"{CONVOLUTIONS[k]} on [{low}, {high}]")
+            np.testing.assert_array_equal(got, result[k].numpy(), err_msg=f"{CONVOLUTIONS[k]} on [{low}, {high}]")
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+@pytest.mark.parametrize("segments, depth, dilation", [(1, 5, 1), (3, 9, 1), (2, 16, 3)])
+def test_the_convolution_micro_kernels_c_without_the_dsp_extension_is_the_plain_sum(
+    rows, segments, depth, dilation, tmp_path
+):
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    rng = np.random.default_rng(rows + depth)
+    row = depth + 7  # the input's row stride
+    x = _extreme_int8(rng, ((segments - 1) * dilation + 1) * row)
+    w = _extreme_int8(rng, (rows, segments, depth))
+    windows = np.stack([x[s * dilation * row : s * dilation * row + depth] for s in range(segments)])
+    want = (w.astype(np.int64).reshape(rows, -1) @ windows.astype(np.int64).reshape(-1)).tolist()
+    name = arm_dsp.micro_kernel_name(rows, depth, segments, dilation)
+    array = lambda a: ",".join(str(int(v)) for v in a.reshape(-1))  # noqa: E731
+    main = f"""{arm_dsp.micro_kernel_c(rows, depth, segments, dilation)}
+#include <stdio.h>
+static const int8_t x[{x.size}] = {{{array(x)}}};
+static const int8_t w[{w.size}] = {{{array(w)}}};
+int main(void) {{
+  int32_t out[{rows}];
+  {name}(x, {row}, w, out);
+  for (int r = 0; r < {rows}; ++r) printf("%ld\\n", (long)out[r]);
+  return 0;
+}}
+"""
+    source, executable = tmp_path / "main.c", tmp_path / "main"
+    source.write_text(main)
+    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
+    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    assert got == want

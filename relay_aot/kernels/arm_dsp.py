@@ -39,8 +39,9 @@ from tvm.topi.utils import get_const_tuple
 
 from .gate import Gate
 
-#: The tag of relay_aot's dense: its schedule finds the stage by it.
+#: The tags of relay_aot's dense and convolution: the schedule finds the stage by them.
 DENSE_TAG = "relay_aot_dense_s8_dsp"
+CONV_TAG = "relay_aot_conv2d_s8_dsp"
 
 #: Most rows of weights one micro-kernel call computes (its accumulators stay in registers).
 MAX_ROWS = 4
@@ -72,25 +73,32 @@ static inline __attribute__((always_inline)) int32_t relay_aot_sxtb16_ror8(uint3
 """
 
 
-def micro_kernel_name(rows: int, depth: int) -> str:
-    """The C function computing ``rows`` dot products of int8 vectors of ``depth``."""
-    return f"relay_aot_dot_s8_r{rows}_k{depth}"
+def micro_kernel_name(rows: int, depth: int, segments: int | None = None, dilation: int = 1) -> str:
+    """The C function computing ``rows`` dot products of int8 vectors of ``segments * depth``:
+    a dense's (``segments`` None: one vector) or a convolution's (``segments`` rows of the
+    window, each ``depth`` contiguous int8, ``dilation`` input rows apart)."""
+    if segments is None:
+        return f"relay_aot_dot_s8_r{rows}_k{depth}"
+    return f"relay_aot_conv_s8_r{rows}_s{segments}x{depth}" + (f"_d{dilation}" if dilation != 1 else "")
 
 
-def micro_kernel_c(rows: int, depth: int) -> str:
+def micro_kernel_c(rows: int, depth: int, segments: int | None = None, dilation: int = 1) -> str:
     """C of :func:`micro_kernel_name`: ``out[r] = sum_k x[k] * w[r * depth + k]`` for
-    ``r < rows`` (int32 sums of int8 products), SMLAD on pairs where the DSP extension is."""
-    name = micro_kernel_name(rows, depth)
+    ``r < rows`` (int32 sums of int8 products), SMLAD on pairs where the DSP extension is. With
+    ``segments`` the function also takes the input's row stride: segment ``s`` of the input
+    starts ``s * dilation`` rows on, segment ``s`` of a weight row ``s * depth`` int8 on."""
+    name = micro_kernel_name(rows, depth, segments, dilation)
     guard = name.upper()
+    size = (segments or 1) * depth  # of a weight row
     rs = range(rows)
     accs = ", ".join(f"acc{r} = 0" for r in rs)
     dsp_rows = "\n".join(
-        f"    wv = relay_aot_s8x4(w + {r * depth} + k);\n"
+        f"    wv = relay_aot_s8x4(w + {r * size} + k);\n"
         f"    acc{r} = __smlad(__sxtb16(wv), x02, acc{r});\n"
         f"    acc{r} = __smlad(relay_aot_sxtb16_ror8(wv), x13, acc{r});"
         for r in rs
     )
-    tail_rows = "\n".join(f"    acc{r} += xk * (int32_t)w[{r * depth} + k];" for r in rs)
+    tail_rows = "\n".join(f"    acc{r} += xk * (int32_t)w[{r * size} + k];" for r in rs)
     stores = "\n".join(f"  out[{r}] = acc{r};" for r in rs)
     dsp_loop = ""
     if depth >= 4:
@@ -102,18 +110,33 @@ def micro_kernel_c(rows: int, depth: int) -> str:
   }}
 #endif
 """
-    return f"""{_COMMON}
-#ifndef {guard}
-#define {guard}
-/* out[r] = sum of x[k] * w[r * {depth} + k] over k < {depth}, for r < {rows} (relay_aot) */
-static int32_t {name}(const int8_t* x, const int8_t* w, int32_t* out) {{
-  int32_t {accs};
-  int32_t k = 0;
+    one_segment = f"""  int32_t k = 0;
 {dsp_loop}  for (; k < {depth}; ++k) {{
     int32_t xk = x[k];
 {tail_rows}
   }}
-{stores}
+"""
+    if segments is None:
+        signature = f"{name}(const int8_t* x, const int8_t* w, int32_t* out)"
+        what = f"x[k] * w[r * {depth} + k] over k < {depth}"
+        body = one_segment
+    else:
+        signature = f"{name}(const int8_t* x, int32_t x_row, const int8_t* w, int32_t* out)"
+        what = f"x[s * {dilation} * x_row + k] * w[r * {size} + s * {depth} + k] over s < {segments}, k < {depth}"
+        inner = "\n".join(
+            "  " + line if line and not line.startswith("#") else line for line in one_segment.splitlines()
+        )
+        body = f"""  for (int32_t s = 0; s < {segments}; ++s, x += {dilation} * x_row, w += {depth}) {{
+{inner}
+  }}
+"""
+    return f"""{_COMMON}
+#ifndef {guard}
+#define {guard}
+/* out[r] = sum of {what}, for r < {rows} (relay_aot) */
+static int32_t {signature} {{
+  int32_t {accs};
+{body}{stores}
   return 0;
 }}
 #endif
@@ -162,22 +185,78 @@ def dense_compute(data: te.Tensor, weight: te.Tensor) -> te.Tensor:
     )
 
 
+def conv_compute(data: te.Tensor, weight: te.Tensor, strides, dilation) -> te.Tensor:
+    """The unpadded ``NHWC`` convolution of ``data`` with ``OHWI`` ``weight`` in int32 (what
+    TVM's ``nn.conv2d`` computes; the input's width dilation is 1)."""
+    n, height, width, channels = get_const_tuple(data.shape)
+    filters, kh, kw, _ = get_const_tuple(weight.shape)
+    (sh, sw), dh = strides, dilation
+    oh, ow = (height - (kh - 1) * dh - 1) // sh + 1, (width - kw) // sw + 1
+    rh, rw, rc = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw"), te.reduce_axis((0, channels), "rc")
+    return te.compute(
+        (n, oh, ow, filters),
+        lambda b, y, x, f: te.sum(
+            data[b, y * sh + rh * dh, x * sw + rw, rc].astype("int32") * weight[f, rh, rw, rc].astype("int32"),
+            axis=[rh, rw, rc],
+        ),
+        name="conv",
+        tag=CONV_TAG,
+        attrs={"dilation": dh},
+    )
+
+
+def _conv_intrinsic(rows: int, kh: int, kw: int, channels: int, dilation: int) -> te.TensorIntrin:
+    """``rows`` output channels of one output pixel: one call of the convolution micro-kernel
+    (the window's ``kh`` rows of ``kw * channels`` contiguous int8 each, the input's row stride
+    passed)."""
+    a = te.placeholder((1, (kh - 1) * dilation + 1, kw, channels), name="a", dtype="int8")
+    b = te.placeholder((rows, kh, kw, channels), name="b", dtype="int8")
+    rh, rw, rc = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw"), te.reduce_axis((0, channels), "rc")
+    c = te.compute(
+        (1, 1, 1, rows),
+        lambda i, y, x, j: te.sum(
+            a[i, y + rh * dilation, x + rw, rc].astype("int32") * b[j, rh, rw, rc].astype("int32"), axis=[rh, rw, rc]
+        ),
+    )
+    a_buf = tvm.tir.decl_buffer(
+        a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("a_n"), te.var("a_h"), channels, 1]
+    )
+    b_buf = tvm.tir.decl_buffer(
+        b.shape, b.dtype, name="B", offset_factor=1, strides=[kh * kw * channels, kw * channels, channels, 1]
+    )
+    c_buf = tvm.tir.decl_buffer(
+        c.shape, c.dtype, name="C", offset_factor=1, strides=[te.var("c_n"), te.var("c_h"), te.var("c_w"), 1]
+    )
+    name = micro_kernel_name(rows, kw * channels, kh, dilation)
+
+    def body(ins, outs):
+        aa, bb = ins
+        ib = tvm.tir.ir_builder.create()
+        ib.emit(
+            tvm.tir.call_extern(
+                "int32", name, aa.access_ptr("r"), aa.strides[1], bb.access_ptr("r"), outs[0].access_ptr("w")
+            )
+        )
+        return ib.get()
+
+    return te.decl_tensor_intrin(c.op, body, binds={a: a_buf, b: b_buf, c: c_buf})
+
+
 def dense_schedule(outs) -> te.Schedule:
-    """The dense's units in blocks of :func:`rows_per_call` rows, each block one micro-kernel call,
-    the operators fused after it (elementwise: FuseOps' out-elementwise pattern) applied to the
-    block's sums right after the call."""
+    """The dense's units (the convolution's output channels) in blocks of :func:`rows_per_call`
+    rows, each block one micro-kernel call, the operators fused after it (elementwise: FuseOps'
+    out-elementwise pattern) applied to the block's sums right after the call."""
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
     last = outs[0]
-    dense = _find_dense(last.op)
-    assert dense is not None, "relay_aot's dense strategy without its dense"
-    data, weight = dense.op.input_tensors
-    _, depth = get_const_tuple(data.shape)
+    anchor = _find_anchor(last.op)
+    assert anchor is not None, "relay_aot's DSP strategy without its dense or convolution"
+    data, weight = anchor.op.input_tensors
     units = get_const_tuple(weight.shape)[0]
     rows = rows_per_call(units)
 
     def inline(op):
-        if op.same_as(dense.op) or not isinstance(op, te.ComputeOp):
+        if op.same_as(anchor.op) or not isinstance(op, te.ComputeOp):
             return
         if not op.same_as(last.op):
             s[op].compute_inline()
@@ -185,41 +264,78 @@ def dense_schedule(outs) -> te.Schedule:
             inline(t.op)
 
     inline(last.op)
-    i, j = s[dense].op.axis
-    jo, ji = s[dense].split(j, factor=rows)
-    s[dense].reorder(i, jo, ji, *s[dense].op.reduce_axis)
-    s[dense].tensorize(ji, _intrinsic(rows, depth))
-    s[dense].pragma(jo, "import_c", micro_kernel_c(rows, depth))
-    if not last.op.same_as(dense.op):
-        li, lj = s[last].op.axis
+    *outer, j = s[anchor].op.axis
+    jo, ji = s[anchor].split(j, factor=rows)
+    s[anchor].reorder(*outer, jo, ji, *s[anchor].op.reduce_axis)
+    if anchor.op.tag == DENSE_TAG:
+        depth = get_const_tuple(data.shape)[1]
+        s[anchor].tensorize(ji, _intrinsic(rows, depth))
+        s[anchor].pragma(jo, "import_c", micro_kernel_c(rows, depth))
+    else:
+        _, kh, kw, channels = get_const_tuple(weight.shape)
+        dilation = int(anchor.op.attrs["dilation"]) if "dilation" in anchor.op.attrs else 1
+        s[anchor].tensorize(ji, _conv_intrinsic(rows, kh, kw, channels, dilation))
+        s[anchor].pragma(jo, "import_c", micro_kernel_c(rows, kw * channels, kh, dilation))
+    if not last.op.same_as(anchor.op):
+        *_, lj = s[last].op.axis
         ljo, _ = s[last].split(lj, factor=rows)
-        s[dense].compute_at(s[last], ljo)
+        s[anchor].compute_at(s[last], ljo)
     return s
 
 
-def _find_dense(op) -> te.Tensor | None:
-    if op.tag == DENSE_TAG:
+def _find_anchor(op) -> te.Tensor | None:
+    if op.tag in (DENSE_TAG, CONV_TAG):
         return op.output(0)
     for t in op.input_tensors:
         if isinstance(t.op, te.ComputeOp):
-            found = _find_dense(t.op)
+            found = _find_anchor(t.op)
             if found is not None:
                 return found
     return None
 
 
+def _static(*shapes) -> bool:
+    return all(isinstance(d, (int, tvm.tir.IntImm)) for shape in shapes for d in shape)
+
+
+def _int8_on_dsp(inputs, out_type, target) -> bool:
+    data, weight = inputs
+    return (
+        _GATE.active()
+        and bool(target.features.has_dsp)
+        and data.dtype == "int8"
+        and weight.dtype == "int8"
+        and out_type.dtype == "int32"
+        and _static(data.shape, weight.shape)
+    )
+
+
 def _applies(inputs, out_type, target) -> bool:
     """Whether relay_aot's dense computes this call (module docstring)."""
-    if not _GATE.active() or not target.features.has_dsp:
-        return False
-    data, weight = inputs
-    if data.dtype != "int8" or weight.dtype != "int8" or out_type.dtype != "int32":
-        return False
-    shapes = (*data.shape, *weight.shape)
-    return len(data.shape) == 2 and all(isinstance(d, (int, tvm.tir.IntImm)) for d in shapes)
+    return _int8_on_dsp(inputs, out_type, target) and len(inputs[0].shape) == 2
+
+
+def conv_applies(attrs, inputs, out_type, target) -> bool:
+    """Whether relay_aot's convolution computes this call: ``NHWC`` data, ``OHWI`` weights (which
+    only ``passes/arm_dsp.py`` makes of a TFLite model's convolutions), no padding, one group,
+    no width dilation."""
+    return (
+        _int8_on_dsp(inputs, out_type, target)
+        and attrs.data_layout == "NHWC"
+        and attrs.kernel_layout == "OHWI"
+        and str(attrs.out_layout) in ("", "NHWC")
+        and int(attrs.groups) == 1
+        and all(int(p) == 0 for p in attrs.padding)
+        and int(attrs.dilation[1]) == 1
+    )
 
 
 _TVM_DENSE_STRATEGY = _arm_cpu.schedule_dense_arm_cpu
+_TVM_CONV2D_STRATEGY = _arm_cpu.conv2d_strategy_arm_cpu
+
+
+def _schedule(attrs, outs, target):
+    return dense_schedule(outs)
 
 
 def _dense_strategy(attrs, inputs, out_type, target):
@@ -228,17 +344,33 @@ def _dense_strategy(attrs, inputs, out_type, target):
     strategy = _op.OpStrategy()
     strategy.add_implementation(
         lambda attrs, ins, out_type: [dense_compute(ins[0], ins[1])],
-        lambda attrs, outs, target: dense_schedule(outs),
+        _schedule,
         name="dense_s8_dsp.relay_aot",
         plevel=20,
     )
     return strategy
 
 
+def _conv2d_compute(attrs, inputs, out_type):
+    strides = tuple(int(v) for v in attrs.strides)
+    conv = conv_compute(inputs[0], inputs[1], strides, int(attrs.dilation[0]))
+    return [conv]
+
+
+def _conv2d_strategy(attrs, inputs, out_type, target):
+    if not conv_applies(attrs, inputs, out_type, target):
+        return _TVM_CONV2D_STRATEGY(attrs, inputs, out_type, target)
+    strategy = _op.OpStrategy()
+    strategy.add_implementation(_conv2d_compute, _schedule, name="conv2d_s8_dsp.relay_aot", plevel=20)
+    return strategy
+
+
 def _install() -> None:
     _generic.dense_strategy.register("arm_cpu", _dense_strategy, override=True)
+    _generic.conv2d_strategy.register("arm_cpu", _conv2d_strategy, override=True)
 
 
 _GATE = Gate(_install)
-#: Within the block (on this thread), int8 dense on M-profile DSP targets is relay_aot's.
+#: Within the block (on this thread), int8 dense and OHWI convolutions on M-profile DSP targets
+#: are relay_aot's.
 building = _GATE.building

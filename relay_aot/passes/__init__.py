@@ -28,10 +28,10 @@ from tvm import relay
 from .. import ir
 from ..errors import RelayAotError, TypeCheckError, UnsupportedError
 from . import (
+    arm_dsp,
     dense_transposes,
     global_pools,
     invariants,
-    pointwise_dense,
     pooled_pointwise,
     symbolic,
     vector_math,
@@ -362,10 +362,10 @@ def winograd_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return winograd.rewrite(mod, tvm.target.Target.current(allow_none=True))
 
 
-@tvm.transform.module_pass(opt_level=0, name="PointwiseDense")
-def pointwise_dense_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """:func:`pointwise_dense.rewrite` as a pass, for the current target (see that module)."""
-    return pointwise_dense.rewrite(mod, tvm.target.Target.current(allow_none=True))
+@tvm.transform.module_pass(opt_level=0, name="ArmDspConvolutions")
+def arm_dsp_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`arm_dsp.rewrite` as a pass, for the current target (see that module)."""
+    return arm_dsp.rewrite(mod, tvm.target.Target.current(allow_none=True))
 
 
 @tvm.transform.module_pass(opt_level=0, name="PooledPointwiseConvolutions")
@@ -537,7 +537,7 @@ def prepare_with_extents(
     sequence = [relay.transform.InferType()]
     if opt_level >= 1 and target is not None:
         # before the legalizations, which widen an int8 convolution's operands on arm_cpu
-        sequence += [pointwise_dense_convolutions, relay.transform.InferType()]
+        sequence += [arm_dsp_convolutions, relay.transform.InferType()]
     sequence += [
         *_legalizations(),
         relay.transform.InferType(),

@@ -1,20 +1,27 @@
-"""int8 pointwise convolutions as ``dense`` on targets with Arm's DSP extension.
+"""int8 convolutions in the forms relay_aot's kernels for Arm's DSP extension compute.
 
-A 1x1 convolution with unit strides and no padding (``NHWC``, ``HWIO`` weights) is a matrix
-product of the pixels (``N*H*W`` rows of ``C``) by the filters (``O`` rows of ``C``): the shape
-of relay_aot's int8 DSP kernel for ``nn.dense`` (``kernels/arm_dsp.py``), whose micro-kernel reads
-four int8 of a pixel and of each filter as one word. TVM's own path for the convolution on a
-Cortex-M4 widens both operands to int16 (its ``conv2d`` legalization on ``arm_cpu``), storing
-the filters as int16 constants (twice the flash) and every pixel as an int16 tensor (an extra
-kernel and twice the RAM), then multiplies one pair at a time (7.5 instructions per
-multiply-add on MLPerf Tiny's keyword-spotting model, where CMSIS-NN takes 2.1).
+relay_aot's int8 kernels for M-profile cores with the DSP extension (``kernels/arm_dsp.py``)
+multiply rows of int8 weights by int8 inputs, four int8 of each loaded as one word. TVM's own
+path for an int8 ``NHWC`` convolution on a Cortex-M4 widens both operands to int16 (its
+``arm_cpu`` layout choice for ``conv2d_nhwc_spatial_pack``), storing the filters as int16
+constants (twice the flash) and every input as an int16 tensor (an extra kernel and twice the
+RAM), then multiplies one pair at a time (7.5 instructions per multiply-add on MLPerf Tiny's
+keyword-spotting model, where CMSIS-NN takes 2.1).
 
-:func:`rewrite` (before the legalizations, so the operands stay int8) replaces such a
-convolution of int8 by int8 into int32, with constant weights, by
-``reshape(dense(reshape(x, [N*H*W, C]), W^T), [N, H, W, O])``; the elementwise operators after
-it whose other operands are constant along the pixels (a bias, per-channel or per-tensor
-requantization constants, ``stop_fusion``) are moved inside the final reshape, so they fuse into
-the dense's kernel as they did into the convolution's. The sums are the same int32 sums.
+:func:`rewrite` (before the legalizations and the layout choice) gives an int8 by int8
+convolution into int32 with constant ``HWIO`` weights, one group, no padding (relay_aot's TFLite
+importer pads explicitly) and no width dilation the form of relay_aot's kernel:
+
+* a 1x1 convolution with unit strides is a matrix product of the pixels (``N*H*W`` rows of
+  ``C``) by the filters: ``reshape(dense(reshape(x, [N*H*W, C]), W^T), [N, H, W, O])``; the
+  elementwise operators after it whose other operands are constant along the pixels (a bias,
+  per-channel or per-tensor requantization constants, ``stop_fusion``) are moved inside the
+  final reshape, so they fuse into the dense's kernel as they did into the convolution's;
+* any other one gets its weights as ``OHWI`` (each filter's window contiguous, the rows the
+  micro-kernel reads), which only this pass makes: relay_aot's convolution strategy computes
+  those while relay_aot compiles.
+
+The sums are the same int32 sums.
 """
 
 from __future__ import annotations
@@ -65,6 +72,41 @@ def _pointwise_weights(call: relay.Call) -> np.ndarray | None:
     return np.ascontiguousarray(weight.data.numpy().reshape(weight.data.shape[2:]).T)
 
 
+def _ohwi(call: relay.Call, new: relay.Call) -> relay.Expr | None:
+    """An int8 ``NHWC`` convolution with constant ``HWIO`` weights, one group, no padding and
+    no width dilation, with its weights as ``OHWI``; else None."""
+    attrs = call.attrs
+    data, weight = call.args
+    if (
+        not isinstance(weight, relay.Constant)
+        or _shape(data) is None
+        or attrs.data_layout != "NHWC"
+        or attrs.kernel_layout != "HWIO"
+        or str(attrs.out_layout) not in ("", "NHWC")
+        or int(attrs.dilation[1]) != 1
+        or any(int(p) != 0 for p in attrs.padding)
+        or int(attrs.groups) != 1
+        or data.checked_type.dtype != "int8"
+        or weight.data.dtype != "int8"
+        or call.checked_type.dtype != "int32"
+    ):
+        return None
+    ohwi = np.ascontiguousarray(weight.data.numpy().transpose(3, 0, 1, 2))
+    return relay.nn.conv2d(
+        new.args[0],
+        relay.const(ohwi),
+        strides=attrs.strides,
+        padding=(0, 0, 0, 0),
+        dilation=attrs.dilation,
+        groups=1,
+        channels=ohwi.shape[0],
+        kernel_size=ohwi.shape[1:3],
+        data_layout="NHWC",
+        kernel_layout="OHWI",
+        out_dtype="int32",
+    )
+
+
 def _along_channels(original: relay.Expr, arg: relay.Expr, channels: int) -> relay.Expr | None:
     """An operand beside the convolution's result (``original``, rewritten ``arg``) as an
     operand of its 2-D form: a scalar as it is, a tensor constant along every axis but the last
@@ -90,7 +132,7 @@ class _Rewrite(CallRewriter):
         if call.op.name == "nn.conv2d":
             weights = _pointwise_weights(call)
             if weights is None:
-                return None
+                return _ohwi(call, new)
             n, h, w, c = _shape(call.args[0]) or []
             rows = relay.reshape(new.args[0], [n * h * w, c])
             product = relay.nn.dense(rows, relay.const(weights), out_dtype="int32")
@@ -128,8 +170,8 @@ class _Rewrite(CallRewriter):
 
 
 def rewrite(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
-    """``mod`` with its int8 pointwise convolutions as ``dense`` (module docstring), on targets
-    with the DSP extension; ``mod`` elsewhere."""
+    """``mod`` with its int8 convolutions in the forms of relay_aot's DSP kernels (module
+    docstring), on targets with the DSP extension; ``mod`` elsewhere."""
     if not _dsp(target):
         return mod
     return rewrite_functions(mod, lambda func: _Rewrite() if calls_any(func, {"nn.conv2d"}) else None)
