@@ -8,6 +8,7 @@ TFLite models with TFLite's reference kernels (LiteRT ``BUILTIN_REF``) and with 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -274,6 +275,7 @@ def test_pointwise_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path)
     )
     source = (package.directory / "kernels.c").read_text()
     assert "relay_aot_dot_s8_r2_k12((" in source and "relay_aot_dot_s8_r1_k10((" in source
+    assert "_fused_nn_dense_add_cast_multiply" in source, "the requantization is in the dense's kernel"
     sa.make_package(package)
     host = relay_aot.compile(imported.mod, params=imported.params)
     reference = Reference(path)
@@ -344,6 +346,10 @@ def test_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
     for name in ("r4_s3x15(", "r3_s10x4(", "r1_s3x9(", "r2_s3x6_d2(", "r4_s1x4("):
         assert f"relay_aot_conv_s8_{name}" in source, name
     assert source.count("relay_aot_conv_s8_r") == 2 * 5, "the width-dilated convolution is TVM's"
+    # the requantization is in the convolution's kernel (its stop_fusion dropped), except the
+    # width-dilated one's: one separate requantization kernel
+    assert source.count("_fused_nn_conv2d_add_cast_multiply") >= 5
+    assert len(set(re.findall(r"TVM_DLL int32_t (m_k\d+_fused_cast_multiply\w*)\(", source))) == 1
     sa.make_package(package)
     host = relay_aot.compile(imported.mod, params=imported.params)
     reference = Reference(path)

@@ -16,12 +16,16 @@ importer pads explicitly) and no width dilation the form of relay_aot's kernel:
   ``C``) by the filters: ``reshape(dense(reshape(x, [N*H*W, C]), W^T), [N, H, W, O])``; the
   elementwise operators after it whose other operands are constant along the pixels (a bias,
   per-channel or per-tensor requantization constants, ``stop_fusion``) are moved inside the
-  final reshape, so they fuse into the dense's kernel as they did into the convolution's;
+  final reshape, so they fuse into the dense's kernel;
 * any other one gets its weights as ``OHWI`` (each filter's window contiguous, the rows the
   micro-kernel reads), which only this pass makes: relay_aot's convolution strategy computes
   those while relay_aot compiles.
 
-The sums are the same int32 sums.
+In both, the importer's ``stop_fusion`` between the int32 sums and the requantization is
+dropped: it kept x86's convolution schedules from computing each stage of the requantization as
+a loop of its own; relay_aot's DSP kernels apply the fused operators to each block of four
+sums right after the micro-kernel, and the int32 tensor between them is not stored. The sums
+are the same int32 sums, the requantization the same operators.
 """
 
 from __future__ import annotations
@@ -124,7 +128,10 @@ def _along_channels(original: relay.Expr, arg: relay.Expr, channels: int) -> rel
 class _Rewrite(CallRewriter):
     def __init__(self) -> None:
         super().__init__()
-        self.flat: dict[relay.Expr, tuple[relay.Expr, int]] = {}  # a reshape made here -> its 2-D input, O
+        #: a reshape made here -> its 2-D input, the channels, whether a stop_fusion may be dropped
+        self.flat: dict[relay.Expr, tuple[relay.Expr, int, bool]] = {}
+        #: an OHWI convolution, and the elementwise operators of it up to its first stop_fusion
+        self.open: set[relay.Expr] = set()
 
     def rewrite_call(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
         if not isinstance(call.op, tvm.ir.Op):
@@ -132,29 +139,49 @@ class _Rewrite(CallRewriter):
         if call.op.name == "nn.conv2d":
             weights = _pointwise_weights(call)
             if weights is None:
-                return _ohwi(call, new)
+                conv = _ohwi(call, new)
+                if conv is not None:
+                    self.open.add(conv)
+                return conv
             n, h, w, c = _shape(call.args[0]) or []
             rows = relay.reshape(new.args[0], [n * h * w, c])
             product = relay.nn.dense(rows, relay.const(weights), out_dtype="int32")
-            return self._flat(product, [n, h, w, weights.shape[0]], weights.shape[0])
+            return self._flat(product, [n, h, w, weights.shape[0]], weights.shape[0], True)
+        if any(arg in self.open for arg in new.args):
+            return self._after_convolution(call, new)
         return self._sink(call, new)
 
-    def _flat(self, inner: relay.Expr, shape: list[int], channels: int) -> relay.Expr:
+    def _after_convolution(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
+        """The first ``stop_fusion`` after an OHWI convolution (the importer's, after the bias)
+        dropped: the requantization then fuses into the convolution's kernel, which applies it
+        to each block of sums (no int32 tensor in between)."""
+        if call.op.name == _STOP_FUSION:
+            self.open.discard(new.args[0])
+            return new.args[0]
+        pattern = call.op.get_attr("TOpPattern")
+        if pattern is not None and int(pattern) <= 1:
+            self.open.add(new)
+        return None
+
+    def _flat(self, inner: relay.Expr, shape: list[int], channels: int, open_: bool) -> relay.Expr:
         out = relay.reshape(inner, shape)
-        self.flat[out] = (inner, channels)
+        self.flat[out] = (inner, channels, open_)
         return out
 
     def _sink(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
         """An elementwise operator of one of our reshapes (and operands constant along the
-        pixels) applied inside it instead."""
+        pixels) applied inside it instead; the first ``stop_fusion`` after the dense dropped (as
+        after an OHWI convolution)."""
         pattern = call.op.get_attr("TOpPattern")
         if call.op.name != _STOP_FUSION and (pattern is None or int(pattern) > 1):
             return None
         shape = _shape(call)
         found = [self.flat[arg] for arg in new.args if arg in self.flat]
-        if not found or shape is None or len({channels for _, channels in found}) != 1:
+        if not found or shape is None or len({channels for _, channels, _ in found}) != 1:
             return None
-        channels = found[0][1]
+        channels, open_ = found[0][1], all(o for _, _, o in found)
+        if call.op.name == _STOP_FUSION and open_:
+            return self._flat(found[0][0], shape, channels, False)
         args = []
         for original, arg in zip(call.args, new.args):
             if arg in self.flat:
@@ -166,7 +193,7 @@ class _Rewrite(CallRewriter):
             if operand is None:
                 return None
             args.append(operand)
-        return self._flat(relay.Call(new.op, args, new.attrs), shape, channels)
+        return self._flat(relay.Call(new.op, args, new.attrs), shape, channels, open_)
 
 
 def rewrite(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
