@@ -350,6 +350,7 @@ def test_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
     # width-dilated one's: one separate requantization kernel
     assert source.count("_fused_nn_conv2d_add_cast_multiply") >= 5
     assert len(set(re.findall(r"TVM_DLL int32_t (m_k\d+_fused_cast_multiply\w*)\(", source))) == 1
+    assert "int64_t* p" not in source, "the requantization's multipliers are int32 arrays"
     sa.make_package(package)
     host = relay_aot.compile(imported.mod, params=imported.params)
     reference = Reference(path)
@@ -395,3 +396,22 @@ int main(void) {{
     subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
     got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
     assert got == want
+
+
+def test_int64_multipliers_that_fit_are_int32_on_dsp_targets_only():
+    """An int64 product by an int64 constant that fits in int32 multiplies by the int32 constant
+    widened in the kernel (GCC's SMULL); other targets and constants are left alone."""
+    x = relay.var("x", shape=(4, 3), dtype="int32")
+    wide = relay.cast(x, "int64")
+    small = relay.const(np.array([3, -(2**31), 2**31 - 1], np.int64), "int64")
+    large = relay.const(np.array([3, 2**31, 1], np.int64), "int64")
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.Tuple([wide * small, wide * large])))
+    mod = relay.transform.InferType()(mod)
+    narrowed = dsp_pass.narrow_multipliers(mod, tvm.target.Target(M4.tvm_target))
+    small_product, large_product = narrowed["main"].body.fields
+    assert small_product.args[1].op.name == "cast" and small_product.args[1].args[0].data.dtype == "int32"
+    assert isinstance(large_product.args[1], relay.Constant)
+    assert dsp_pass.narrow_multipliers(mod, tvm.target.Target("llvm")) is mod
+    values = np.arange(-6, 6, dtype=np.int32).reshape(4, 3)
+    for want, got in zip(relay_aot.compile(mod)(values), relay_aot.compile(narrowed)(values)):
+        np.testing.assert_array_equal(want.numpy(), got.numpy())

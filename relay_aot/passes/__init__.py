@@ -368,6 +368,12 @@ def arm_dsp_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return arm_dsp.rewrite(mod, tvm.target.Target.current(allow_none=True))
 
 
+@tvm.transform.module_pass(opt_level=0, name="NarrowMultipliers")
+def narrow_multipliers(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`arm_dsp.narrow_multipliers` as a pass, for the current target (see there)."""
+    return arm_dsp.narrow_multipliers(mod, tvm.target.Target.current(allow_none=True))
+
+
 @tvm.transform.module_pass(opt_level=0, name="PooledPointwiseConvolutions")
 def pooled_pointwise_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:func:`pooled_pointwise.rewrite` as a pass (see that module)."""
@@ -571,6 +577,9 @@ def prepare_with_extents(
         sequence.append(_dense_of_transposes(pack=alters_layout))
         # after the products' rewrite: a weight's packing is then invariant with its transpose
         sequence.append(hoist_invariants)
+    if opt_level >= 1 and target is not None:
+        # after the last constant folding, which would fold the int32 constants' casts again
+        sequence.append(narrow_multipliers)
     sequence += [
         slices_end_kernels,
         relay.transform.FuseOps(fuse_level),
