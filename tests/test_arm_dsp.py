@@ -415,3 +415,105 @@ def test_int64_multipliers_that_fit_are_int32_on_dsp_targets_only():
     values = np.arange(-6, 6, dtype=np.int32).reshape(4, 3)
     for want, got in zip(relay_aot.compile(mod)(values), relay_aot.compile(narrowed)(values)):
         np.testing.assert_array_equal(want.numpy(), got.numpy())
+
+
+#: (input shape, multiplier, kernel, stride, dilation, padding, activation): channels a multiple
+#: of four, with a remainder, below four; strides; a multiplier of two, a dilation and one
+#: channel (TVM's kernels, or the convolution's).
+DEPTHWISE = [
+    ((1, 9, 7, 8), 1, (3, 3), (1, 1), (1, 1), "SAME", "RELU6"),
+    ((1, 10, 9, 6), 1, (3, 3), (2, 2), (1, 1), "SAME", "NONE"),
+    ((1, 8, 8, 3), 1, (3, 2), (1, 1), (1, 1), "VALID", "RELU"),
+    ((1, 7, 7, 4), 2, (3, 3), (1, 1), (1, 1), "SAME", "NONE"),
+    ((1, 11, 11, 4), 1, (3, 3), (1, 1), (2, 2), "VALID", "NONE"),
+    ((1, 7, 6, 1), 4, (3, 3), (1, 1), (1, 1), "SAME", "NONE"),
+]
+
+
+def _depthwise_model(rng) -> ModelBuilder:
+    model = ModelBuilder()
+    ys = []
+    for k, (shape, multiplier, kernel, stride, dilation, padding, activation) in enumerate(DEPTHWISE):
+        s_in = float(rng.uniform(0.01, 0.2))
+        x = model.input(f"x{k}", shape, "int8", s_in, int(rng.integers(-60, 60)))
+        channels = shape[3] * multiplier
+        w = rng.integers(-127, 128, size=(1, *kernel, channels)).astype(np.int8)
+        base = 3.0 / (s_in * np.sqrt(kernel[0] * kernel[1]) * 73 * 60)
+        scales = (base * rng.uniform(0.5, 1.5, size=channels)).astype(np.float32)
+        bias = rng.integers(-3000, 3000, size=channels).astype(np.int32)
+        ys.append(
+            model.depthwise_conv_2d(
+                x,
+                w,
+                scales,
+                bias,
+                3.0 / 60,
+                int(rng.integers(-20, 20)),
+                stride=stride,
+                dilation=dilation,
+                padding=padding,
+                activation=activation,
+                name=f"dw{k}",
+            )
+        )
+    model.output(*ys)
+    return model
+
+
+def test_depthwise_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
+    """Depthwise convolutions the kernel takes (and three it does not): the package equals
+    TFLite's reference kernels and the host's library bit for bit."""
+    _require_m4()
+    rng = np.random.default_rng(17)
+    path = tmp_path / "dw.tflite"
+    _depthwise_model(rng).write(path)
+    imported = relay_aot.read_tflite(path, exact=True)
+    package = relay_aot.export_standalone(
+        imported.mod, tmp_path / "pkg", name="m", target="cortex-m4", params=imported.params
+    )
+    source = (package.directory / "kernels.c").read_text()
+    for name in ("c8_k3x3(", "c6_k3x3(", "c3_k3x2("):
+        assert f"relay_aot_dw_s8_{name}(" in source, name
+    assert source.count("relay_aot_dw_s8_c") == 2 * 3, "multiplier 2 and dilation 2 are TVM's"
+    sa.make_package(package)
+    host = relay_aot.compile(imported.mod, params=imported.params)
+    reference = Reference(path)
+    for low, high in ((-128, 127), (-10, 10), (-128, -128), (127, 127)):
+        inputs = [rng.integers(low, high + 1, size=s.shape).astype(np.int8) for s in imported.inputs]
+        rc, error, outputs = sa.run_c_main(package, inputs, work=tmp_path)
+        assert rc == 0, error
+        result = host(*inputs)
+        for k, (got, want) in enumerate(zip(outputs, reference(inputs), strict=True)):
+            np.testing.assert_array_equal(got, want, err_msg=f"{DEPTHWISE[k]} on [{low}, {high}]")
+            np.testing.assert_array_equal(got, result[k].numpy(), err_msg=f"{DEPTHWISE[k]} on [{low}, {high}]")
+
+
+@pytest.mark.parametrize("channels, kh, kw", [(8, 3, 3), (7, 3, 3), (2, 1, 2)])
+def test_the_depthwise_micro_kernels_c_without_the_dsp_extension_is_the_plain_sum(channels, kh, kw, tmp_path):
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    rng = np.random.default_rng(channels)
+    row = (kw + 2) * channels  # the input's row stride
+    x = _extreme_int8(rng, kh * row)
+    w = _extreme_int8(rng, (kh, kw, channels))
+    window = np.stack([x[i * row : i * row + kw * channels].reshape(kw, channels) for i in range(kh)])
+    want = (window.astype(np.int64) * w.astype(np.int64)).sum(axis=(0, 1)).tolist()
+    name = arm_dsp.depthwise_kernel_name(channels, kh, kw)
+    array = lambda a: ",".join(str(int(v)) for v in a.reshape(-1))  # noqa: E731
+    main = f"""{arm_dsp.depthwise_kernel_c(channels, kh, kw)}
+#include <stdio.h>
+static const int8_t x[{x.size}] = {{{array(x)}}};
+static const int8_t w[{w.size}] = {{{array(w)}}};
+int main(void) {{
+  int32_t out[{channels}];
+  {name}(x, {row}, w, out);
+  for (int c = 0; c < {channels}; ++c) printf("%ld\\n", (long)out[c]);
+  return 0;
+}}
+"""
+    source, executable = tmp_path / "main.c", tmp_path / "main"
+    source.write_text(main)
+    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
+    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    assert got == want

@@ -42,6 +42,7 @@ from .gate import Gate
 #: The tags of relay_aot's dense and convolution: the schedule finds the stage by them.
 DENSE_TAG = "relay_aot_dense_s8_dsp"
 CONV_TAG = "relay_aot_conv2d_s8_dsp"
+DEPTHWISE_TAG = "relay_aot_depthwise_s8_dsp"
 
 #: Most rows of weights one micro-kernel call computes (its accumulators stay in registers).
 MAX_ROWS = 4
@@ -137,6 +138,62 @@ def micro_kernel_c(rows: int, depth: int, segments: int | None = None, dilation:
 static int32_t {signature} {{
   int32_t {accs};
 {body}{stores}
+  return 0;
+}}
+#endif
+"""
+
+
+def depthwise_kernel_name(channels: int, kh: int, kw: int) -> str:
+    """The C function computing one output pixel of a depthwise convolution (all channels)."""
+    return f"relay_aot_dw_s8_c{channels}_k{kh}x{kw}"
+
+
+def depthwise_kernel_c(channels: int, kh: int, kw: int) -> str:
+    """C of :func:`depthwise_kernel_name`: ``out[c] = sum x[i * x_row + j * channels + c] *
+    w[(i * kw + j) * channels + c]`` over the window (``i < kh``, ``j < kw``). Four channels at
+    a time: four int8 of the input and of the weights as one word each, widened by ``SXTB16``,
+    each channel's product by ``SMLABB``/``SMLATT`` (its own accumulator, in a register)."""
+    name = depthwise_kernel_name(channels, kh, kw)
+    taps = "\n".join(
+        f"      xv = relay_aot_s8x4(x + {i} * x_row + {j * channels} + c);\n"
+        f"      wv = relay_aot_s8x4(w + {(i * kw + j) * channels} + c);\n"
+        "      xe = __sxtb16(xv); xo = relay_aot_sxtb16_ror8(xv);\n"
+        "      we = __sxtb16(wv); wo = relay_aot_sxtb16_ror8(wv);\n"
+        "      a0 = __smlabb(xe, we, a0); a2 = __smlatt(xe, we, a2);\n"
+        "      a1 = __smlabb(xo, wo, a1); a3 = __smlatt(xo, wo, a3);"
+        for i in range(kh)
+        for j in range(kw)
+    )
+    scalar = " + ".join(
+        f"(int32_t)x[{i} * x_row + {j * channels} + c] * w[{(i * kw + j) * channels} + c]"
+        for i in range(kh)
+        for j in range(kw)
+    )
+    dsp = ""
+    if channels >= 4:
+        dsp = f"""#ifdef RELAY_AOT_DSP
+  for (; c < {channels - channels % 4}; c += 4) {{
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, xe, xo, we, wo;
+    uint32_t xv, wv;
+{taps}
+    out[c] = a0;
+    out[c + 1] = a1;
+    out[c + 2] = a2;
+    out[c + 3] = a3;
+  }}
+#endif
+"""
+    return f"""{_COMMON}
+#ifndef {name.upper()}
+#define {name.upper()}
+/* out[c] = sum over the {kh}x{kw} window of x[i * x_row + j * {channels} + c] * w[(i * {kw} + j) * {channels} + c],
+   for c < {channels} (relay_aot) */
+static int32_t {name}(const int8_t* x, int32_t x_row, const int8_t* w, int32_t* out) {{
+  int32_t c = 0;
+{dsp}  for (; c < {channels}; ++c) {{
+    out[c] = {scalar};
+  }}
   return 0;
 }}
 #endif
@@ -242,6 +299,58 @@ def _conv_intrinsic(rows: int, kh: int, kw: int, channels: int, dilation: int) -
     return te.decl_tensor_intrin(c.op, body, binds={a: a_buf, b: b_buf, c: c_buf})
 
 
+def depthwise_compute(data: te.Tensor, weight: te.Tensor, strides) -> te.Tensor:
+    """The unpadded, undilated ``NHWC`` depthwise convolution (multiplier 1) of ``data`` with
+    ``HWOI`` ``weight`` (``kh x kw x C x 1``) in int32."""
+    n, height, width, channels = get_const_tuple(data.shape)
+    kh, kw, _, _ = get_const_tuple(weight.shape)
+    sh, sw = strides
+    oh, ow = (height - kh) // sh + 1, (width - kw) // sw + 1
+    rh, rw = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw")
+    return te.compute(
+        (n, oh, ow, channels),
+        lambda b, y, x, c: te.sum(
+            data[b, y * sh + rh, x * sw + rw, c].astype("int32") * weight[rh, rw, c, 0].astype("int32"),
+            axis=[rh, rw],
+        ),
+        name="depthwise",
+        tag=DEPTHWISE_TAG,
+    )
+
+
+def _depthwise_intrinsic(channels: int, kh: int, kw: int) -> te.TensorIntrin:
+    """All channels of one output pixel: one call of the depthwise micro-kernel."""
+    a = te.placeholder((1, kh, kw, channels), name="a", dtype="int8")
+    b = te.placeholder((kh, kw, channels, 1), name="b", dtype="int8")
+    rh, rw = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw")
+    c = te.compute(
+        (1, 1, 1, channels),
+        lambda i, y, x, k: te.sum(
+            a[i, y + rh, x + rw, k].astype("int32") * b[rh, rw, k, 0].astype("int32"), axis=[rh, rw]
+        ),
+    )
+    a_buf = tvm.tir.decl_buffer(
+        a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("a_n"), te.var("a_h"), channels, 1]
+    )
+    b_buf = tvm.tir.decl_buffer(b.shape, b.dtype, name="B", offset_factor=1)
+    c_buf = tvm.tir.decl_buffer(
+        c.shape, c.dtype, name="C", offset_factor=1, strides=[te.var("c_n"), te.var("c_h"), te.var("c_w"), 1]
+    )
+    name = depthwise_kernel_name(channels, kh, kw)
+
+    def body(ins, outs):
+        aa, bb = ins
+        ib = tvm.tir.ir_builder.create()
+        ib.emit(
+            tvm.tir.call_extern(
+                "int32", name, aa.access_ptr("r"), aa.strides[1], bb.access_ptr("r"), outs[0].access_ptr("w")
+            )
+        )
+        return ib.get()
+
+    return te.decl_tensor_intrin(c.op, body, binds={a: a_buf, b: b_buf, c: c_buf})
+
+
 def dense_schedule(outs) -> te.Schedule:
     """The dense's units (the convolution's output channels) in blocks of :func:`rows_per_call`
     rows, each block one micro-kernel call, the operators fused after it (elementwise: FuseOps'
@@ -252,8 +361,7 @@ def dense_schedule(outs) -> te.Schedule:
     anchor = _find_anchor(last.op)
     assert anchor is not None, "relay_aot's DSP strategy without its dense or convolution"
     data, weight = anchor.op.input_tensors
-    units = get_const_tuple(weight.shape)[0]
-    rows = rows_per_call(units)
+    rows = rows_per_call(get_const_tuple(weight.shape)[0])
 
     def inline(op):
         if op.same_as(anchor.op) or not isinstance(op, te.ComputeOp):
@@ -264,6 +372,15 @@ def dense_schedule(outs) -> te.Schedule:
             inline(t.op)
 
     inline(last.op)
+    if anchor.op.tag == DEPTHWISE_TAG:
+        # one call per output pixel, all its channels; the fused operators after it per pixel
+        kh, kw, channels, _ = get_const_tuple(weight.shape)
+        *_, k = s[anchor].op.axis
+        s[anchor].tensorize(k, _depthwise_intrinsic(channels, kh, kw))
+        s[anchor].pragma(s[anchor].op.axis[2], "import_c", depthwise_kernel_c(channels, kh, kw))
+        if not last.op.same_as(anchor.op):
+            s[anchor].compute_at(s[last], s[last].op.axis[2])
+        return s
     *outer, j = s[anchor].op.axis
     jo, ji = s[anchor].split(j, factor=rows)
     s[anchor].reorder(*outer, jo, ji, *s[anchor].op.reduce_axis)
@@ -284,7 +401,7 @@ def dense_schedule(outs) -> te.Schedule:
 
 
 def _find_anchor(op) -> te.Tensor | None:
-    if op.tag in (DENSE_TAG, CONV_TAG):
+    if op.tag in (DENSE_TAG, CONV_TAG, DEPTHWISE_TAG):
         return op.output(0)
     for t in op.input_tensors:
         if isinstance(t.op, te.ComputeOp):
@@ -357,11 +474,40 @@ def _conv2d_compute(attrs, inputs, out_type):
     return [conv]
 
 
+def depthwise_applies(attrs, inputs, out_type, target) -> bool:
+    """Whether relay_aot's depthwise convolution computes this call: ``NHWC`` data, ``HWOI``
+    weights of multiplier 1 (relay_aot's TFLite importer writes those), no padding, no
+    dilation."""
+    if not _int8_on_dsp(inputs, out_type, target):
+        return False
+    data, weight = inputs
+    channels = int(data.shape[3]) if len(data.shape) == 4 else 0
+    return (
+        attrs.data_layout == "NHWC"
+        and attrs.kernel_layout == "HWOI"
+        and str(attrs.out_layout) in ("", "NHWC")
+        and channels > 1
+        and int(attrs.groups) == channels
+        and len(weight.shape) == 4
+        and int(weight.shape[2]) == channels
+        and int(weight.shape[3]) == 1
+        and all(int(p) == 0 for p in attrs.padding)
+        and all(int(d) == 1 for d in attrs.dilation)
+    )
+
+
+def _depthwise_compute(attrs, inputs, out_type):
+    return [depthwise_compute(inputs[0], inputs[1], tuple(int(v) for v in attrs.strides))]
+
+
 def _conv2d_strategy(attrs, inputs, out_type, target):
-    if not conv_applies(attrs, inputs, out_type, target):
-        return _TVM_CONV2D_STRATEGY(attrs, inputs, out_type, target)
     strategy = _op.OpStrategy()
-    strategy.add_implementation(_conv2d_compute, _schedule, name="conv2d_s8_dsp.relay_aot", plevel=20)
+    if conv_applies(attrs, inputs, out_type, target):
+        strategy.add_implementation(_conv2d_compute, _schedule, name="conv2d_s8_dsp.relay_aot", plevel=20)
+    elif depthwise_applies(attrs, inputs, out_type, target):
+        strategy.add_implementation(_depthwise_compute, _schedule, name="depthwise_s8_dsp.relay_aot", plevel=20)
+    else:
+        return _TVM_CONV2D_STRATEGY(attrs, inputs, out_type, target)
     return strategy
 
 

@@ -19,9 +19,11 @@ importer pads explicitly) and no width dilation the form of relay_aot's kernel:
   final reshape, so they fuse into the dense's kernel;
 * any other one gets its weights as ``OHWI`` (each filter's window contiguous, the rows the
   micro-kernel reads), which only this pass makes: relay_aot's convolution strategy computes
-  those while relay_aot compiles.
+  those while relay_aot compiles;
+* a depthwise convolution (``HWOI`` weights of multiplier 1, as the importer writes it) stays
+  as it is: relay_aot's depthwise kernel computes it.
 
-In both, the importer's ``stop_fusion`` between the int32 sums and the requantization is
+In all three, the importer's ``stop_fusion`` between the int32 sums and the requantization is
 dropped: it kept x86's convolution schedules from computing each stage of the requantization as
 a loop of its own; relay_aot's DSP kernels apply the fused operators to each block of four
 sums right after the micro-kernel, and the int32 tensor between them is not stored. The sums
@@ -111,6 +113,31 @@ def _ohwi(call: relay.Call, new: relay.Call) -> relay.Expr | None:
     )
 
 
+def _depthwise(call: relay.Call) -> bool:
+    """Whether ``call`` is an int8 ``NHWC`` depthwise convolution into int32 that relay_aot's
+    DSP kernel computes (``HWOI`` weights of multiplier 1, no padding, no dilation)."""
+    attrs = call.attrs
+    data, weight = call.args
+    shape, kernel = _shape(data), _shape(weight)
+    return (
+        shape is not None
+        and kernel is not None
+        and len(shape) == 4
+        and len(kernel) == 4
+        and shape[3] > 1
+        and attrs.data_layout == "NHWC"
+        and attrs.kernel_layout == "HWOI"
+        and str(attrs.out_layout) in ("", "NHWC")
+        and int(attrs.groups) == shape[3] == kernel[2]
+        and kernel[3] == 1
+        and all(int(p) == 0 for p in attrs.padding)
+        and all(int(d) == 1 for d in attrs.dilation)
+        and data.checked_type.dtype == "int8"
+        and weight.checked_type.dtype == "int8"
+        and call.checked_type.dtype == "int32"
+    )
+
+
 def _along_channels(original: relay.Expr, arg: relay.Expr, channels: int) -> relay.Expr | None:
     """An operand beside the convolution's result (``original``, rewritten ``arg``) as an
     operand of its 2-D form: a scalar as it is, a tensor constant along every axis but the last
@@ -142,6 +169,8 @@ class _Rewrite(CallRewriter):
                 conv = _ohwi(call, new)
                 if conv is not None:
                     self.open.add(conv)
+                elif _depthwise(call):
+                    self.open.add(new)
                 return conv
             n, h, w, c = _shape(call.args[0]) or []
             rows = relay.reshape(new.args[0], [n * h * w, c])
