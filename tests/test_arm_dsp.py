@@ -517,3 +517,24 @@ int main(void) {{
     subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
     got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
     assert got == want
+
+
+def test_kernels_built_by_llvm_for_a_dsp_core_are_tvms(tmp_path):
+    """relay_aot's micro-kernels are C: a package whose kernels LLVM builds for a core with the
+    DSP extension (a TVM target string, not a row of the target table) keeps TVM's kernels, and
+    its object needs none of them (TVM's conv2d, not relay_aot's OHWI form)."""
+    nm = shutil.which("arm-none-eabi-nm")
+    if nm is None:
+        pytest.skip("arm-none-eabi-nm is not installed")
+    rng = np.random.default_rng(19)
+    path = tmp_path / "conv.tflite"
+    _convolution_model(rng).write(path)
+    imported = relay_aot.read_tflite(path, exact=True)
+    target = "llvm -mtriple=thumbv7em-none-eabihf -mcpu=cortex-m7 -mfloat-abi=hard"
+    package = relay_aot.export_standalone(
+        imported.mod, tmp_path / "pkg", name="m", target=target, params=imported.params
+    )
+    kernels = package.directory / "kernels.o"
+    assert kernels.exists() and not (package.directory / "kernels.c").exists()
+    undefined = subprocess.run([nm, "-u", str(kernels)], capture_output=True, text=True, check=True).stdout
+    assert "relay_aot_" not in undefined, undefined

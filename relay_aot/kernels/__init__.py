@@ -14,6 +14,7 @@ checked against :meth:`KernelTable.identity` on a hit).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -258,7 +259,7 @@ class KernelTable:
             tuning.watch(str(self.target), lowering=True) as untuned,
             faster_te_compiler(),
             conv_epilogue.building(),
-            arm_dsp.building(),
+            arm_dsp.building() if self.config.c_kernels else contextlib.nullcontext(),
         ):
             merged = self._lower_all(progress, untuned)
         if report:

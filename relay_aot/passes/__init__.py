@@ -508,6 +508,7 @@ def prepare_with_extents(
     layouts: bool = True,
     until_layouts: bool = False,
     winograd: bool = True,
+    dsp_kernels: bool = False,
 ) -> tuple[tvm.IRModule, tuple[ir.SharedExtent, ...]]:
     """Run the pass pipeline: type check, bind params, legalize, simplify, fuse, A-normal form.
 
@@ -524,7 +525,9 @@ def prepare_with_extents(
     ``until_layouts=True`` stops where the layout choice would run: the dataflow graph whose
     operators become those kernels, which TVM's graph tuner reads (see :func:`layout_graph`).
     ``winograd``: after the layout choice, 3x3 convolutions with constant weights on AVX-512
-    become Winograd's (:mod:`.winograd`; ``RELAY_AOT_WINOGRAD``).
+    become Winograd's (:mod:`.winograd`; ``RELAY_AOT_WINOGRAD``). ``dsp_kernels``: the kernels
+    are printed as C, so on a target with Arm's DSP extension int8 convolutions take the forms of
+    relay_aot's micro-kernels (:mod:`.arm_dsp`; ``Config.c_kernels``).
     """
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"expected a tvm.IRModule, got {type(mod).__name__}")
@@ -541,7 +544,8 @@ def prepare_with_extents(
     mod = symbolic.erase(mod)
     fuse_level = 0 if opt_level < 1 else 2
     sequence = [relay.transform.InferType()]
-    if opt_level >= 1 and target is not None:
+    dsp = dsp_kernels and opt_level >= 1 and target is not None
+    if dsp:
         # before the legalizations, which widen an int8 convolution's operands on arm_cpu
         sequence += [arm_dsp_convolutions, relay.transform.InferType()]
     sequence += [
@@ -577,7 +581,7 @@ def prepare_with_extents(
         sequence.append(_dense_of_transposes(pack=alters_layout))
         # after the products' rewrite: a weight's packing is then invariant with its transpose
         sequence.append(hoist_invariants)
-    if opt_level >= 1 and target is not None:
+    if dsp:
         # after the last constant folding, which would fold the int32 constants' casts again
         sequence.append(narrow_multipliers)
     sequence += [
