@@ -275,7 +275,7 @@ def test_pointwise_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path)
     )
     source = (package.directory / "kernels.c").read_text()
     assert "relay_aot_dot_s8_r2_k12((" in source and "relay_aot_dot_s8_r1_k10((" in source
-    assert "_fused_nn_dense_add_cast_multiply" in source, "the requantization is in the dense's kernel"
+    assert "_fused_nn_dense_add_relay_aot_requantize" in source, "the requantization is in the dense's kernel"
     sa.make_package(package)
     host = relay_aot.compile(imported.mod, params=imported.params)
     reference = Reference(path)
@@ -348,9 +348,10 @@ def test_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
     assert source.count("relay_aot_conv_s8_r") == 2 * 5, "the width-dilated convolution is TVM's"
     # the requantization is in the convolution's kernel (its stop_fusion dropped), except the
     # width-dilated one's: one separate requantization kernel
-    assert source.count("_fused_nn_conv2d_add_cast_multiply") >= 5
+    assert source.count("_fused_nn_conv2d_add_relay_aot_requantize") >= 5
     assert len(set(re.findall(r"TVM_DLL int32_t (m_k\d+_fused_cast_multiply\w*)\(", source))) == 1
     assert "int64_t* p" not in source, "the requantization's multipliers are int32 arrays"
+    assert source.count("relay_aot_requantize((") == 5, "the importer's requantization of our sums, as one call"
     sa.make_package(package)
     host = relay_aot.compile(imported.mod, params=imported.params)
     reference = Reference(path)
@@ -538,3 +539,82 @@ def test_kernels_built_by_llvm_for_a_dsp_core_are_tvms(tmp_path):
     assert kernels.exists() and not (package.directory / "kernels.c").exists()
     undefined = subprocess.run([nm, "-u", str(kernels)], capture_output=True, text=True, check=True).stdout
     assert "relay_aot_" not in undefined, undefined
+
+
+@pytest.mark.parametrize(
+    "shifts",
+    [[0, 0, 0], [-7, -7, -7], [-1, -9, -12], [2, 0, -3], [-31, -30, -1]],
+    ids=["none", "one shift", "per channel", "left shifts", "extreme shifts"],
+)
+def test_the_requantization_function_is_the_importers_arithmetic(shifts, tmp_path):
+    """relay_aot_requantize (C) equals the importer's Relay arithmetic for
+    MultiplyByQuantizedMultiplier on int32 extremes and random values, and the pass recognises
+    each of the importer's three forms of the rounding division, with its constants."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    from relay_aot.frontends import tflite_exact
+
+    rng = np.random.default_rng(len(str(shifts)))
+    multipliers = np.array([1 << 30, 2**31 - 1, 1518500250], np.int64)
+    x = relay.var("x", shape=(64, 3), dtype="int32")
+    expr = tflite_exact._multiply_by_quantized_multiplier(x, multipliers, np.array(shifts, np.int64))
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], expr)))
+    found = dsp_pass._requantization(mod["main"].body)
+    assert found is not None
+    _, m, left, right = found
+    assert np.broadcast_to(m, 3).tolist() == multipliers.tolist()
+    assert np.broadcast_to(left, 3).tolist() == [max(s, 0) for s in shifts]
+    assert np.broadcast_to(right, 3).tolist() == [max(-s, 0) for s in shifts]
+    edges = [-(2**31), -(2**31) + 1, -(2**30), -12345, -1, 0, 1, 12345, 2**30, 2**31 - 2, 2**31 - 1]
+    values = np.array(edges + rng.integers(-(2**31), 2**31, 64 * 3 - len(edges)).tolist(), np.int64)
+    # a left shift of x wraps in int32 as the importer's product does; keep those in range
+    values = np.where(np.array(shifts * 64)[: values.size] > 0, values >> 8, values).astype(np.int32).reshape(64, 3)
+    # TFLite's arithmetic (gemmlowp's, in Python integers); the importer's Relay agrees with it
+    # wherever its one-shift form cannot overflow int32 (|high product| < 2^30)
+    want = np.array(
+        [
+            [
+                tflite_exact._rdbpot(
+                    tflite_exact._srdhm(tflite_exact._wrap32(int(v) << max(shifts[c], 0)), int(multipliers[c])),
+                    max(-shifts[c], 0),
+                )
+                for c, v in enumerate(row)
+            ]
+            for row in values
+        ]
+    )
+    importer = relay_aot.compile(mod)(values).numpy()
+    high = np.array(
+        [
+            [
+                tflite_exact._srdhm(tflite_exact._wrap32(int(v) << max(shifts[c], 0)), int(multipliers[c]))
+                for c, v in enumerate(row)
+            ]
+            for row in values
+        ]
+    )
+    small = np.abs(high) < 2**30
+    np.testing.assert_array_equal(importer[small], want[small])
+    rows = []
+    for c in range(3):
+        shift_left, r = max(shifts[c], 0), max(-shifts[c], 0)
+        rows.append(f"{{{int(multipliers[c])}, {shift_left}, {r}, {(1 << r) - 1}}}")
+    array = ",".join(str(int(v)) for v in values.reshape(-1))
+    main = f"""{arm_dsp._COMMON}
+#include <stdio.h>
+static const int32_t x[{values.size}] = {{{array}}};
+static const int32_t p[3][4] = {{{",".join(rows)}}};
+int main(void) {{
+  for (int i = 0; i < {values.size}; ++i) {{
+    const int32_t* q = p[i % 3];
+    printf("%ld\\n", (long)relay_aot_requantize(x[i], q[0], q[1], q[2], q[3]));
+  }}
+  return 0;
+}}
+"""
+    source, executable = tmp_path / "main.c", tmp_path / "main"
+    source.write_text(main.replace("-2147483648", "(-2147483647 - 1)"))
+    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
+    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    assert got == want.reshape(-1).tolist()

@@ -35,8 +35,10 @@ from tvm import te
 from tvm.relay.op import op as _op
 from tvm.relay.op.strategy import arm_cpu as _arm_cpu
 from tvm.relay.op.strategy import generic as _generic
+from tvm.target import override_native_generic_func
 from tvm.topi.utils import get_const_tuple
 
+from ..passes.arm_dsp import REQUANTIZE
 from .gate import Gate
 
 #: The tags of relay_aot's dense and convolution: the schedule finds the stage by them.
@@ -70,6 +72,16 @@ static inline __attribute__((always_inline)) int32_t relay_aot_sxtb16_ror8(uint3
   return r;
 }
 #endif
+/* TFLite's MultiplyByQuantizedMultiplier of x (gemmlowp's arithmetic): the rounding doubling
+   high product of x * 2^left by m (0 <= m < 2^31: one SMULL), then the division by 2^right
+   rounding half away from zero (mask = 2^right - 1) */
+static inline __attribute__((always_inline)) int32_t relay_aot_requantize(int32_t x, int32_t m, int32_t left,
+                                                                          int32_t right, int32_t mask) {
+  int32_t shifted = (int32_t)((uint32_t)x << left);
+  int32_t high = (int32_t)(((int64_t)shifted * m + ((int64_t)1 << 30)) >> 31);
+  int32_t threshold = (mask >> 1) + (high < 0);
+  return (high >> right) + ((high & mask) > threshold);
+}
 #endif
 """
 
@@ -509,6 +521,37 @@ def _conv2d_strategy(attrs, inputs, out_type, target):
     else:
         return _TVM_CONV2D_STRATEGY(attrs, inputs, out_type, target)
     return strategy
+
+
+def _requantize_compute(attrs, inputs, out_type):
+    data, params = inputs
+
+    def value(*index):
+        c = index[-1]
+        return tvm.tir.call_pure_extern(
+            "int32", "relay_aot_requantize", data(*index), params[c, 0], params[c, 1], params[c, 2], params[c, 3]
+        )
+
+    return [te.compute(data.shape, value, name="requantize", tag="broadcast")]
+
+
+def _requantize_schedule(attrs, outs, target):
+    """A requantization alone in its kernel (not after relay_aot's micro-kernels, whose C
+    defines its function): TVM's elementwise schedule, the function's C imported."""
+    with target:
+        s = tvm.topi.generic.schedule_injective(outs)
+    out = outs[0]
+    s[out].pragma(s[out].op.axis[0], "import_c", _COMMON)
+    return s
+
+
+def _requantize_strategy(attrs, inputs, out_type, target):
+    strategy = _op.OpStrategy()
+    strategy.add_implementation(_requantize_compute, _requantize_schedule, name="requantize.relay_aot")
+    return strategy
+
+
+_op.register_strategy(REQUANTIZE, override_native_generic_func("relay_aot_requantize_strategy")(_requantize_strategy))
 
 
 def _install() -> None:

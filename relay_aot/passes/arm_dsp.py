@@ -230,7 +230,8 @@ def rewrite(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule
     docstring), on targets with the DSP extension; ``mod`` elsewhere."""
     if not _dsp(target):
         return mod
-    return rewrite_functions(mod, lambda func: _Rewrite() if calls_any(func, {"nn.conv2d"}) else None)
+    mod = rewrite_functions(mod, lambda func: _Rewrite() if calls_any(func, {"nn.conv2d"}) else None)
+    return requantizations(mod, target)
 
 
 class _NarrowMultipliers(CallRewriter):
@@ -262,3 +263,200 @@ def narrow_multipliers(mod: tvm.IRModule, target: tvm.target.Target | None) -> t
     if not _dsp(target):
         return mod
     return rewrite_functions(mod, lambda func: _NarrowMultipliers() if calls_any(func, {"multiply"}) else None)
+
+
+#: relay_aot's requantization operator: ``requantize(x, params)`` of int32 ``x`` (channels on the
+#: last axis) and int32 ``params`` (``C x 4``: multiplier, left shift, right shift, the right
+#: shift's mask ``2^right - 1``) is TFLite's ``MultiplyByQuantizedMultiplier`` per channel
+#: (``kernels/arm_dsp.py`` computes it with a C function; only this module makes calls of it).
+REQUANTIZE = "relay_aot.requantize"
+
+
+def _requantize_type(arg_types, attrs):
+    return relay.TensorType(arg_types[0].shape, "int32")
+
+
+def _register_requantize() -> tvm.ir.Op:
+    try:
+        return tvm.ir.Op.get(REQUANTIZE)
+    except tvm.TVMError:
+        pass
+    from tvm.relay.op import op as _op
+
+    _op.register(REQUANTIZE, "TFLite's MultiplyByQuantizedMultiplier per channel (relay_aot)")
+    op = tvm.ir.Op.get(REQUANTIZE)
+    op.set_num_inputs(2)
+    op.add_argument("data", "Tensor", "int32 values, channels on the last axis")
+    op.add_argument("params", "Tensor", "int32 C x 4: multiplier, left shift, right shift, 2^right - 1")
+    op.set_support_level(10)
+    op.add_type_rel("RelayAotRequantize", _requantize_type)
+    _op.register_pattern(REQUANTIZE, _op.OpPattern.BROADCAST)
+    return op
+
+
+_REQUANTIZE_OP = _register_requantize()
+
+
+def _constant(expr: relay.Expr) -> np.ndarray | None:
+    """The value of a constant, or of casts and reshapes of one (before constant folding)."""
+    if isinstance(expr, relay.Constant):
+        return expr.data.numpy()
+    if _name(expr) == "cast":
+        inner = _constant(expr.args[0])
+        return None if inner is None else inner.astype(str(expr.attrs.dtype))
+    if _name(expr) == "reshape":
+        return _constant(expr.args[0])
+    return None
+
+
+def _name(expr: relay.Expr) -> str | None:
+    return expr.op.name if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) else None
+
+
+def _is(expr: relay.Expr, name: str, dtype: str | None = None) -> bool:
+    return _name(expr) == name and (dtype is None or str(expr.attrs.dtype) == dtype)
+
+
+def _equals(expr: relay.Expr, value: int) -> bool:
+    found = _constant(expr)
+    return found is not None and found.size == 1 and int(found.reshape(-1)[0]) == value
+
+
+def _power_of_two(values: np.ndarray) -> np.ndarray | None:
+    values = values.astype(np.int64).reshape(-1)
+    if np.any(values <= 0) or np.any(values & (values - 1)):
+        return None
+    return np.log2(values).astype(np.int64)
+
+
+def _high_mul(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray] | None:
+    """``x``, the multipliers and the left shifts of the importer's
+    ``cast((cast(x * 2^left, int64) * M + 2^30) >> 31, int32)``."""
+    if not _is(expr, "cast", "int32") or not _is(expr.args[0], "right_shift"):
+        return None
+    shifted = expr.args[0]
+    if (
+        not _equals(shifted.args[1], 31)
+        or not _is(shifted.args[0], "add")
+        or not _equals(shifted.args[0].args[1], 1 << 30)
+    ):
+        return None
+    product = shifted.args[0].args[0]
+    if not _is(product, "multiply") or not _is(product.args[0], "cast", "int64"):
+        return None
+    multipliers = _constant(product.args[1])
+    if multipliers is None or multipliers.min() < 0 or multipliers.max() > 2**31 - 1:
+        return None
+    x, left = product.args[0].args[0], np.zeros(1, np.int64)
+    factors = _constant(x.args[1]) if _is(x, "multiply") else None
+    if factors is not None:
+        found = _power_of_two(factors)
+        if found is None or found.max() > 30:
+            return None
+        x, left = x.args[0], found
+    return x, multipliers.reshape(-1), left
+
+
+def _requantization(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(x, multipliers, left shifts, right shifts)`` where ``expr`` is the importer's
+    ``MultiplyByQuantizedMultiplier`` of ``x`` (``frontends/tflite_exact.py``: the high product,
+    then the rounding division by a power of two in its three forms: none, one shift, or
+    per-channel exponents scaled to one shift in int64); else None."""
+    high = _high_mul(expr)
+    if high is not None:
+        return (*high, np.zeros(1, np.int64))
+    if _is(expr, "right_shift") and _is(expr.args[0], "subtract"):  # one shift, in int32
+        shift, (rounded, negative) = _constant(expr.args[1]), expr.args[0].args
+        high = _high_mul(rounded.args[0]) if _is(rounded, "add") else None
+        if high is None or shift is None or shift.size != 1 or not 0 < int(shift) < 31:
+            return None
+        e = int(shift.reshape(-1)[0])
+        if not _equals(rounded.args[1], 1 << (e - 1)) or not _negative_of(negative, rounded.args[0], "int32"):
+            return None
+        return (*high, np.array([e]))
+    if _is(expr, "cast", "int32") and _is(expr.args[0], "right_shift"):  # per-channel, in int64
+        shifted = expr.args[0]
+        top = _constant(shifted.args[1])
+        if top is None or top.size != 1 or not _is(shifted.args[0], "subtract"):
+            return None
+        t = int(top.reshape(-1)[0])
+        rounded, negative = shifted.args[0].args
+        if (
+            not _is(rounded, "add")
+            or not _equals(rounded.args[1], 1 << (t - 1))
+            or not _is(rounded.args[0], "multiply")
+        ):
+            return None
+        scaled, scales = rounded.args[0].args
+        factors = _constant(scales)
+        if not _is(scaled, "cast", "int64") or factors is None:
+            return None
+        high = _high_mul(scaled.args[0])
+        exponents = _power_of_two(factors)
+        if high is None or exponents is None or not _negative_of(negative, scaled.args[0], "int64"):
+            return None
+        right = t - exponents
+        if right.min() < 0 or right.max() > 31:
+            return None
+        return (*high, right)
+    return None
+
+
+def _negative_of(expr: relay.Expr, value: relay.Expr, dtype: str) -> bool:
+    """Whether ``expr`` is ``cast(less(value, 0), dtype)``."""
+    return (
+        _is(expr, "cast", dtype)
+        and _is(expr.args[0], "less")
+        and expr.args[0].args[0].same_as(value)
+        and _equals(expr.args[0].args[1], 0)
+    )
+
+
+def _sums_of_ours(x: relay.Expr) -> bool:
+    """Whether ``x`` is the bias added to the sums of a convolution or dense this module gave
+    relay_aot's kernels (in their kernel, after the dropped ``stop_fusion``)."""
+    if not _is(x, "add"):
+        return False
+    anchor = x.args[0]
+    if _name(anchor) == "nn.dense":
+        return True
+    if _name(anchor) != "nn.conv2d":
+        return False
+    return anchor.attrs.kernel_layout == "OHWI" or _depthwise(anchor)
+
+
+class _Requantize(CallRewriter):
+    """The importer's requantization of our kernels' sums as one :data:`REQUANTIZE` call."""
+
+    def rewrite_call(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
+        if _name(call) not in ("cast", "right_shift"):
+            return None
+        found = _requantization(call)  # the typed original; its sums as rewritten are visit(x)
+        if found is None:
+            return None
+        x, multipliers, left, right = found
+        shape = _shape(x)
+        if shape is None or not shape or not _sums_of_ours(x):
+            return None
+        x = self.visit(x)
+        channels = shape[-1]
+        columns = [np.broadcast_to(v.astype(np.int64), (channels,)) for v in (multipliers, left, right)]
+        mask = (np.int64(1) << columns[2]) - 1
+        params = np.stack([*columns, mask], axis=1).astype(np.int32)
+        return relay.Call(_REQUANTIZE_OP, [x, relay.const(params)])
+
+
+def requantizations(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
+    """``mod`` with the importer's requantizations of relay_aot's DSP kernels' sums (after
+    :func:`rewrite`) as :data:`REQUANTIZE` calls, which those kernels compute with one C
+    function (on targets with the DSP extension; ``mod`` elsewhere).
+
+    The importer writes TFLite's ``MultiplyByQuantizedMultiplier`` with Relay's integer
+    operators: an int64 product and shift, then a rounding division by a power of two, per
+    channel as an int64 product and shift again; GCC's code for it and the clamps after it took
+    30 to 40 instructions per output on the Cortex-M4. The C function is gemmlowp's arithmetic:
+    one ``smull``, the rounding, an arithmetic shift and a comparison with the channel's mask.
+    """
+    if not _dsp(target):
+        return mod
+    return rewrite_functions(mod, lambda func: _Requantize() if calls_any(func, {"right_shift"}) else None)
