@@ -85,9 +85,10 @@ def compile(  # noqa: A001 - the name users expect
     compile_with, _ = _driver(backend)
     with tuning.records(tuning_records):
         request = Request.make(mod, target, params, name, opt_level, profile)
-        if request.config.standalone:
+        if request.config.standalone or request.config.c_kernels:
+            variable = "RELAY_AOT_STANDALONE" if request.config.standalone else "RELAY_AOT_C_KERNELS"
             raise ValueError(
-                "RELAY_AOT_STANDALONE is set: standalone packages are written by export_standalone "
+                f"{variable} is set: standalone packages are written by export_standalone "
                 "(relay-aot compile --standalone), not by compile"
             )
         return compile_with(request, cache=cache, verbose=verbose)

@@ -126,6 +126,14 @@ class Config:
         "compile for a standalone package: unpacked, serial kernels and the standalone runtime profile "
         "(as export_standalone does)",
     )
+    c_kernels: bool = setting(
+        "RELAY_AOT_C_KERNELS",
+        "0",
+        _flag,
+        True,
+        "the kernels are printed as C by TVM's c target (export_standalone sets it for a target whose "
+        "row names one): relay_aot's C micro-kernels for Arm's DSP extension may compute them",
+    )
     jobs: int = setting(
         "RELAY_AOT_JOBS",
         lambda environ: str(os.cpu_count() or 1),

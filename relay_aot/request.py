@@ -3,6 +3,7 @@ lowering the module into the control IR (stages 1-3)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import warnings
@@ -14,7 +15,7 @@ import tvm
 from . import cpu, ir, names, passes
 from .config import Config
 from .errors import UnsupportedError
-from .kernels import KernelTable, tuning
+from .kernels import KernelTable, arm_dsp, tuning
 from .lower import lower_program
 
 
@@ -86,9 +87,11 @@ class Request:
         config, so the profiled library has its own cache keys by construction."""
         return dataclasses.replace(self, config=dataclasses.replace(self.config, profile=True))
 
-    def standalone(self) -> Request:
-        """The same compile for a standalone package (an output setting, hashed like ``profile``)."""
-        return dataclasses.replace(self, config=dataclasses.replace(self.config, standalone=True))
+    def standalone(self, c_kernels: bool = False) -> Request:
+        """The same compile for a standalone package (an output setting, hashed like ``profile``);
+        ``c_kernels``: its kernels are printed as C (``Config.c_kernels``, hashed too)."""
+        config = dataclasses.replace(self.config, standalone=True, c_kernels=self.config.c_kernels or c_kernels)
+        return dataclasses.replace(self, config=config)
 
     def lower(self, layouts: bool = True) -> tuple[ir.Program, KernelTable]:
         """Run the passes and lower the result into the control IR and its kernel table
@@ -98,11 +101,20 @@ class Request:
         def run(mod: tvm.IRModule) -> tvm.IRModule:
             # Layout passes ask AutoTVM for schedules too: its raw messages are held back here;
             # the build reports untuned kernels once (kernels/tuning.py).
-            with tvm.transform.PassContext(opt_level=self.opt_level), tuning.watch():
+            # C kernels: relay_aot's DSP strategies in force, as the layout choice asks for the
+            # convolutions' strategies too (TVM's would widen int8 to int16, or have none for OHWI)
+            dsp = arm_dsp.building() if self.config.c_kernels else contextlib.nullcontext()
+            with tvm.transform.PassContext(opt_level=self.opt_level), tuning.watch(), dsp:
                 # a standalone package keeps direct convolutions: their scratch is small, and planned
                 winograd = self.config.winograd and not self.config.standalone
                 prepared, extents = passes.prepare_with_extents(
-                    mod, self.params, self.opt_level, self.target, layouts, winograd=winograd
+                    mod,
+                    self.params,
+                    self.opt_level,
+                    self.target,
+                    layouts,
+                    winograd=winograd,
+                    dsp_kernels=self.config.c_kernels,
                 )
                 lowered.append(lower_program(prepared, self.name, self.target, self.config, extents))
             return prepared

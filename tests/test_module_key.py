@@ -214,6 +214,7 @@ def test_every_output_setting_changes_the_key(monkeypatch):
         "RELAY_AOT_PREBUILT": "0",
         "RELAY_AOT_PROFILE": "1",
         "RELAY_AOT_STANDALONE": "1",
+        "RELAY_AOT_C_KERNELS": "1",
         "RELAY_AOT_WINOGRAD": "0",
         "RELAY_AOT_JOBS": "3",
         "RELAY_AOT_CACHE_DIR": "/tmp/elsewhere",

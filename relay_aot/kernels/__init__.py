@@ -14,6 +14,7 @@ checked against :meth:`KernelTable.identity` on a hit).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -30,6 +31,7 @@ from ..config import Config
 from ..errors import CompileError, UnsupportedError
 from ..passes.te_compiler_speed import faster_te_compiler
 from . import (  # noqa: F401 (winograd: its strategy)
+    arm_dsp,
     c_intrinsics,
     conv_epilogue,
     extents,
@@ -270,6 +272,7 @@ class KernelTable:
             conv_epilogue.building(),
             vnni.building(),
             grouped_pointwise.building(),
+            arm_dsp.building() if self.config.c_kernels else contextlib.nullcontext(),
         ):
             merged = self._lower_all(progress, untuned)
         if report:

@@ -27,7 +27,16 @@ from tvm import relay
 
 from .. import ir
 from ..errors import RelayAotError, TypeCheckError, UnsupportedError
-from . import dense_transposes, global_pools, invariants, pooled_pointwise, symbolic, vector_math, winograd
+from . import (
+    arm_dsp,
+    dense_transposes,
+    global_pools,
+    invariants,
+    pooled_pointwise,
+    symbolic,
+    vector_math,
+    winograd,
+)
 from .bounds import (
     numpy_slice_begin,
     slices_end_kernels,
@@ -271,6 +280,18 @@ def winograd_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return winograd.rewrite(mod, tvm.target.Target.current(allow_none=True))
 
 
+@tvm.transform.module_pass(opt_level=0, name="ArmDspConvolutions")
+def arm_dsp_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`arm_dsp.rewrite` as a pass, for the current target (see that module)."""
+    return arm_dsp.rewrite(mod, tvm.target.Target.current(allow_none=True))
+
+
+@tvm.transform.module_pass(opt_level=0, name="NarrowMultipliers")
+def narrow_multipliers(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`arm_dsp.narrow_multipliers` as a pass, for the current target (see there)."""
+    return arm_dsp.narrow_multipliers(mod, tvm.target.Target.current(allow_none=True))
+
+
 @tvm.transform.module_pass(opt_level=0, name="PooledPointwiseConvolutions")
 def pooled_pointwise_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:func:`pooled_pointwise.rewrite` as a pass (see that module)."""
@@ -405,6 +426,7 @@ def prepare_with_extents(
     layouts: bool = True,
     until_layouts: bool = False,
     winograd: bool = True,
+    dsp_kernels: bool = False,
 ) -> tuple[tvm.IRModule, tuple[ir.SharedExtent, ...]]:
     """Run the pass pipeline: type check, bind params, legalize, simplify, fuse, A-normal form.
 
@@ -424,7 +446,9 @@ def prepare_with_extents(
     ``until_layouts=True`` stops where the layout choice would run: the dataflow graph whose
     operators become those kernels, which TVM's graph tuner reads (see :func:`layout_graph`).
     ``winograd``: after the layout choice, 3x3 convolutions with constant weights on AVX-512
-    become Winograd's (:mod:`.winograd`; ``RELAY_AOT_WINOGRAD``).
+    become Winograd's (:mod:`.winograd`; ``RELAY_AOT_WINOGRAD``). ``dsp_kernels``: the kernels
+    are printed as C, so on a target with Arm's DSP extension int8 convolutions take the forms of
+    relay_aot's micro-kernels (:mod:`.arm_dsp`; ``Config.c_kernels``).
     """
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"expected a tvm.IRModule, got {type(mod).__name__}")
@@ -440,8 +464,12 @@ def prepare_with_extents(
     extents = symbolic.shared_extents(mod["main"])
     mod = symbolic.erase(mod)
     fuse_level = 0 if opt_level < 1 else 2
-    sequence = [
-        relay.transform.InferType(),
+    sequence = [relay.transform.InferType()]
+    dsp = dsp_kernels and opt_level >= 1 and target is not None
+    if dsp:
+        # before the legalizations, which widen an int8 convolution's operands on arm_cpu
+        sequence += [arm_dsp_convolutions, relay.transform.InferType()]
+    sequence += [
         *_legalizations(),
         relay.transform.InferType(),
         exact_int8_products,
@@ -479,6 +507,9 @@ def prepare_with_extents(
         sequence.append(_dense_of_transposes(pack=alters_layout))
         # after the products' rewrite: a weight's packing is then invariant with its transpose
         sequence.append(hoist_invariants)
+    if dsp:
+        # after the last constant folding, which would fold the int32 constants' casts again
+        sequence.append(narrow_multipliers)
     sequence += [
         slices_end_kernels,
         relay.transform.FuseOps(fuse_level),

@@ -116,7 +116,7 @@ def export_standalone(
     row = resolve(target if target is not None else "host")
     if workspace_size is not None and not 0 < workspace_size < 1 << 32:
         raise ValueError(f"workspace_size must be between 1 and 2**32 - 1 bytes, not {workspace_size}")
-    request = Request.make(mod, row.tvm_target, params, name, opt_level).standalone()
+    request = Request.make(mod, row.tvm_target, params, name, opt_level).standalone(bool(row.kernel_c_target))
     program, kernels = request.lower()
     check_supported(program, row.unsupported_dtypes, row.name)
     try:

@@ -1,0 +1,565 @@
+"""int8 kernels of relay_aot's own for Arm's M-profile DSP extension (Cortex-M4, M7, M33...).
+
+relay_aot's TFLite importer (``frontends/tflite_exact.py``) writes an int8 fully-connected layer
+as ``nn.dense`` of the raw int8 values with int32 out (the input's zero point folded into the
+bias), followed by the requantization in integer Relay. On a Cortex-M4 TVM's strategy picks its
+``dense_dsp`` schedule, whose untuned fallback tiles are 1 x 1 x 1: one ``ldrsb; ldrsb; smlabb``
+and a store of the accumulator per multiply-add (5.1 to 6.2 instructions per MAC on MLPerf
+Tiny's anomaly-detection model, where CMSIS-NN's ``arm_nn_vec_mat_mult_t_s8`` takes 2.2).
+
+Here, while relay_aot lowers its kernels (:func:`building`), such a dense (int8 x int8 -> int32,
+static shapes, on a target with the DSP extension) gets relay_aot's compute and schedule instead:
+the output's units in blocks of up to four rows of weights, each block's four dot products
+computed by a C micro-kernel over the whole depth (TVM's ``tensorize``, its C imported into the
+kernel with ``pragma_import_c``, as TVM's own M-profile micro-kernels are), and the fused
+operators after the dense (the bias, the requantization: TVM's code of the Relay operators, as
+before) applied to those four sums right after. The micro-kernel reads four int8 of the input
+and of each weight row as one word, sign-extends bytes 0, 2 and 1, 3 to pairs of int16
+(``SXTB16``, ``SXTB16 ... ROR #8``) and multiplies-accumulates two pairs per ``SMLAD``: the input
+word's two halves serve the four rows. Its four accumulators stay in registers. Odd depths end
+with a scalar loop. The sums are the same int32 sums, so the kernel is exact by construction;
+without ``__ARM_FEATURE_DSP`` (a package compiled for a core without it) the micro-kernel is
+the plain C loop.
+
+Each micro-kernel is specialised to its rows and depth (``relay_aot_dot_s8_r4_k640``); its C is
+guarded by a macro named like it, so kernels of the same shape share one definition in
+``kernels.c``. The C is part of this module, so it is in relay_aot's code digest (the build
+cache's keys). TVM's strategy applies elsewhere, and everywhere outside :func:`building`
+(``relay.build``, TVM's executors and AutoTVM in the same process are unchanged).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import te
+from tvm.relay.op import op as _op
+from tvm.relay.op.strategy import arm_cpu as _arm_cpu
+from tvm.relay.op.strategy import generic as _generic
+from tvm.target import override_native_generic_func
+from tvm.topi.utils import get_const_tuple
+
+from ..passes.arm_dsp import REQUANTIZE
+from .gate import Gate
+
+#: The tags of relay_aot's dense and convolution: the schedule finds the stage by them.
+DENSE_TAG = "relay_aot_dense_s8_dsp"
+CONV_TAG = "relay_aot_conv2d_s8_dsp"
+DEPTHWISE_TAG = "relay_aot_depthwise_s8_dsp"
+
+#: Most rows of weights one micro-kernel call computes (its accumulators stay in registers).
+MAX_ROWS = 4
+
+#: Helpers every micro-kernel uses, defined once per ``kernels.c``.
+_COMMON = """
+#ifndef RELAY_AOT_DSP_COMMON
+#define RELAY_AOT_DSP_COMMON
+#include <stdint.h>
+#include <string.h>
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#include <arm_acle.h>
+#define RELAY_AOT_DSP 1
+/* four int8 at any address as one word (an unaligned LDR: ARMv7-M allows it) */
+static inline __attribute__((always_inline)) uint32_t relay_aot_s8x4(const int8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+/* bytes 1 and 3 of v sign-extended to two int16: one SXTB16 with ROR #8 (GCC does not combine
+   __sxtb16 with a rotation) */
+static inline __attribute__((always_inline)) int32_t relay_aot_sxtb16_ror8(uint32_t v) {
+  int32_t r;
+  __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+  return r;
+}
+#endif
+/* TFLite's MultiplyByQuantizedMultiplier of x (gemmlowp's arithmetic): the rounding doubling
+   high product of x * 2^left by m (0 <= m < 2^31: one SMULL), then the division by 2^right
+   rounding half away from zero (mask = 2^right - 1) */
+static inline __attribute__((always_inline)) int32_t relay_aot_requantize(int32_t x, int32_t m, int32_t left,
+                                                                          int32_t right, int32_t mask) {
+  int32_t shifted = (int32_t)((uint32_t)x << left);
+  int32_t high = (int32_t)(((int64_t)shifted * m + ((int64_t)1 << 30)) >> 31);
+  int32_t threshold = (mask >> 1) + (high < 0);
+  return (high >> right) + ((high & mask) > threshold);
+}
+#endif
+"""
+
+
+def micro_kernel_name(rows: int, depth: int, segments: int | None = None, dilation: int = 1) -> str:
+    """The C function computing ``rows`` dot products of int8 vectors of ``segments * depth``:
+    a dense's (``segments`` None: one vector) or a convolution's (``segments`` rows of the
+    window, each ``depth`` contiguous int8, ``dilation`` input rows apart)."""
+    if segments is None:
+        return f"relay_aot_dot_s8_r{rows}_k{depth}"
+    return f"relay_aot_conv_s8_r{rows}_s{segments}x{depth}" + (f"_d{dilation}" if dilation != 1 else "")
+
+
+def micro_kernel_c(rows: int, depth: int, segments: int | None = None, dilation: int = 1) -> str:
+    """C of :func:`micro_kernel_name`: ``out[r] = sum_k x[k] * w[r * depth + k]`` for
+    ``r < rows`` (int32 sums of int8 products), SMLAD on pairs where the DSP extension is. With
+    ``segments`` the function also takes the input's row stride: segment ``s`` of the input
+    starts ``s * dilation`` rows on, segment ``s`` of a weight row ``s * depth`` int8 on."""
+    name = micro_kernel_name(rows, depth, segments, dilation)
+    guard = name.upper()
+    size = (segments or 1) * depth  # of a weight row
+    rs = range(rows)
+    accs = ", ".join(f"acc{r} = 0" for r in rs)
+    dsp_rows = "\n".join(
+        f"    wv = relay_aot_s8x4(w + {r * size} + k);\n"
+        f"    acc{r} = __smlad(__sxtb16(wv), x02, acc{r});\n"
+        f"    acc{r} = __smlad(relay_aot_sxtb16_ror8(wv), x13, acc{r});"
+        for r in rs
+    )
+    tail_rows = "\n".join(f"    acc{r} += xk * (int32_t)w[{r * size} + k];" for r in rs)
+    stores = "\n".join(f"  out[{r}] = acc{r};" for r in rs)
+    dsp_loop = ""
+    if depth >= 4:
+        dsp_loop = f"""#ifdef RELAY_AOT_DSP
+  for (; k < {depth - depth % 4}; k += 4) {{
+    uint32_t xv = relay_aot_s8x4(x + k), wv;
+    int32_t x02 = __sxtb16(xv), x13 = relay_aot_sxtb16_ror8(xv);
+{dsp_rows}
+  }}
+#endif
+"""
+    one_segment = f"""  int32_t k = 0;
+{dsp_loop}  for (; k < {depth}; ++k) {{
+    int32_t xk = x[k];
+{tail_rows}
+  }}
+"""
+    if segments is None:
+        signature = f"{name}(const int8_t* x, const int8_t* w, int32_t* out)"
+        what = f"x[k] * w[r * {depth} + k] over k < {depth}"
+        body = one_segment
+    else:
+        signature = f"{name}(const int8_t* x, int32_t x_row, const int8_t* w, int32_t* out)"
+        what = f"x[s * {dilation} * x_row + k] * w[r * {size} + s * {depth} + k] over s < {segments}, k < {depth}"
+        inner = "\n".join(
+            "  " + line if line and not line.startswith("#") else line for line in one_segment.splitlines()
+        )
+        body = f"""  for (int32_t s = 0; s < {segments}; ++s, x += {dilation} * x_row, w += {depth}) {{
+{inner}
+  }}
+"""
+    return f"""{_COMMON}
+#ifndef {guard}
+#define {guard}
+/* out[r] = sum of {what}, for r < {rows} (relay_aot) */
+static int32_t {signature} {{
+  int32_t {accs};
+{body}{stores}
+  return 0;
+}}
+#endif
+"""
+
+
+def depthwise_kernel_name(channels: int, kh: int, kw: int) -> str:
+    """The C function computing one output pixel of a depthwise convolution (all channels)."""
+    return f"relay_aot_dw_s8_c{channels}_k{kh}x{kw}"
+
+
+def depthwise_kernel_c(channels: int, kh: int, kw: int) -> str:
+    """C of :func:`depthwise_kernel_name`: ``out[c] = sum x[i * x_row + j * channels + c] *
+    w[(i * kw + j) * channels + c]`` over the window (``i < kh``, ``j < kw``). Four channels at
+    a time: four int8 of the input and of the weights as one word each, widened by ``SXTB16``,
+    each channel's product by ``SMLABB``/``SMLATT`` (its own accumulator, in a register)."""
+    name = depthwise_kernel_name(channels, kh, kw)
+    taps = "\n".join(
+        f"      xv = relay_aot_s8x4(x + {i} * x_row + {j * channels} + c);\n"
+        f"      wv = relay_aot_s8x4(w + {(i * kw + j) * channels} + c);\n"
+        "      xe = __sxtb16(xv); xo = relay_aot_sxtb16_ror8(xv);\n"
+        "      we = __sxtb16(wv); wo = relay_aot_sxtb16_ror8(wv);\n"
+        "      a0 = __smlabb(xe, we, a0); a2 = __smlatt(xe, we, a2);\n"
+        "      a1 = __smlabb(xo, wo, a1); a3 = __smlatt(xo, wo, a3);"
+        for i in range(kh)
+        for j in range(kw)
+    )
+    scalar = " + ".join(
+        f"(int32_t)x[{i} * x_row + {j * channels} + c] * w[{(i * kw + j) * channels} + c]"
+        for i in range(kh)
+        for j in range(kw)
+    )
+    dsp = ""
+    if channels >= 4:
+        dsp = f"""#ifdef RELAY_AOT_DSP
+  for (; c < {channels - channels % 4}; c += 4) {{
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, xe, xo, we, wo;
+    uint32_t xv, wv;
+{taps}
+    out[c] = a0;
+    out[c + 1] = a1;
+    out[c + 2] = a2;
+    out[c + 3] = a3;
+  }}
+#endif
+"""
+    return f"""{_COMMON}
+#ifndef {name.upper()}
+#define {name.upper()}
+/* out[c] = sum over the {kh}x{kw} window of x[i * x_row + j * {channels} + c] * w[(i * {kw} + j) * {channels} + c],
+   for c < {channels} (relay_aot) */
+static int32_t {name}(const int8_t* x, int32_t x_row, const int8_t* w, int32_t* out) {{
+  int32_t c = 0;
+{dsp}  for (; c < {channels}; ++c) {{
+    out[c] = {scalar};
+  }}
+  return 0;
+}}
+#endif
+"""
+
+
+def _intrinsic(rows: int, depth: int) -> te.TensorIntrin:
+    """``rows`` sums of products of one row of the data and ``rows`` rows of the weights, over
+    the whole depth: one call of the micro-kernel."""
+    a = te.placeholder((1, depth), name="a", dtype="int8")
+    b = te.placeholder((rows, depth), name="b", dtype="int8")
+    k = te.reduce_axis((0, depth), name="k")
+    c = te.compute((1, rows), lambda i, j: te.sum(a[i, k].astype("int32") * b[j, k].astype("int32"), axis=k))
+    a_buf = tvm.tir.decl_buffer(a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("a_s"), 1])
+    b_buf = tvm.tir.decl_buffer(b.shape, b.dtype, name="B", offset_factor=1, strides=[depth, 1])
+    c_buf = tvm.tir.decl_buffer(c.shape, c.dtype, name="C", offset_factor=1, strides=[te.var("c_s"), 1])
+
+    def body(ins, outs):
+        aa, bb = ins
+        ib = tvm.tir.ir_builder.create()
+        ib.emit(
+            tvm.tir.call_extern(
+                "int32", micro_kernel_name(rows, depth), aa.access_ptr("r"), bb.access_ptr("r"), outs[0].access_ptr("w")
+            )
+        )
+        return ib.get()
+
+    return te.decl_tensor_intrin(c.op, body, binds={a: a_buf, b: b_buf, c: c_buf})
+
+
+def rows_per_call(units: int) -> int:
+    """Rows of weights per micro-kernel call: the most, up to :data:`MAX_ROWS`, dividing ``units``."""
+    return next(r for r in range(MAX_ROWS, 0, -1) if units % r == 0)
+
+
+def dense_compute(data: te.Tensor, weight: te.Tensor) -> te.Tensor:
+    """``data (M x K) . weight (N x K)^T`` in int32 (what TVM's ``nn.dense`` computes)."""
+    m, depth = get_const_tuple(data.shape)
+    n, _ = get_const_tuple(weight.shape)
+    k = te.reduce_axis((0, depth), name="k")
+    return te.compute(
+        (m, n),
+        lambda i, j: te.sum(data[i, k].astype("int32") * weight[j, k].astype("int32"), axis=k),
+        name="dense",
+        tag=DENSE_TAG,
+    )
+
+
+def conv_compute(data: te.Tensor, weight: te.Tensor, strides, dilation) -> te.Tensor:
+    """The unpadded ``NHWC`` convolution of ``data`` with ``OHWI`` ``weight`` in int32 (what
+    TVM's ``nn.conv2d`` computes; the input's width dilation is 1)."""
+    n, height, width, channels = get_const_tuple(data.shape)
+    filters, kh, kw, _ = get_const_tuple(weight.shape)
+    (sh, sw), dh = strides, dilation
+    oh, ow = (height - (kh - 1) * dh - 1) // sh + 1, (width - kw) // sw + 1
+    rh, rw, rc = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw"), te.reduce_axis((0, channels), "rc")
+    return te.compute(
+        (n, oh, ow, filters),
+        lambda b, y, x, f: te.sum(
+            data[b, y * sh + rh * dh, x * sw + rw, rc].astype("int32") * weight[f, rh, rw, rc].astype("int32"),
+            axis=[rh, rw, rc],
+        ),
+        name="conv",
+        tag=CONV_TAG,
+        attrs={"dilation": dh},
+    )
+
+
+def _conv_intrinsic(rows: int, kh: int, kw: int, channels: int, dilation: int) -> te.TensorIntrin:
+    """``rows`` output channels of one output pixel: one call of the convolution micro-kernel
+    (the window's ``kh`` rows of ``kw * channels`` contiguous int8 each, the input's row stride
+    passed)."""
+    a = te.placeholder((1, (kh - 1) * dilation + 1, kw, channels), name="a", dtype="int8")
+    b = te.placeholder((rows, kh, kw, channels), name="b", dtype="int8")
+    rh, rw, rc = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw"), te.reduce_axis((0, channels), "rc")
+    c = te.compute(
+        (1, 1, 1, rows),
+        lambda i, y, x, j: te.sum(
+            a[i, y + rh * dilation, x + rw, rc].astype("int32") * b[j, rh, rw, rc].astype("int32"), axis=[rh, rw, rc]
+        ),
+    )
+    a_buf = tvm.tir.decl_buffer(
+        a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("a_n"), te.var("a_h"), channels, 1]
+    )
+    b_buf = tvm.tir.decl_buffer(
+        b.shape, b.dtype, name="B", offset_factor=1, strides=[kh * kw * channels, kw * channels, channels, 1]
+    )
+    c_buf = tvm.tir.decl_buffer(
+        c.shape, c.dtype, name="C", offset_factor=1, strides=[te.var("c_n"), te.var("c_h"), te.var("c_w"), 1]
+    )
+    name = micro_kernel_name(rows, kw * channels, kh, dilation)
+
+    def body(ins, outs):
+        aa, bb = ins
+        ib = tvm.tir.ir_builder.create()
+        ib.emit(
+            tvm.tir.call_extern(
+                "int32", name, aa.access_ptr("r"), aa.strides[1], bb.access_ptr("r"), outs[0].access_ptr("w")
+            )
+        )
+        return ib.get()
+
+    return te.decl_tensor_intrin(c.op, body, binds={a: a_buf, b: b_buf, c: c_buf})
+
+
+def depthwise_compute(data: te.Tensor, weight: te.Tensor, strides) -> te.Tensor:
+    """The unpadded, undilated ``NHWC`` depthwise convolution (multiplier 1) of ``data`` with
+    ``HWOI`` ``weight`` (``kh x kw x C x 1``) in int32."""
+    n, height, width, channels = get_const_tuple(data.shape)
+    kh, kw, _, _ = get_const_tuple(weight.shape)
+    sh, sw = strides
+    oh, ow = (height - kh) // sh + 1, (width - kw) // sw + 1
+    rh, rw = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw")
+    return te.compute(
+        (n, oh, ow, channels),
+        lambda b, y, x, c: te.sum(
+            data[b, y * sh + rh, x * sw + rw, c].astype("int32") * weight[rh, rw, c, 0].astype("int32"),
+            axis=[rh, rw],
+        ),
+        name="depthwise",
+        tag=DEPTHWISE_TAG,
+    )
+
+
+def _depthwise_intrinsic(channels: int, kh: int, kw: int) -> te.TensorIntrin:
+    """All channels of one output pixel: one call of the depthwise micro-kernel."""
+    a = te.placeholder((1, kh, kw, channels), name="a", dtype="int8")
+    b = te.placeholder((kh, kw, channels, 1), name="b", dtype="int8")
+    rh, rw = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw")
+    c = te.compute(
+        (1, 1, 1, channels),
+        lambda i, y, x, k: te.sum(
+            a[i, y + rh, x + rw, k].astype("int32") * b[rh, rw, k, 0].astype("int32"), axis=[rh, rw]
+        ),
+    )
+    a_buf = tvm.tir.decl_buffer(
+        a.shape, a.dtype, name="A", offset_factor=1, strides=[te.var("a_n"), te.var("a_h"), channels, 1]
+    )
+    b_buf = tvm.tir.decl_buffer(b.shape, b.dtype, name="B", offset_factor=1)
+    c_buf = tvm.tir.decl_buffer(
+        c.shape, c.dtype, name="C", offset_factor=1, strides=[te.var("c_n"), te.var("c_h"), te.var("c_w"), 1]
+    )
+    name = depthwise_kernel_name(channels, kh, kw)
+
+    def body(ins, outs):
+        aa, bb = ins
+        ib = tvm.tir.ir_builder.create()
+        ib.emit(
+            tvm.tir.call_extern(
+                "int32", name, aa.access_ptr("r"), aa.strides[1], bb.access_ptr("r"), outs[0].access_ptr("w")
+            )
+        )
+        return ib.get()
+
+    return te.decl_tensor_intrin(c.op, body, binds={a: a_buf, b: b_buf, c: c_buf})
+
+
+def dense_schedule(outs) -> te.Schedule:
+    """The dense's units (the convolution's output channels) in blocks of :func:`rows_per_call`
+    rows, each block one micro-kernel call, the operators fused after it (elementwise: FuseOps'
+    out-elementwise pattern) applied to the block's sums right after the call."""
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    last = outs[0]
+    anchor = _find_anchor(last.op)
+    assert anchor is not None, "relay_aot's DSP strategy without its dense or convolution"
+    data, weight = anchor.op.input_tensors
+    rows = rows_per_call(get_const_tuple(weight.shape)[0])
+
+    def inline(op):
+        if op.same_as(anchor.op) or not isinstance(op, te.ComputeOp):
+            return
+        if not op.same_as(last.op):
+            s[op].compute_inline()
+        for t in op.input_tensors:
+            inline(t.op)
+
+    inline(last.op)
+    if anchor.op.tag == DEPTHWISE_TAG:
+        # one call per output pixel, all its channels; the fused operators after it per pixel
+        kh, kw, channels, _ = get_const_tuple(weight.shape)
+        *_, k = s[anchor].op.axis
+        s[anchor].tensorize(k, _depthwise_intrinsic(channels, kh, kw))
+        s[anchor].pragma(s[anchor].op.axis[2], "import_c", depthwise_kernel_c(channels, kh, kw))
+        if not last.op.same_as(anchor.op):
+            s[anchor].compute_at(s[last], s[last].op.axis[2])
+        return s
+    *outer, j = s[anchor].op.axis
+    jo, ji = s[anchor].split(j, factor=rows)
+    s[anchor].reorder(*outer, jo, ji, *s[anchor].op.reduce_axis)
+    if anchor.op.tag == DENSE_TAG:
+        depth = get_const_tuple(data.shape)[1]
+        s[anchor].tensorize(ji, _intrinsic(rows, depth))
+        s[anchor].pragma(jo, "import_c", micro_kernel_c(rows, depth))
+    else:
+        _, kh, kw, channels = get_const_tuple(weight.shape)
+        dilation = int(anchor.op.attrs["dilation"]) if "dilation" in anchor.op.attrs else 1
+        s[anchor].tensorize(ji, _conv_intrinsic(rows, kh, kw, channels, dilation))
+        s[anchor].pragma(jo, "import_c", micro_kernel_c(rows, kw * channels, kh, dilation))
+    if not last.op.same_as(anchor.op):
+        *_, lj = s[last].op.axis
+        ljo, _ = s[last].split(lj, factor=rows)
+        s[anchor].compute_at(s[last], ljo)
+    return s
+
+
+def _find_anchor(op) -> te.Tensor | None:
+    if op.tag in (DENSE_TAG, CONV_TAG, DEPTHWISE_TAG):
+        return op.output(0)
+    for t in op.input_tensors:
+        if isinstance(t.op, te.ComputeOp):
+            found = _find_anchor(t.op)
+            if found is not None:
+                return found
+    return None
+
+
+def _static(*shapes) -> bool:
+    return all(isinstance(d, (int, tvm.tir.IntImm)) for shape in shapes for d in shape)
+
+
+def _int8_on_dsp(inputs, out_type, target) -> bool:
+    data, weight = inputs
+    return (
+        _GATE.active()
+        and bool(target.features.has_dsp)
+        and data.dtype == "int8"
+        and weight.dtype == "int8"
+        and out_type.dtype == "int32"
+        and _static(data.shape, weight.shape)
+    )
+
+
+def _applies(inputs, out_type, target) -> bool:
+    """Whether relay_aot's dense computes this call (module docstring)."""
+    return _int8_on_dsp(inputs, out_type, target) and len(inputs[0].shape) == 2
+
+
+def conv_applies(attrs, inputs, out_type, target) -> bool:
+    """Whether relay_aot's convolution computes this call: ``NHWC`` data, ``OHWI`` weights (which
+    only ``passes/arm_dsp.py`` makes of a TFLite model's convolutions), no padding, one group,
+    no width dilation."""
+    return (
+        _int8_on_dsp(inputs, out_type, target)
+        and attrs.data_layout == "NHWC"
+        and attrs.kernel_layout == "OHWI"
+        and str(attrs.out_layout) in ("", "NHWC")
+        and int(attrs.groups) == 1
+        and all(int(p) == 0 for p in attrs.padding)
+        and int(attrs.dilation[1]) == 1
+    )
+
+
+_TVM_DENSE_STRATEGY = _arm_cpu.schedule_dense_arm_cpu
+_TVM_CONV2D_STRATEGY = _arm_cpu.conv2d_strategy_arm_cpu
+
+
+def _schedule(attrs, outs, target):
+    return dense_schedule(outs)
+
+
+def _dense_strategy(attrs, inputs, out_type, target):
+    if not _applies(inputs, out_type, target):
+        return _TVM_DENSE_STRATEGY(attrs, inputs, out_type, target)
+    strategy = _op.OpStrategy()
+    strategy.add_implementation(
+        lambda attrs, ins, out_type: [dense_compute(ins[0], ins[1])],
+        _schedule,
+        name="dense_s8_dsp.relay_aot",
+        plevel=20,
+    )
+    return strategy
+
+
+def _conv2d_compute(attrs, inputs, out_type):
+    strides = tuple(int(v) for v in attrs.strides)
+    conv = conv_compute(inputs[0], inputs[1], strides, int(attrs.dilation[0]))
+    return [conv]
+
+
+def depthwise_applies(attrs, inputs, out_type, target) -> bool:
+    """Whether relay_aot's depthwise convolution computes this call: ``NHWC`` data, ``HWOI``
+    weights of multiplier 1 (relay_aot's TFLite importer writes those), no padding, no
+    dilation."""
+    if not _int8_on_dsp(inputs, out_type, target):
+        return False
+    data, weight = inputs
+    channels = int(data.shape[3]) if len(data.shape) == 4 else 0
+    return (
+        attrs.data_layout == "NHWC"
+        and attrs.kernel_layout == "HWOI"
+        and str(attrs.out_layout) in ("", "NHWC")
+        and channels > 1
+        and int(attrs.groups) == channels
+        and len(weight.shape) == 4
+        and int(weight.shape[2]) == channels
+        and int(weight.shape[3]) == 1
+        and all(int(p) == 0 for p in attrs.padding)
+        and all(int(d) == 1 for d in attrs.dilation)
+    )
+
+
+def _depthwise_compute(attrs, inputs, out_type):
+    return [depthwise_compute(inputs[0], inputs[1], tuple(int(v) for v in attrs.strides))]
+
+
+def _conv2d_strategy(attrs, inputs, out_type, target):
+    strategy = _op.OpStrategy()
+    if conv_applies(attrs, inputs, out_type, target):
+        strategy.add_implementation(_conv2d_compute, _schedule, name="conv2d_s8_dsp.relay_aot", plevel=20)
+    elif depthwise_applies(attrs, inputs, out_type, target):
+        strategy.add_implementation(_depthwise_compute, _schedule, name="depthwise_s8_dsp.relay_aot", plevel=20)
+    else:
+        return _TVM_CONV2D_STRATEGY(attrs, inputs, out_type, target)
+    return strategy
+
+
+def _requantize_compute(attrs, inputs, out_type):
+    data, params = inputs
+
+    def value(*index):
+        c = index[-1]
+        return tvm.tir.call_pure_extern(
+            "int32", "relay_aot_requantize", data(*index), params[c, 0], params[c, 1], params[c, 2], params[c, 3]
+        )
+
+    return [te.compute(data.shape, value, name="requantize", tag="broadcast")]
+
+
+def _requantize_schedule(attrs, outs, target):
+    """A requantization alone in its kernel (not after relay_aot's micro-kernels, whose C
+    defines its function): TVM's elementwise schedule, the function's C imported."""
+    with target:
+        s = tvm.topi.generic.schedule_injective(outs)
+    out = outs[0]
+    s[out].pragma(s[out].op.axis[0], "import_c", _COMMON)
+    return s
+
+
+def _requantize_strategy(attrs, inputs, out_type, target):
+    strategy = _op.OpStrategy()
+    strategy.add_implementation(_requantize_compute, _requantize_schedule, name="requantize.relay_aot")
+    return strategy
+
+
+_op.register_strategy(REQUANTIZE, override_native_generic_func("relay_aot_requantize_strategy")(_requantize_strategy))
+
+
+def _install() -> None:
+    _generic.dense_strategy.register("arm_cpu", _dense_strategy, override=True)
+    _generic.conv2d_strategy.register("arm_cpu", _conv2d_strategy, override=True)
+
+
+_GATE = Gate(_install)
+#: Within the block (on this thread), int8 dense and OHWI convolutions on M-profile DSP targets
+#: are relay_aot's.
+building = _GATE.building

@@ -1,0 +1,462 @@
+"""int8 convolutions in the forms relay_aot's kernels for Arm's DSP extension compute.
+
+relay_aot's int8 kernels for M-profile cores with the DSP extension (``kernels/arm_dsp.py``)
+multiply rows of int8 weights by int8 inputs, four int8 of each loaded as one word. TVM's own
+path for an int8 ``NHWC`` convolution on a Cortex-M4 widens both operands to int16 (its
+``arm_cpu`` layout choice for ``conv2d_nhwc_spatial_pack``), storing the filters as int16
+constants (twice the flash) and every input as an int16 tensor (an extra kernel and twice the
+RAM), then multiplies one pair at a time (7.5 instructions per multiply-add on MLPerf Tiny's
+keyword-spotting model, where CMSIS-NN takes 2.1).
+
+:func:`rewrite` (before the legalizations and the layout choice) gives an int8 by int8
+convolution into int32 with constant ``HWIO`` weights, one group, no padding (relay_aot's TFLite
+importer pads explicitly) and no width dilation the form of relay_aot's kernel:
+
+* a 1x1 convolution with unit strides is a matrix product of the pixels (``N*H*W`` rows of
+  ``C``) by the filters: ``reshape(dense(reshape(x, [N*H*W, C]), W^T), [N, H, W, O])``; the
+  elementwise operators after it whose other operands are constant along the pixels (a bias,
+  per-channel or per-tensor requantization constants, ``stop_fusion``) are moved inside the
+  final reshape, so they fuse into the dense's kernel;
+* any other one gets its weights as ``OHWI`` (each filter's window contiguous, the rows the
+  micro-kernel reads), which only this pass makes: relay_aot's convolution strategy computes
+  those while relay_aot compiles;
+* a depthwise convolution (``HWOI`` weights of multiplier 1, as the importer writes it) stays
+  as it is: relay_aot's depthwise kernel computes it.
+
+In all three, the importer's ``stop_fusion`` between the int32 sums and the requantization is
+dropped: it kept x86's convolution schedules from computing each stage of the requantization as
+a loop of its own; relay_aot's DSP kernels apply the fused operators to each block of four
+sums right after the micro-kernel, and the int32 tensor between them is not stored. The sums
+are the same int32 sums, the requantization the same operators.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relay
+
+from .gradient_cleanup import static_tensor
+from .walk import CallRewriter, calls_any, rewrite_functions
+
+_STOP_FUSION = "annotation.stop_fusion"
+
+
+def _dsp(target: tvm.target.Target | None) -> bool:
+    """Whether ``target`` has Arm's M-profile DSP extension (the kernel's instructions)."""
+    return target is not None and target.kind.name in ("llvm", "c") and bool(target.features.has_dsp)
+
+
+def _shape(expr: relay.Expr) -> list[int] | None:
+    ty = expr.checked_type
+    return [int(d) for d in ty.shape] if static_tensor(ty) else None
+
+
+def _pointwise_weights(call: relay.Call) -> np.ndarray | None:
+    """The filters (``O x C``, int8) of an int8 1x1 ``NHWC`` convolution into int32 with unit
+    strides, no padding, one group and constant ``HWIO`` weights; else None."""
+    attrs = call.attrs
+    data, weight = call.args
+    shape = _shape(data)
+    if (
+        not isinstance(weight, relay.Constant)
+        or shape is None
+        or len(shape) != 4
+        or attrs.data_layout != "NHWC"
+        or attrs.kernel_layout != "HWIO"
+        or str(attrs.out_layout) not in ("", "NHWC")
+        or tuple(int(k) for k in weight.data.shape[:2]) != (1, 1)
+        or any(int(s) != 1 for s in attrs.strides)
+        or any(int(d) != 1 for d in attrs.dilation)
+        or any(int(p) != 0 for p in attrs.padding)
+        or int(attrs.groups) != 1
+        or data.checked_type.dtype != "int8"
+        or weight.data.dtype != "int8"
+        or call.checked_type.dtype != "int32"
+    ):
+        return None
+    return np.ascontiguousarray(weight.data.numpy().reshape(weight.data.shape[2:]).T)
+
+
+def _ohwi(call: relay.Call, new: relay.Call) -> relay.Expr | None:
+    """An int8 ``NHWC`` convolution with constant ``HWIO`` weights, one group, no padding and
+    no width dilation, with its weights as ``OHWI``; else None."""
+    attrs = call.attrs
+    data, weight = call.args
+    if (
+        not isinstance(weight, relay.Constant)
+        or _shape(data) is None
+        or attrs.data_layout != "NHWC"
+        or attrs.kernel_layout != "HWIO"
+        or str(attrs.out_layout) not in ("", "NHWC")
+        or int(attrs.dilation[1]) != 1
+        or any(int(p) != 0 for p in attrs.padding)
+        or int(attrs.groups) != 1
+        or data.checked_type.dtype != "int8"
+        or weight.data.dtype != "int8"
+        or call.checked_type.dtype != "int32"
+    ):
+        return None
+    ohwi = np.ascontiguousarray(weight.data.numpy().transpose(3, 0, 1, 2))
+    return relay.nn.conv2d(
+        new.args[0],
+        relay.const(ohwi),
+        strides=attrs.strides,
+        padding=(0, 0, 0, 0),
+        dilation=attrs.dilation,
+        groups=1,
+        channels=ohwi.shape[0],
+        kernel_size=ohwi.shape[1:3],
+        data_layout="NHWC",
+        kernel_layout="OHWI",
+        out_dtype="int32",
+    )
+
+
+def _depthwise(call: relay.Call) -> bool:
+    """Whether ``call`` is an int8 ``NHWC`` depthwise convolution into int32 that relay_aot's
+    DSP kernel computes (``HWOI`` weights of multiplier 1, no padding, no dilation)."""
+    attrs = call.attrs
+    data, weight = call.args
+    shape, kernel = _shape(data), _shape(weight)
+    return (
+        shape is not None
+        and kernel is not None
+        and len(shape) == 4
+        and len(kernel) == 4
+        and shape[3] > 1
+        and attrs.data_layout == "NHWC"
+        and attrs.kernel_layout == "HWOI"
+        and str(attrs.out_layout) in ("", "NHWC")
+        and int(attrs.groups) == shape[3] == kernel[2]
+        and kernel[3] == 1
+        and all(int(p) == 0 for p in attrs.padding)
+        and all(int(d) == 1 for d in attrs.dilation)
+        and data.checked_type.dtype == "int8"
+        and weight.checked_type.dtype == "int8"
+        and call.checked_type.dtype == "int32"
+    )
+
+
+def _along_channels(original: relay.Expr, arg: relay.Expr, channels: int) -> relay.Expr | None:
+    """An operand beside the convolution's result (``original``, rewritten ``arg``) as an
+    operand of its 2-D form: a scalar as it is, a tensor constant along every axis but the last
+    (``[1, 1, 1, O]``) reshaped to ``[1, O]``; None for anything else."""
+    shape = _shape(original)
+    if shape is None:
+        return None
+    if not shape:
+        return arg
+    if any(d != 1 for d in shape[:-1]) or shape[-1] not in (1, channels):
+        return None
+    return relay.reshape(arg, [1, shape[-1]])
+
+
+class _Rewrite(CallRewriter):
+    def __init__(self) -> None:
+        super().__init__()
+        #: a reshape made here -> its 2-D input, the channels, whether a stop_fusion may be dropped
+        self.flat: dict[relay.Expr, tuple[relay.Expr, int, bool]] = {}
+        #: an OHWI convolution, and the elementwise operators of it up to its first stop_fusion
+        self.open: set[relay.Expr] = set()
+
+    def rewrite_call(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
+        if not isinstance(call.op, tvm.ir.Op):
+            return None
+        if call.op.name == "nn.conv2d":
+            weights = _pointwise_weights(call)
+            if weights is None:
+                conv = _ohwi(call, new)
+                if conv is not None:
+                    self.open.add(conv)
+                elif _depthwise(call):
+                    self.open.add(new)
+                return conv
+            n, h, w, c = _shape(call.args[0]) or []
+            rows = relay.reshape(new.args[0], [n * h * w, c])
+            product = relay.nn.dense(rows, relay.const(weights), out_dtype="int32")
+            return self._flat(product, [n, h, w, weights.shape[0]], weights.shape[0], True)
+        if any(arg in self.open for arg in new.args):
+            return self._after_convolution(call, new)
+        return self._sink(call, new)
+
+    def _after_convolution(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
+        """The first ``stop_fusion`` after an OHWI convolution (the importer's, after the bias)
+        dropped: the requantization then fuses into the convolution's kernel, which applies it
+        to each block of sums (no int32 tensor in between)."""
+        if call.op.name == _STOP_FUSION:
+            self.open.discard(new.args[0])
+            return new.args[0]
+        pattern = call.op.get_attr("TOpPattern")
+        if pattern is not None and int(pattern) <= 1:
+            self.open.add(new)
+        return None
+
+    def _flat(self, inner: relay.Expr, shape: list[int], channels: int, open_: bool) -> relay.Expr:
+        out = relay.reshape(inner, shape)
+        self.flat[out] = (inner, channels, open_)
+        return out
+
+    def _sink(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
+        """An elementwise operator of one of our reshapes (and operands constant along the
+        pixels) applied inside it instead; the first ``stop_fusion`` after the dense dropped (as
+        after an OHWI convolution)."""
+        pattern = call.op.get_attr("TOpPattern")
+        if call.op.name != _STOP_FUSION and (pattern is None or int(pattern) > 1):
+            return None
+        shape = _shape(call)
+        found = [self.flat[arg] for arg in new.args if arg in self.flat]
+        if not found or shape is None or len({channels for _, channels, _ in found}) != 1:
+            return None
+        channels, open_ = found[0][1], all(o for _, _, o in found)
+        if call.op.name == _STOP_FUSION and open_:
+            return self._flat(found[0][0], shape, channels, False)
+        args = []
+        for original, arg in zip(call.args, new.args):
+            if arg in self.flat:
+                if _shape(original) != shape:  # broadcast against a smaller tensor
+                    return None
+                args.append(self.flat[arg][0])
+                continue
+            operand = _along_channels(original, arg, channels)
+            if operand is None:
+                return None
+            args.append(operand)
+        return self._flat(relay.Call(new.op, args, new.attrs), shape, channels, open_)
+
+
+def rewrite(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
+    """``mod`` with its int8 convolutions in the forms of relay_aot's DSP kernels (module
+    docstring), on targets with the DSP extension; ``mod`` elsewhere."""
+    if not _dsp(target):
+        return mod
+    mod = rewrite_functions(mod, lambda func: _Rewrite() if calls_any(func, {"nn.conv2d"}) else None)
+    return requantizations(mod, target)
+
+
+class _NarrowMultipliers(CallRewriter):
+    def rewrite_call(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
+        if not isinstance(call.op, tvm.ir.Op) or call.op.name != "multiply" or call.checked_type.dtype != "int64":
+            return None
+        args = list(new.args)
+        changed = False
+        for index, arg in enumerate(args):
+            if isinstance(arg, relay.Constant) and arg.data.dtype == "int64":
+                values = arg.data.numpy()
+                if values.size and values.min() >= -(2**31) and values.max() < 2**31:
+                    args[index] = relay.cast(relay.const(values.astype(np.int32)), "int64")
+                    changed = True
+        return relay.Call(new.op, args, new.attrs) if changed else None
+
+
+def narrow_multipliers(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
+    """``mod`` with the int64 constants of its int64 products that fit in int32 written as
+    ``cast(int32 constant, int64)`` (on targets with the DSP extension; ``mod`` elsewhere).
+
+    The requantizations of relay_aot's TFLite importer multiply an int32 value widened to int64
+    by an int64 constant (a 31-bit multiplier, a power of two). Folded into an int64 array, the
+    constant's upper word is not known to be its sign: GCC multiplies 64 by 64 bits
+    (``umull``, ``mul``, ``mla``) where one ``smull`` gives the product of two int32. Run after
+    the last constant folding (which would fold the cast again), the cast is fused into the
+    kernel with the constant's int32 array. The values are the same.
+    """
+    if not _dsp(target):
+        return mod
+    return rewrite_functions(mod, lambda func: _NarrowMultipliers() if calls_any(func, {"multiply"}) else None)
+
+
+#: relay_aot's requantization operator: ``requantize(x, params)`` of int32 ``x`` (channels on the
+#: last axis) and int32 ``params`` (``C x 4``: multiplier, left shift, right shift, the right
+#: shift's mask ``2^right - 1``) is TFLite's ``MultiplyByQuantizedMultiplier`` per channel
+#: (``kernels/arm_dsp.py`` computes it with a C function; only this module makes calls of it).
+REQUANTIZE = "relay_aot.requantize"
+
+
+def _requantize_type(arg_types, attrs):
+    return relay.TensorType(arg_types[0].shape, "int32")
+
+
+def _register_requantize() -> tvm.ir.Op:
+    try:
+        return tvm.ir.Op.get(REQUANTIZE)
+    except tvm.TVMError:
+        pass
+    from tvm.relay.op import op as _op
+
+    _op.register(REQUANTIZE, "TFLite's MultiplyByQuantizedMultiplier per channel (relay_aot)")
+    op = tvm.ir.Op.get(REQUANTIZE)
+    op.set_num_inputs(2)
+    op.add_argument("data", "Tensor", "int32 values, channels on the last axis")
+    op.add_argument("params", "Tensor", "int32 C x 4: multiplier, left shift, right shift, 2^right - 1")
+    op.set_support_level(10)
+    op.add_type_rel("RelayAotRequantize", _requantize_type)
+    _op.register_pattern(REQUANTIZE, _op.OpPattern.BROADCAST)
+    return op
+
+
+_REQUANTIZE_OP = _register_requantize()
+
+
+def _constant(expr: relay.Expr) -> np.ndarray | None:
+    """The value of a constant, or of casts and reshapes of one (before constant folding)."""
+    if isinstance(expr, relay.Constant):
+        return expr.data.numpy()
+    if _name(expr) == "cast":
+        inner = _constant(expr.args[0])
+        return None if inner is None else inner.astype(str(expr.attrs.dtype))
+    if _name(expr) == "reshape":
+        return _constant(expr.args[0])
+    return None
+
+
+def _name(expr: relay.Expr) -> str | None:
+    return expr.op.name if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) else None
+
+
+def _is(expr: relay.Expr, name: str, dtype: str | None = None) -> bool:
+    return _name(expr) == name and (dtype is None or str(expr.attrs.dtype) == dtype)
+
+
+def _equals(expr: relay.Expr, value: int) -> bool:
+    found = _constant(expr)
+    return found is not None and found.size == 1 and int(found.reshape(-1)[0]) == value
+
+
+def _power_of_two(values: np.ndarray) -> np.ndarray | None:
+    values = values.astype(np.int64).reshape(-1)
+    if np.any(values <= 0) or np.any(values & (values - 1)):
+        return None
+    return np.log2(values).astype(np.int64)
+
+
+def _high_mul(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray] | None:
+    """``x``, the multipliers and the left shifts of the importer's
+    ``cast((cast(x * 2^left, int64) * M + 2^30) >> 31, int32)``."""
+    if not _is(expr, "cast", "int32") or not _is(expr.args[0], "right_shift"):
+        return None
+    shifted = expr.args[0]
+    if (
+        not _equals(shifted.args[1], 31)
+        or not _is(shifted.args[0], "add")
+        or not _equals(shifted.args[0].args[1], 1 << 30)
+    ):
+        return None
+    product = shifted.args[0].args[0]
+    if not _is(product, "multiply") or not _is(product.args[0], "cast", "int64"):
+        return None
+    multipliers = _constant(product.args[1])
+    if multipliers is None or multipliers.min() < 0 or multipliers.max() > 2**31 - 1:
+        return None
+    x, left = product.args[0].args[0], np.zeros(1, np.int64)
+    factors = _constant(x.args[1]) if _is(x, "multiply") else None
+    if factors is not None:
+        found = _power_of_two(factors)
+        if found is None or found.max() > 30:
+            return None
+        x, left = x.args[0], found
+    return x, multipliers.reshape(-1), left
+
+
+def _requantization(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(x, multipliers, left shifts, right shifts)`` where ``expr`` is the importer's
+    ``MultiplyByQuantizedMultiplier`` of ``x`` (``frontends/tflite_exact.py``: the high product,
+    then the rounding division by a power of two in its three forms: none, one shift, or
+    per-channel exponents scaled to one shift in int64); else None."""
+    high = _high_mul(expr)
+    if high is not None:
+        return (*high, np.zeros(1, np.int64))
+    if _is(expr, "right_shift") and _is(expr.args[0], "subtract"):  # one shift, in int32
+        shift, (rounded, negative) = _constant(expr.args[1]), expr.args[0].args
+        high = _high_mul(rounded.args[0]) if _is(rounded, "add") else None
+        if high is None or shift is None or shift.size != 1 or not 0 < int(shift) < 31:
+            return None
+        e = int(shift.reshape(-1)[0])
+        if not _equals(rounded.args[1], 1 << (e - 1)) or not _negative_of(negative, rounded.args[0], "int32"):
+            return None
+        return (*high, np.array([e]))
+    if _is(expr, "cast", "int32") and _is(expr.args[0], "right_shift"):  # per-channel, in int64
+        shifted = expr.args[0]
+        top = _constant(shifted.args[1])
+        if top is None or top.size != 1 or not _is(shifted.args[0], "subtract"):
+            return None
+        t = int(top.reshape(-1)[0])
+        rounded, negative = shifted.args[0].args
+        if (
+            not _is(rounded, "add")
+            or not _equals(rounded.args[1], 1 << (t - 1))
+            or not _is(rounded.args[0], "multiply")
+        ):
+            return None
+        scaled, scales = rounded.args[0].args
+        factors = _constant(scales)
+        if not _is(scaled, "cast", "int64") or factors is None:
+            return None
+        high = _high_mul(scaled.args[0])
+        exponents = _power_of_two(factors)
+        if high is None or exponents is None or not _negative_of(negative, scaled.args[0], "int64"):
+            return None
+        right = t - exponents
+        if right.min() < 0 or right.max() > 31:
+            return None
+        return (*high, right)
+    return None
+
+
+def _negative_of(expr: relay.Expr, value: relay.Expr, dtype: str) -> bool:
+    """Whether ``expr`` is ``cast(less(value, 0), dtype)``."""
+    return (
+        _is(expr, "cast", dtype)
+        and _is(expr.args[0], "less")
+        and expr.args[0].args[0].same_as(value)
+        and _equals(expr.args[0].args[1], 0)
+    )
+
+
+def _sums_of_ours(x: relay.Expr) -> bool:
+    """Whether ``x`` is the bias added to the sums of a convolution or dense this module gave
+    relay_aot's kernels (in their kernel, after the dropped ``stop_fusion``)."""
+    if not _is(x, "add"):
+        return False
+    anchor = x.args[0]
+    if _name(anchor) == "nn.dense":
+        return True
+    if _name(anchor) != "nn.conv2d":
+        return False
+    return anchor.attrs.kernel_layout == "OHWI" or _depthwise(anchor)
+
+
+class _Requantize(CallRewriter):
+    """The importer's requantization of our kernels' sums as one :data:`REQUANTIZE` call."""
+
+    def rewrite_call(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
+        if _name(call) not in ("cast", "right_shift"):
+            return None
+        found = _requantization(call)  # the typed original; its sums as rewritten are visit(x)
+        if found is None:
+            return None
+        x, multipliers, left, right = found
+        shape = _shape(x)
+        if shape is None or not shape or not _sums_of_ours(x):
+            return None
+        x = self.visit(x)
+        channels = shape[-1]
+        columns = [np.broadcast_to(v.astype(np.int64), (channels,)) for v in (multipliers, left, right)]
+        mask = (np.int64(1) << columns[2]) - 1
+        params = np.stack([*columns, mask], axis=1).astype(np.int32)
+        return relay.Call(_REQUANTIZE_OP, [x, relay.const(params)])
+
+
+def requantizations(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
+    """``mod`` with the importer's requantizations of relay_aot's DSP kernels' sums (after
+    :func:`rewrite`) as :data:`REQUANTIZE` calls, which those kernels compute with one C
+    function (on targets with the DSP extension; ``mod`` elsewhere).
+
+    The importer writes TFLite's ``MultiplyByQuantizedMultiplier`` with Relay's integer
+    operators: an int64 product and shift, then a rounding division by a power of two, per
+    channel as an int64 product and shift again; GCC's code for it and the clamps after it took
+    30 to 40 instructions per output on the Cortex-M4. The C function is gemmlowp's arithmetic:
+    one ``smull``, the rounding, an arithmetic shift and a comparison with the channel's mask.
+    """
+    if not _dsp(target):
+        return mod
+    return rewrite_functions(mod, lambda func: _Requantize() if calls_any(func, {"right_shift"}) else None)
