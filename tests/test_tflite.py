@@ -469,3 +469,46 @@ def test_held_out_quantize_int8_dequantize_model_is_bit_exact(tmp_path):
         theirs = reference([x])
         for info, ours in zip(model.outputs, _values(compiled, [x]), strict=True):
             assert_bit_exact(ours, theirs[info.index], f"input {k}, tensor {info.name!r}")
+
+
+def _rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    """gemmlowp's RoundingDivideByPOT, in int64 (TFLite's requantization's last step)."""
+    x, exponent = x.astype(np.int64), exponent.astype(np.int64)
+    mask = (np.int64(1) << exponent) - 1
+    threshold = (mask >> 1) + (x < 0)
+    return ((x >> exponent) + ((x & mask) > threshold)).astype(np.int32)
+
+
+@pytest.mark.parametrize("exponents", [[7], [1], [31], [3, 7, 0, 12]], ids=["7", "1", "31", "per-channel"])
+def test_rounding_division_by_a_power_of_two_is_gemmlowps_at_the_int32_extremes(exponents):
+    import tvm
+    from tvm import relay
+
+    from relay_aot.frontends.tflite_exact import _divide_by_pot
+
+    values = np.array(
+        [
+            2**31 - 1,
+            2**31 - 64,
+            2**31 - 65,
+            -(2**31),
+            -(2**31) + 63,
+            -(2**31) + 64,
+            0,
+            1,
+            -1,
+            64,
+            -64,
+            63,
+            -63,
+            65,
+            -65,
+        ],
+        np.int32,
+    )
+    channels = len(exponents)
+    x = np.repeat(values[:, None], channels, axis=1)
+    var = relay.var("x", shape=x.shape, dtype="int32")
+    compiled = relay_aot.compile(tvm.IRModule.from_expr(relay.Function([var], _divide_by_pot(var, exponents))))
+    expected = _rounding_divide_by_pot(x, np.broadcast_to(np.array(exponents), x.shape))
+    np.testing.assert_array_equal(compiled(x).numpy(), expected)

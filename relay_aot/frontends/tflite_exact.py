@@ -438,9 +438,9 @@ def _high_mul(x: relay.Expr, m: relay.Expr, dtype: str = "int32") -> relay.Expr:
 def _divide_by_pot(x: relay.Expr, exponents) -> relay.Expr:
     """``RoundingDivideByPOT`` of an int32 tensor by per-channel exponents >= 0 known at import.
 
-    gemmlowp's ``(x >> e) + ((x & mask) > (mask >> 1) + (x < 0))`` rounds half away from zero,
-    as ``(x + 2^(e-1) - (x < 0)) >> e`` does, which reads x twice rather than three times (a
-    fused chain inlines each use). Channels of different exponents are scaled by 2^(E - e) to
+    gemmlowp's ``(x >> e) + ((x & mask) > (mask >> 1) + (x < 0))`` rounds half away from zero
+    and cannot overflow (``x + 2^(e-1)`` does, in int32, for x near 2^31: 2^31 - 1 by 2^7
+    came out -16777216). Channels of different exponents are scaled by 2^(E - e) in int64 to
     one shift by 2^E (the same quotient, the same rounding) rather than shifted by a tensor:
     TVM's bound of a shift by a tensor is wrong (see :func:`softmax`)."""
     e = np.atleast_1d(np.asarray(exponents, np.int64))
@@ -449,8 +449,11 @@ def _divide_by_pot(x: relay.Expr, exponents) -> relay.Expr:
     negative = relay.less(x, _const(0, "int32"))
     if np.all(e == e[0]):
         shift = int(e[0])
-        rounded = x + _const(1 << (shift - 1), "int32") - relay.cast(negative, "int32")
-        return relay.right_shift(rounded, _const(shift, "int32"))
+        mask = (1 << shift) - 1
+        remainder = relay.bitwise_and(x, _const(mask, "int32"))
+        threshold = _const(mask >> 1, "int32") + relay.cast(negative, "int32")
+        quotient = relay.right_shift(x, _const(shift, "int32"))
+        return quotient + relay.cast(relay.greater(remainder, threshold), "int32")
     top = int(e.max())
     scaled = relay.cast(x, "int64") * _const(np.int64(1) << (top - e), "int64")
     rounded = scaled + _const(1 << (top - 1), "int64") - relay.cast(negative, "int64")

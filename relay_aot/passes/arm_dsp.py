@@ -365,13 +365,24 @@ def _requantization(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarra
     high = _high_mul(expr)
     if high is not None:
         return (*high, np.zeros(1, np.int64))
-    if _is(expr, "right_shift") and _is(expr.args[0], "subtract"):  # one shift, in int32
-        shift, (rounded, negative) = _constant(expr.args[1]), expr.args[0].args
-        high = _high_mul(rounded.args[0]) if _is(rounded, "add") else None
-        if high is None or shift is None or shift.size != 1 or not 0 < int(shift) < 31:
+    if _is(expr, "add") and _is(expr.args[0], "right_shift") and _is(expr.args[1], "cast", "int32"):
+        # one shift, in int32: (h >> e) + ((h & mask) > (mask >> 1) + (h < 0)), gemmlowp's form
+        quotient, carry = expr.args
+        h, shift = quotient.args[0], _constant(quotient.args[1])
+        high = _high_mul(h)
+        if high is None or shift is None or shift.size != 1 or not 0 < int(shift.reshape(-1)[0]) < 31:
             return None
         e = int(shift.reshape(-1)[0])
-        if not _equals(rounded.args[1], 1 << (e - 1)) or not _negative_of(negative, rounded.args[0], "int32"):
+        mask = (1 << e) - 1
+        greater = carry.args[0]
+        if not _is(greater, "greater"):
+            return None
+        remainder, threshold = greater.args
+        if not (_is(remainder, "bitwise_and") and remainder.args[0].same_as(h) and _equals(remainder.args[1], mask)):
+            return None
+        if not (_is(threshold, "add") and _equals(threshold.args[0], mask >> 1)):
+            return None
+        if not _negative_of(threshold.args[1], h, "int32"):
             return None
         return (*high, np.array([e]))
     if _is(expr, "cast", "int32") and _is(expr.args[0], "right_shift"):  # per-channel, in int64
@@ -429,7 +440,7 @@ class _Requantize(CallRewriter):
     """The importer's requantization of our kernels' sums as one :data:`REQUANTIZE` call."""
 
     def rewrite_call(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
-        if _name(call) not in ("cast", "right_shift"):
+        if _name(call) not in ("cast", "right_shift", "add"):
             return None
         found = _requantization(call)  # the typed original; its sums as rewritten are visit(x)
         if found is None:
