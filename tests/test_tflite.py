@@ -346,6 +346,50 @@ def test_a_quantized_operator_without_an_exact_form_falls_back_with_a_warning(tm
         relay_aot.read_tflite(path, exact=False, every_tensor=True)
 
 
+def _convolution_quantized_off_its_channels(kind: str) -> ModelBuilder:
+    """A CONV_2D of 4 -> 4 channels whose weights' scales lie along the input channels (``axis``:
+    ``quantized_dimension`` 3, OHWI) or whose bias is one value (``bias``); ``ok``: neither."""
+    rng = np.random.default_rng(3)
+    builder = ModelBuilder()
+    x = builder.input("x", (1, 5, 5, 4), "int8", 0.05, -3)
+    w = rng.integers(-127, 128, (4, 3, 3, 4)).astype(np.int8)
+    scales = np.linspace(0.002, 0.004, 4).astype(np.float32)
+    axis = 3 if kind == "axis" else 0
+    wt = builder.tensor("conv/weights", w.shape, "int8", scales, np.zeros(4, np.int64), axis, w)
+    n = 1 if kind == "bias" else 4
+    bias = rng.integers(-300, 300, n).astype(np.int32)
+    bt = builder.tensor("conv/bias", (n,), "int32", 0.05 * scales[:n], np.zeros(n, np.int64), 0, bias)
+    y = builder.tensor("conv", (1, 5, 5, 4), "int8", 0.1, 2)
+    options = dict(Padding=0, StrideH=1, StrideW=1, DilationHFactor=1, DilationWFactor=1, FusedActivationFunction=0)
+    builder.operator("CONV_2D", [x, wt, bt], [y], **options)
+    builder.output(y)
+    return builder
+
+
+def test_weights_quantized_off_the_output_channels_and_a_short_bias_are_not_taken_as_exact(tmp_path):
+    """relay_aot's convolution reads one scale and one bias per output channel: weights whose
+    scales lie along another axis (``quantized_dimension``), or a bias of another length, have no
+    exact conversion. The first goes to TVM's converter with a warning naming it (exact=True
+    refuses it); the second is refused either way (TVM's converter makes a program that does not
+    type-check), the message naming the bias."""
+    paths = {}
+    for kind in ("ok", "axis", "bias"):
+        paths[kind] = tmp_path / f"{kind}.tflite"
+        _convolution_quantized_off_its_channels(kind).write(paths[kind])
+    assert relay_aot.read_tflite(paths["ok"], exact=True).inexact == ()
+    axis = r"CONV_2D \(operator 0\): the weights 'conv/weights' have scales along another axis than the output channels"
+    with pytest.raises(UnsupportedError, match=r"axis.tflite: .*" + axis):
+        relay_aot.read_tflite(paths["axis"], exact=True)
+    with pytest.warns(InexactConversionWarning, match=axis):
+        model = relay_aot.read_tflite(paths["axis"])
+    assert model.importer == "exact" and len(model.inexact) == 1
+    bias = r"CONV_2D \(operator 0\): the bias 'conv/bias' is not one per output channel"
+    with pytest.raises(UnsupportedError, match=r"bias.tflite: .*" + bias):
+        relay_aot.read_tflite(paths["bias"], exact=True)
+    with pytest.raises(UnsupportedError, match=r"bias.tflite: the model does not type-check; .*" + bias):
+        relay_aot.read_tflite(paths["bias"])
+
+
 # Held-out models: built here, not in tests/data ------------------------------------------------
 def _scaled_filter(rng, builder: ModelBuilder, x: int, shape, channels: int):
     """Random int8 weights with per-channel scales, a bias, and the output scale that keeps the

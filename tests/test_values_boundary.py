@@ -293,9 +293,18 @@ def @main(%u: Tensor[(3), uint8], %f: Tensor[(2), float32]) { (%u, %f) }
 ARRAY_DTYPES = [
     ("int64 array of bytes", np.array([0, 7, 255]), np.ones(2, "float32"), None),
     ("int64 NDArray of bytes", tvm.nd.array(np.array([1, 2, 3])), np.ones(2, "float32"), None),
+    # the same bits and lanes as uint8, another type code: converted, not passed as it is
+    ("int8 NDArray of bytes", tvm.nd.array(np.array([0, 7, 127], "int8")), np.ones(2, "float32"), None),
+    (
+        "int8 NDArray with a negative value",
+        tvm.nd.array(np.array([0, -1, 2], "int8")),
+        np.ones(2, "float32"),
+        TypeError,
+    ),
     ("float16 for float32", np.zeros(3, "uint8"), np.array([0.5, np.inf], "float16"), None),
     ("float64 holding float32 values, NaN included", np.zeros(3, "uint8"), np.array([0.25, np.nan]), None),
     ("int64 array beyond a byte", np.array([0, 7, 256]), np.ones(2, "float32"), TypeError),
+    ("int8 array with a negative value", np.array([0, -1, 2], "int8"), np.ones(2, "float32"), TypeError),
     ("negative int32 for uint8", np.array([0, -1, 2], "int32"), np.ones(2, "float32"), TypeError),
     ("float64 beyond float32's precision", np.zeros(3, "uint8"), np.array([0.1, 1.0]), TypeError),
     ("bool array for uint8", np.array([True, False, True]), np.ones(2, "float32"), TypeError),

@@ -92,9 +92,12 @@ class Tensor:
     scale: np.ndarray | None = None
     zero_point: np.ndarray | None = None
     data: np.ndarray | None = None
+    #: the axis of a per-channel quantization's scales
+    quantized_dimension: int = 0
 
     @property
     def quantized(self) -> bool:
+        """Whether the tensor has a scale and zero point."""
         return self.scale is not None
 
     @property
@@ -105,10 +108,12 @@ class Tensor:
 
     @property
     def zp(self) -> int:
+        """The per-tensor zero point."""
         assert self.zero_point is not None, f"tensor {self.name} is not quantized"
         return int(self.zero_point[0])
 
     def info(self) -> TensorInfo:
+        """The tensor as relay_aot describes a model's inputs and outputs."""
         scale = zero_point = None
         if self.scale is not None and self.zero_point is not None:
             scale = tuple(float(v) for v in self.scale)
@@ -118,6 +123,8 @@ class Tensor:
 
 @dataclasses.dataclass
 class Operator:
+    """An operator of the model: its TFLite name, its tensors, the options the converters read."""
+
     index: int
     code: str
     inputs: list[int]
@@ -130,6 +137,8 @@ class Operator:
 
 @dataclasses.dataclass
 class Graph:
+    """The model's one subgraph: its tensors, its operators in order, its inputs and outputs."""
+
     tensors: list[Tensor]
     operators: list[Operator]
     inputs: list[int]
@@ -198,16 +207,18 @@ def parse(data: bytes) -> Graph:
         shape = tuple(int(v) for v in t.ShapeAsNumpy()) if t.ShapeLength() else ()
         quantization = t.Quantization()
         scale = zero_point = None
+        axis = 0
         if quantization is not None and quantization.ScaleLength():
             scale = quantization.ScaleAsNumpy().astype(np.float32)
             zero_point = quantization.ZeroPointAsNumpy().astype(np.int64)
+            axis = quantization.QuantizedDimension()
         buffer = model.Buffers(t.Buffer())
         content = None
         if buffer is not None and buffer.Offset() > 1:
             raise UnsupportedError(f"tensor {name!r} is stored outside the flatbuffer (a model over 2 GB)")
         if buffer is not None and buffer.DataLength():
             content = np.frombuffer(buffer.DataAsNumpy().tobytes(), dtype=dtype).reshape(shape)
-        tensors.append(Tensor(index, name, shape, dtype, scale, zero_point, content))
+        tensors.append(Tensor(index, name, shape, dtype, scale, zero_point, content, axis))
     operators = []
     for index in range(subgraph.OperatorsLength()):
         op = subgraph.Operators(index)
@@ -532,11 +543,16 @@ def _weights(ctx: _Context, op: Operator, rank: int, channels_axis: int) -> Tens
     _require(w.dtype == "int8" and w.quantized, f"the weights {w.name!r} are {w.dtype}, not quantized int8")
     assert w.scale is not None and w.zero_point is not None
     _require(np.all(w.zero_point == 0), f"the weights {w.name!r} have a non-zero zero point")
-    _require(w.scale.size in (1, w.shape[channels_axis]), f"the weights {w.name!r} have a scale per other axis")
+    channels = w.shape[channels_axis]
+    _require(
+        w.scale.size == 1 or (w.scale.size == channels and w.quantized_dimension == channels_axis),
+        f"the weights {w.name!r} have scales along another axis than the output channels",
+    )
     _require(np.all(w.scale > 0), f"the weights {w.name!r} have a scale that is not positive")
     if len(op.inputs) > 2 and op.inputs[2] >= 0:
         b = ctx.tensor(op.inputs[2])
         _require(b.data is not None and b.dtype == "int32", f"the bias {b.name!r} is not a constant int32 tensor")
+        _require(b.data is None or b.data.size == channels, f"the bias {b.name!r} is not one per output channel")
     return w
 
 
@@ -966,7 +982,17 @@ def convert(graph: Graph, every_tensor: bool = False, exact: bool = False) -> Im
     params = [ctx.param_vars[name] for name in ctx.param_vars if name in used]
     attrs = {"output_tensor_names": [sanitize_name(graph.tensors[i].name) for i in outputs]}
     func = relay.Function(inputs + params, body, attrs=tvm.ir.make_node("DictAttrs", **attrs))
-    mod = relay.transform.InferType()(tvm.IRModule.from_expr(func))
+    try:
+        mod = relay.transform.InferType()(tvm.IRModule.from_expr(func))
+    except tvm.TVMError as err:
+        # TVM's converters of operators relay_aot refused (a bias of the wrong length) can
+        # make a program that does not type-check; relay_aot's own converters check first.
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        converted = "; ".join(inexact) if inexact else "none"
+        detail = f"{type(err).__name__}: {lines[-1] if lines else ''}"
+        raise UnsupportedError(
+            f"the model does not type-check; quantized operators TVM converted: {converted} ({detail})"
+        ) from None
     return ImportedModel(
         mod,
         {name: ctx.params[name] for name in ctx.param_vars if name in used},

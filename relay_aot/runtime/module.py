@@ -37,6 +37,18 @@ _FAST_EXCLUDED = (ConstructorValue, RefValue)
 _ARRAYS = (np.ndarray, np.generic, tvm.nd.NDArray)
 
 
+def _raw_dtype(dtype: str | None) -> tuple[int, int, int] | None:
+    """``dtype`` as the (code, bits, lanes) an NDArray's handle holds; None where TVM does not
+    parse it (a custom type not registered): compared by name then."""
+    if dtype is None:
+        return None
+    try:
+        parsed = tvm.runtime.DataType(dtype)
+    except Exception:  # noqa: BLE001 - TVM raises whatever its parser does
+        return None
+    return (parsed.type_code, parsed.bits, parsed.lanes)
+
+
 def entry_address(library_path, symbol: str) -> int | None:
     """The address of ``symbol`` in an already-loaded library (None if it cannot be found)."""
     try:
@@ -180,6 +192,9 @@ class CompiledModule:
         # A library checks every value that enters it; Python-backend code gets the same checks here.
         self._converter = Converter(signature, checks=library_path is None)
         self._dtypes = tuple(p.type.dtype if isinstance(p.type, ir.TensorType) else None for p in signature.params)
+        # NDArray.dtype formats a string through TVM's FFI (0.6 us an argument): the fast path
+        # compares the handle's fields instead (MLPerf Tiny's anomaly detection: 6.7 -> 6.3 us a call).
+        self._raw_dtypes = tuple(_raw_dtype(d) for d in self._dtypes)
         self._address = None
         if library_path is not None and entry is None:
             self._address = entry_address(library_path, name)
@@ -207,8 +222,12 @@ class CompiledModule:
         """Whether ``args`` can go straight to the library: not the interpreter's values, and
         no array of another dtype than its parameter's (those are converted here, when every
         value is kept: values.py)."""
-        for arg, dtype in zip(args, self._dtypes):
-            if isinstance(arg, _FAST_EXCLUDED) or (
+        for arg, dtype, raw in zip(args, self._dtypes, self._raw_dtypes):
+            if raw is not None and type(arg) is tvm.nd.NDArray:
+                d = arg.handle.contents.dtype
+                if (d.type_code, d.bits, d.lanes) != raw:
+                    return False
+            elif isinstance(arg, _FAST_EXCLUDED) or (
                 dtype is not None and isinstance(arg, _ARRAYS) and arg.dtype != dtype
             ):
                 return False

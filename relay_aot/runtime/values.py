@@ -307,6 +307,10 @@ def _exactly(array: np.ndarray, dtype: str, where) -> np.ndarray:
         converted = array.astype(target)
         back = converted.astype(array.dtype)
     same = np.array_equal(back, array, equal_nan=array.dtype.kind == "f" and target.kind == "f")
+    if same and array.size and array.dtype.kind in "iu" and target.kind in "iu":
+        # the round trip alone keeps int8 -1 as uint8 255 (the same bits both ways)
+        limits = np.iinfo(target)
+        same = limits.min <= array.min() and array.max() <= limits.max
     if not same or (array.dtype.kind == "b") != (target.kind == "b"):
         raise ArgumentTypeError(
             f"{where}: expected a tensor of dtype {dtype}, got {_kind(array)} whose values "
