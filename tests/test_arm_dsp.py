@@ -607,3 +607,57 @@ int main(void) {{
     subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
     got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
     assert got == want.reshape(-1).tolist()
+
+
+#: (input shape, pad widths, pad value): the padded axes of a depthwise layer's input, every
+#: axis padded (the batch and the channels too), one-sided pads.
+PADS = [
+    ((1, 5, 6, 7), ((0, 0), (1, 1), (1, 1), (0, 0)), -128),
+    ((2, 3, 4, 5), ((1, 0), (0, 2), (2, 1), (1, 3)), 17),
+    ((1, 4, 1, 3), ((0, 0), (0, 1), (0, 0), (0, 0)), 0),
+]
+
+
+def _pad_strategy_name(target: str) -> str:
+    x = relay.var("x", shape=(1, 4, 4, 8), dtype="int8")
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.nn.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), 3)))
+    call = mod["main"].body
+    inputs = [tvm.te.placeholder((1, 4, 4, 8), "int8"), tvm.te.placeholder((), "int8")]
+    strategy = tvm.ir.Op.get("nn.pad").get_attr("FTVMStrategy")
+    with tvm.target.Target(target) as t:
+        chosen = strategy(call.attrs, inputs, call.checked_type, t)
+    return [impl.name for spec in chosen.specializations for impl in spec.implementations][0]
+
+
+def test_the_pad_is_relay_aots_only_on_dsp_targets_while_relay_aot_lowers():
+    with arm_dsp.building():
+        assert _pad_strategy_name(M4.tvm_target) == "pad.relay_aot"
+        assert _pad_strategy_name(TARGETS["aarch64-linux"].tvm_target) != "pad.relay_aot"
+        assert _pad_strategy_name("llvm") != "pad.relay_aot"
+    assert _pad_strategy_name(M4.tvm_target) != "pad.relay_aot"
+
+
+def test_pads_on_the_cortex_m4_copy_without_a_test_per_element_and_are_numpys(tmp_path):
+    """The pad's loops are split into borders and interior (TVM's loop partitioning of the
+    ``likely`` bounds): the C of the pad kernels tests no bound, and the padded tensors equal
+    numpy's, after a reshape fused into the pad as in the TFLite importer's models."""
+    _require_m4()
+    xs = [relay.var(f"x{k}", shape=shape, dtype="int8") for k, (shape, _, _) in enumerate(PADS)]
+    ys = [
+        relay.nn.pad(relay.reshape(x, shape), widths, relay.const(value, "int8"))
+        for x, (shape, widths, value) in zip(xs, PADS)
+    ]
+    mod = tvm.IRModule.from_expr(relay.Function(xs, relay.Tuple(ys)))
+    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="m", target="cortex-m4")
+    source = (package.directory / "kernels.c").read_text()
+    kernels = re.findall(r"TVM_DLL int32_t (\w*nn_pad)\([^;{]*\) \{(.*?)\n\}", source, re.S)
+    assert len(kernels) == len(PADS), source
+    for name, body in kernels:
+        assert "?" not in body and "&&" not in body and "if (" not in body, (name, body)
+    sa.make_package(package)
+    rng = np.random.default_rng(5)
+    inputs = [_extreme_int8(rng, shape) for shape, _, _ in PADS]
+    rc, error, outputs = sa.run_c_main(package, inputs, work=tmp_path)
+    assert rc == 0, error
+    for got, x, (_, widths, value) in zip(outputs, inputs, PADS, strict=True):
+        np.testing.assert_array_equal(got, np.pad(x, widths, constant_values=value))

@@ -286,7 +286,10 @@ class KernelTable:
                 continue
             what = _fused_kernel(kernel.ops)
             try:
-                cached = te_compiler.get().lower(func, self.target, names.TE_MOD_NAME)
+                with (
+                    arm_dsp.partitioning(kernel.ops, self.target) if self.config.c_kernels else contextlib.nullcontext()
+                ):
+                    cached = te_compiler.get().lower(func, self.target, names.TE_MOD_NAME)
             except RuntimeError as err:  # TVMError, or the TE compiler's own RuntimeError
                 # TVM's TE compiler caches the failed function as well: lowering it again would
                 # quietly produce no kernel at all.

@@ -24,11 +24,17 @@ the plain C loop.
 Each micro-kernel is specialised to its rows and depth (``relay_aot_dot_s8_r4_k640``); its C is
 guarded by a macro named like it, so kernels of the same shape share one definition in
 ``kernels.c``. The C is part of this module, so it is in relay_aot's code digest (the build
-cache's keys). TVM's strategy applies elsewhere, and everywhere outside :func:`building`
+cache's keys). A constant ``nn.pad`` on these targets is relay_aot's as well (:func:`pad_compute`): its bound
+tests marked ``likely`` and the kernel lowered with TVM's loop partitioning
+(:func:`partitioning`), so the interior is copied without a test per element.
+
+TVM's strategy applies elsewhere, and everywhere outside :func:`building`
 (``relay.build``, TVM's executors and AutoTVM in the same process are unchanged).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import tvm
 from tvm import te
@@ -554,12 +560,94 @@ def _requantize_strategy(attrs, inputs, out_type, target):
 _op.register_strategy(REQUANTIZE, override_native_generic_func("relay_aot_requantize_strategy")(_requantize_strategy))
 
 
+PAD_TAG = "relay_aot_pad"
+
+
+def pad_applies(attrs, inputs, out_type, target) -> bool:
+    """Whether relay_aot's pad computes this call: a constant pad of a static tensor on a target
+    with the DSP extension (the M-profile cores relay_aot's C kernels are for)."""
+    return (
+        _GATE.active()
+        and target is not None
+        and bool(target.features.has_dsp)
+        and attrs.pad_mode == "constant"
+        and _static(inputs[0].shape, out_type.shape)
+    )
+
+
+def pad_compute(data: te.Tensor, value: te.Tensor, pad_width) -> te.Tensor:
+    """TOPI's constant pad, each bound test ``likely``: the loop partitioning of
+    :func:`partitioning` then splits every padded axis's loop into its border and interior parts,
+    and the interior copies without a test (TVM's pad tests both bounds of every padded axis per
+    element: 16 instructions per element on a Cortex-M4)."""
+    widths = [(int(b), int(a)) for b, a in pad_width]
+    shape = [int(n) + b + a for n, (b, a) in zip(data.shape, widths)]
+
+    def element(*index):
+        conditions = []
+        for i, (n, (before, after)) in enumerate(zip(data.shape, widths)):
+            if before:
+                conditions.append(tvm.tir.likely(index[i] >= before))
+            if after:
+                conditions.append(tvm.tir.likely(index[i] < int(n) + before))
+        source = data(*[i - b for i, (b, _) in zip(index, widths)])
+        if not conditions:
+            return source
+        return tvm.tir.if_then_else(tvm.tir.all(*conditions), source, value().astype(data.dtype))
+
+    return te.compute(shape, element, name="T_pad", tag=PAD_TAG)
+
+
+def _pad_compute(attrs, inputs, out_type):
+    return [pad_compute(inputs[0], inputs[1], attrs.pad_width)]
+
+
+def _pad_schedule(attrs, outs, target):
+    """The pad's loops as they are (no fusion, no split: the partitioning needs each axis's own
+    loop), the operators before it inlined."""
+    s = te.create_schedule([x.op for x in outs])
+    te.schedule.AutoInlineInjective(s)
+    return s
+
+
+def _pad_strategy(attrs, inputs, out_type, target):
+    if not pad_applies(attrs, inputs, out_type, target):
+        return _TVM_PAD_STRATEGY(attrs, inputs, out_type, target)
+    strategy = _op.OpStrategy()
+    strategy.add_implementation(_pad_compute, _pad_schedule, name="pad.relay_aot", plevel=20)
+    return strategy
+
+
+_TVM_PAD_STRATEGY = tvm.ir.Op.get("nn.pad").get_attr("FTVMStrategy")
+
+
+def partitioning(ops, target: tvm.target.Target) -> contextlib.AbstractContextManager:
+    """Around the lowering of a kernel of ``ops`` (relay_aot's C kernels) for ``target``: for a
+    pad on a target with the DSP extension (:func:`pad_applies`), the current
+    PassContext with TVM's loop partitioning of ``likely`` conditions (what :func:`pad_compute`
+    writes); otherwise nothing. Only the pad's kernel: elsewhere ``likely`` marks split tails,
+    whose partitioning would change kernels this does not mean to."""
+    if "nn.pad" not in ops or not target.features.has_dsp:
+        return contextlib.nullcontext()
+    current = tvm.transform.PassContext.current()
+    config = dict(current.config)
+    config["tir.LoopPartition"] = {"partition_const_loop": True}
+    return tvm.transform.PassContext(
+        opt_level=current.opt_level,
+        required_pass=list(current.required_pass),
+        disabled_pass=list(current.disabled_pass),
+        instruments=list(current.instruments),
+        config=config,
+    )
+
+
 def _install() -> None:
     _generic.dense_strategy.register("arm_cpu", _dense_strategy, override=True)
     _generic.conv2d_strategy.register("arm_cpu", _conv2d_strategy, override=True)
+    _op.register_strategy("nn.pad", override_native_generic_func("relay_aot_pad_strategy")(_pad_strategy), level=11)
 
 
 _GATE = Gate(_install)
-#: Within the block (on this thread), int8 dense and OHWI convolutions on M-profile DSP targets
-#: are relay_aot's.
+#: Within the block (on this thread), int8 dense and OHWI convolutions and constant pads on
+#: M-profile DSP targets are relay_aot's.
 building = _GATE.building
