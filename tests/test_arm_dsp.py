@@ -661,3 +661,19 @@ def test_pads_on_the_cortex_m4_copy_without_a_test_per_element_and_are_numpys(tm
     assert rc == 0, error
     for got, x, (_, widths, value) in zip(outputs, inputs, PADS, strict=True):
         np.testing.assert_array_equal(got, np.pad(x, widths, constant_values=value))
+
+
+def test_kernels_lowered_with_the_micro_kernels_are_not_served_to_a_build_without_them():
+    """TVM's TE compiler caches kernels by function and target: lowering the same dense for the
+    same target with and without ``c_kernels`` in one process gives each its own kernel."""
+    from relay_aot.request import Request
+
+    x = relay.var("x", shape=(1, 16), dtype="int8")
+    w = relay.const(np.arange(8 * 16, dtype="int8").reshape(8, 16))
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.dense(x, w, out_dtype="int32")))
+
+    def uses_micro_kernels(c_kernels: bool) -> bool:
+        _, table = Request.make(mod, M4.tvm_target, None).standalone(c_kernels=c_kernels).lower()
+        return any("relay_aot_" in str(f) for f in table.lower_all(report=False).functions.values())
+
+    assert [uses_micro_kernels(c) for c in (True, False, True)] == [True, False, True]

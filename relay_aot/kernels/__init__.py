@@ -50,6 +50,9 @@ from .shape_funcs import ShapeFunc, make_shape_func
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
 
+#: ``Config.c_kernels`` of the last lowering in this process (:meth:`KernelTable.lower_all`).
+_lowered_with_c_kernels: bool | None = None
+
 
 def flatten_tensor_types(ty: ir.Type, what: str) -> list[ir.TensorType]:
     """The tensors of a kernel parameter or result type, depth-first (tuples are flattened)."""
@@ -266,6 +269,13 @@ class KernelTable:
         ``progress(done, total)`` is called after each kernel (builds show it on a terminal);
         ``report``: say in one line how many kernels have no tuning records.
         """
+        global _lowered_with_c_kernels
+        if _lowered_with_c_kernels not in (None, self.config.c_kernels):
+            # TVM's TE compiler caches kernels by function and target alone: a kernel lowered
+            # with relay_aot's C micro-kernels would be served to a build whose kernels LLVM
+            # compiles, which cannot link them (and the other way round)
+            te_compiler.get().clear()
+        _lowered_with_c_kernels = self.config.c_kernels
         with (
             tuning.watch(str(self.target), lowering=True) as untuned,
             faster_te_compiler(),
