@@ -46,6 +46,7 @@ from tvm.topi.utils import get_const_tuple
 
 from ..passes.arm_dsp import REQUANTIZE
 from .gate import Gate
+from .te_stages import find_tagged, inline_between
 
 #: The tags of relay_aot's dense and convolution: the schedule finds the stage by them.
 DENSE_TAG = "relay_aot_dense_s8_dsp"
@@ -376,20 +377,11 @@ def dense_schedule(outs) -> te.Schedule:
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
     last = outs[0]
-    anchor = _find_anchor(last.op)
+    anchor = find_tagged(last.op, (DENSE_TAG, CONV_TAG, DEPTHWISE_TAG))
     assert anchor is not None, "relay_aot's DSP strategy without its dense or convolution"
     data, weight = anchor.op.input_tensors
     rows = rows_per_call(get_const_tuple(weight.shape)[0])
-
-    def inline(op):
-        if op.same_as(anchor.op) or not isinstance(op, te.ComputeOp):
-            return
-        if not op.same_as(last.op):
-            s[op].compute_inline()
-        for t in op.input_tensors:
-            inline(t.op)
-
-    inline(last.op)
+    inline_between(s, anchor.op, last.op)
     if anchor.op.tag == DEPTHWISE_TAG:
         # one call per output pixel, all its channels; the fused operators after it per pixel
         kh, kw, channels, _ = get_const_tuple(weight.shape)
@@ -416,17 +408,6 @@ def dense_schedule(outs) -> te.Schedule:
         ljo, _ = s[last].split(lj, factor=rows)
         s[anchor].compute_at(s[last], ljo)
     return s
-
-
-def _find_anchor(op) -> te.Tensor | None:
-    if op.tag in (DENSE_TAG, CONV_TAG, DEPTHWISE_TAG):
-        return op.output(0)
-    for t in op.input_tensors:
-        if isinstance(t.op, te.ComputeOp):
-            found = _find_anchor(t.op)
-            if found is not None:
-                return found
-    return None
 
 
 def _static(*shapes) -> bool:

@@ -49,6 +49,7 @@ from tvm.relay.op.strategy import x86 as _x86
 from tvm.topi.utils import get_const_tuple
 
 from .gate import Gate
+from .te_stages import find_tagged, inline_between
 
 #: The kernel's tag: the schedule finds the convolution's stage by it.
 TAG = "relay_aot_grouped_pointwise"
@@ -194,32 +195,13 @@ def schedule(outs) -> te.Schedule:
     fused operators on the accumulators and one store."""
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
-    convs: list[te.Tensor] = []
-
-    def find(op):
-        if op.tag == TAG:
-            convs.append(op.output(0))
-            return
-        for t in op.input_tensors:
-            if isinstance(t.op, te.ComputeOp):
-                find(t.op)
-
-    find(outs[0].op)
-    conv = convs[0]
+    conv = find_tagged(outs[0].op, (TAG,))
+    assert conv is not None, "relay_aot's grouped pointwise strategy without its convolution"
     last = outs[0]
     if len(outs) != 1 or get_const_tuple(last.shape) != get_const_tuple(conv.shape):
         last = conv  # not FuseOps' out-elementwise pattern: the other stages keep TVM's default
     elif not last.op.same_as(conv.op):
-        # everything between the convolution and the last operator is elementwise
-        def inline(op):
-            if op.same_as(conv.op) or not isinstance(op, te.ComputeOp):
-                return
-            if not op.same_as(last.op):
-                s[op].compute_inline()
-            for t in op.input_tensors:
-                inline(t.op)
-
-        inline(last.op)
+        inline_between(s, conv.op, last.op)  # everything between them is elementwise
     lanes, registers = _vector_registers(tvm.target.Target.current())
     _, filters, height, width = get_const_tuple(conv.shape)
     per_group = filters // int(conv.op.attrs["groups"])

@@ -56,6 +56,7 @@ from tvm.relay.op.strategy import x86 as _x86
 from tvm.topi.utils import get_const_tuple
 
 from ..passes.winograd import packed_block, transform_matrices
+from .te_stages import find_tagged, inline_between
 
 #: Tiles per register block of the matrix products (times one vector of output channels).
 TILES_PER_BLOCK = 8
@@ -205,33 +206,15 @@ def schedule(outs) -> te.Schedule:
     vectorised over the output block."""
     outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
     s = te.create_schedule([o.op for o in outs])
-    convs = []
-
-    def find(op):
-        if op.tag == TAG:
-            convs.append(op.output(0))
-            return
-        for t in op.input_tensors:
-            if isinstance(t.op, te.ComputeOp):
-                find(t.op)
-
-    find(outs[0].op)
-    conv = convs[0]
+    conv = find_tagged(outs[0].op, (TAG,))
+    assert conv is not None, "relay_aot's Winograd strategy without its convolution"
     stages = _stages(conv)
     last = outs[0]
     fused = not last.op.same_as(conv.op) and get_const_tuple(last.shape) == get_const_tuple(conv.shape)
     if fused:
         # everything between the convolution and the last operator is elementwise (FuseOps'
         # out-elementwise pattern): computed in the last one's loop
-        def inline(op):
-            if op.same_as(conv.op) or not isinstance(op, te.ComputeOp):
-                return
-            if not op.same_as(last.op):
-                s[op].compute_inline()
-            for t in op.input_tensors:
-                inline(t.op)
-
-        inline(last.op)
+        inline_between(s, conv.op, last.op)
         s[conv].compute_inline()
     else:
         last = conv
