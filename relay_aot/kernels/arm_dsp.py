@@ -281,6 +281,23 @@ def conv_compute(data: te.Tensor, weight: te.Tensor, strides, dilation) -> te.Te
     )
 
 
+def _pixel_call(name: str):
+    """The body of a convolution intrinsic: one call of micro-kernel ``name`` with the input's
+    address and row stride, the weights' and the output's addresses."""
+
+    def body(ins, outs):
+        aa, bb = ins
+        ib = tvm.tir.ir_builder.create()
+        ib.emit(
+            tvm.tir.call_extern(
+                "int32", name, aa.access_ptr("r"), aa.strides[1], bb.access_ptr("r"), outs[0].access_ptr("w")
+            )
+        )
+        return ib.get()
+
+    return body
+
+
 def _conv_intrinsic(rows: int, kh: int, kw: int, channels: int, dilation: int) -> te.TensorIntrin:
     """``rows`` output channels of one output pixel: one call of the convolution micro-kernel
     (the window's ``kh`` rows of ``kw * channels`` contiguous int8 each, the input's row stride
@@ -304,18 +321,7 @@ def _conv_intrinsic(rows: int, kh: int, kw: int, channels: int, dilation: int) -
         c.shape, c.dtype, name="C", offset_factor=1, strides=[te.var("c_n"), te.var("c_h"), te.var("c_w"), 1]
     )
     name = micro_kernel_name(rows, kw * channels, kh, dilation)
-
-    def body(ins, outs):
-        aa, bb = ins
-        ib = tvm.tir.ir_builder.create()
-        ib.emit(
-            tvm.tir.call_extern(
-                "int32", name, aa.access_ptr("r"), aa.strides[1], bb.access_ptr("r"), outs[0].access_ptr("w")
-            )
-        )
-        return ib.get()
-
-    return te.decl_tensor_intrin(c.op, body, binds={a: a_buf, b: b_buf, c: c_buf})
+    return te.decl_tensor_intrin(c.op, _pixel_call(name), binds={a: a_buf, b: b_buf, c: c_buf})
 
 
 def depthwise_compute(data: te.Tensor, weight: te.Tensor, strides) -> te.Tensor:
@@ -356,18 +362,7 @@ def _depthwise_intrinsic(channels: int, kh: int, kw: int) -> te.TensorIntrin:
         c.shape, c.dtype, name="C", offset_factor=1, strides=[te.var("c_n"), te.var("c_h"), te.var("c_w"), 1]
     )
     name = depthwise_kernel_name(channels, kh, kw)
-
-    def body(ins, outs):
-        aa, bb = ins
-        ib = tvm.tir.ir_builder.create()
-        ib.emit(
-            tvm.tir.call_extern(
-                "int32", name, aa.access_ptr("r"), aa.strides[1], bb.access_ptr("r"), outs[0].access_ptr("w")
-            )
-        )
-        return ib.get()
-
-    return te.decl_tensor_intrin(c.op, body, binds={a: a_buf, b: b_buf, c: c_buf})
+    return te.decl_tensor_intrin(c.op, _pixel_call(name), binds={a: a_buf, b: b_buf, c: c_buf})
 
 
 def dense_schedule(outs) -> te.Schedule:
