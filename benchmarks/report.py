@@ -237,6 +237,11 @@ HEADLINE = [
     ("ONNX ResNet-50", "onnxruntime", ["onnx_resnet50"]),
     ("ONNX ShuffleNet", "onnxruntime", ["onnx_shufflenet"]),
     ("ONNX MLP batch 64, quantized conv net", "onnxruntime", ["onnx_mlp_b64", "onnx_qconv_net"]),
+    (
+        "ONNX QDQ int8 (SqueezeNet, ResNet-50, Inception-v1)",
+        "onnxruntime",
+        [f"onnx_qdq_{name}" for name in workloads_mod.QDQ_ZOO],
+    ),
     ("MLPerf Tiny int8 TFLite (KWS, ResNet-8, VWW, AD)", "litert", list(workloads_mod.TINYML)),
 ]
 

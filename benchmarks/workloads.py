@@ -794,6 +794,30 @@ def onnx_vision_model(name: str) -> Workload:
     )
 
 
+def onnx_qdq_model(name: str) -> Workload:
+    """An ONNX model-zoo graph (:func:`onnx_vision_model`'s) quantized by onnxruntime's
+    ``quantize_static``: QDQ, int8 weights per channel, uint8 activations, softmax float
+    (``relay_aot.testing.onnx_models.model_zoo_qdq``)."""
+    from relay_aot.testing.onnx_models import model_zoo_qdq
+
+    # rtol: the executors compute the quantized operators differently (the VM in float between
+    # the conversions; relay_aot and onnxruntime on the integers, rounding their own way): a
+    # few quantization steps of the logits, which the softmax turns into a few percent
+    return _onnx_static(
+        f"onnx_qdq_{name}",
+        f"ONNX model-zoo {name} quantized by onnxruntime (QDQ int8), random weights, batch 1",
+        (1, 3, 224, 224),
+        lambda: model_zoo_qdq(name, SEED),
+        model_zoo=True,
+        rtol=0.05,
+        atol=1e-5,
+    )
+
+
+#: The ONNX models quantized to QDQ int8 in the suite (issue 48): the two named, one held out.
+QDQ_ZOO = ("squeezenet", "resnet50", "inception_v1")
+
+
 #: The workloads that also have a tuned row (``<name>_tuned``; ``benchmarks/tuning.py``).
 TUNED = ("onnx_squeezenet",)
 
@@ -836,6 +860,7 @@ def all_workloads() -> list[Workload]:
         onnx_vision_model("squeezenet"),
         onnx_vision_model("shufflenet"),
         onnx_vision_model("resnet50"),
+        *[onnx_qdq_model(name) for name in QDQ_ZOO],
         *[tflite_tinyml(name) for name in TINYML],
     ]
     return [row for w in untuned for row in ([w, tuned(w)] if w.name in TUNED else [w])]

@@ -198,3 +198,46 @@ def test_quantized_onnx_conv_net_agrees_with_the_vm_and_onnxruntime():
     onnxruntime = pytest.importorskip("onnxruntime")
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(got, session.run(None, {"x": x})[0], atol=0.1 + 1e-6)
+
+
+def _conv_operand_dtypes(mod: tvm.IRModule) -> set:
+    """The dtypes of the data operands of every convolution in ``mod`` (fused functions included)."""
+    found = set()
+
+    def visit(node):
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and "conv2d" in node.op.name:
+            found.add(node.args[0].checked_type.dtype)
+
+    relay.analysis.post_order_visit(mod["main"], visit)
+    for gvar in mod.get_global_vars():
+        relay.analysis.post_order_visit(mod[gvar], visit)
+    return found
+
+
+def test_qdq_onnx_model_runs_integer_kernels_and_agrees_with_onnxruntime():
+    """A conv net quantized by onnxruntime's quantize_static (QDQ: float operators between
+    DequantizeLinear and QuantizeLinear; per-channel int8 weights, uint8 activations): its
+    convolutions are computed on the integers (as onnxruntime computes them), and the logits are
+    onnxruntime's within two quantization steps, the same class on several inputs."""
+    onnx_models = pytest.importorskip("relay_aot.testing.onnx_models")
+    onnxruntime = pytest.importorskip("onnxruntime")
+    numpy_helper = pytest.importorskip("onnx.numpy_helper")
+    model, make_inputs = onnx_models.qdq_conv_net()
+    assert "DequantizeLinear" in {node.op_type for node in model.graph.node}
+    mod, params = relay.frontend.from_onnx(model, freeze_params=True)
+    assert _conv_operand_dtypes(relay.transform.InferType()(mod)) == {"float32"}
+    assert _conv_operand_dtypes(passes.prepare(mod, params, target=TARGET)) <= {"uint8", "int8", "int16"}
+    step = float(
+        next(
+            numpy_helper.to_array(init)
+            for init in model.graph.initializer
+            if init.name.startswith("logits") and init.name.endswith("_scale")
+        )
+    )
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = relay_aot.compile(mod, params=params)
+    for index in range(3):
+        x = make_inputs(index)["x"]
+        got, expected = compiled(x).numpy(), session.run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, expected, atol=2 * step + 1e-6)
+        assert got.argmax() == expected.argmax()

@@ -286,6 +286,17 @@ def arm_dsp_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return arm_dsp.rewrite(mod, tvm.target.Target.current(allow_none=True))
 
 
+def _integer_qdq_regions() -> tvm.transform.Pass:
+    """TVM's ``FakeQuantizationToInteger``: a float operator between ``qnn.dequantize`` and
+    ``qnn.quantize`` -- the QDQ form onnxruntime's ``quantize_static`` writes, and other
+    quantization tools -- becomes its QNN operator on the integers themselves (a convolution of
+    int8 weights and uint8 activations, requantized), as onnxruntime runs such a model: the int8
+    kernels then compute it instead of float ones between conversions. Operators the pass has no
+    integer form for stay float between their conversions. Not at ``opt_level`` 0, where the
+    module's operators run as written."""
+    return _where_it_applies(relay.transform.FakeQuantizationToInteger())
+
+
 @tvm.transform.module_pass(opt_level=0, name="NarrowMultipliers")
 def narrow_multipliers(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:func:`arm_dsp.narrow_multipliers` as a pass, for the current target (see there)."""
@@ -336,6 +347,16 @@ def _where_it_applies(inner: tvm.transform.Pass) -> tvm.transform.Pass:
             return mod
 
     return tvm.transform.module_pass(apply, opt_level=0, name=f"{inner.info.name}WhereItApplies")
+
+
+def _has_qdq(mod: tvm.IRModule) -> bool:
+    """Whether a function of ``mod`` calls ``qnn.dequantize`` (the rewrite's cost is then paid)."""
+    dequantize = relay.op.get("qnn.dequantize")
+    return any(
+        nodes_where(mod[g], lambda node: isinstance(node, relay.Call) and node.op == dequantize)
+        for g in mod.get_global_vars()
+        if isinstance(mod[g], relay.Function)
+    )
 
 
 def _function_by_function(inner: tvm.transform.Pass) -> tvm.transform.Pass:
@@ -434,7 +455,8 @@ def prepare_with_extents(
     equalities they stated between ``@main``'s parameters, for the entry to check.
 
     From ``opt_level`` 1, the legalizations of ``relay.build`` run first (QNN, then the
-    target's: see :func:`_legalizations`), as in TVM's executors.
+    target's: see :func:`_legalizations`), as in TVM's executors; before them, float operators
+    between ``qnn.dequantize`` and ``qnn.quantize`` become integer ones (:func:`_integer_qdq_regions`).
     At ``opt_level`` 2 and up, the dataflow simplifications of ``relay.build`` run too; at 3,
     ``AlterOpLayout`` picks the target's preferred data layouts (packed weights for ``dense``,
     ``NCHWc`` convolutions on x86, as ``relay.build`` does) when their run-time cost is small
@@ -465,6 +487,8 @@ def prepare_with_extents(
     mod = symbolic.erase(mod)
     fuse_level = 0 if opt_level < 1 else 2
     sequence = [relay.transform.InferType()]
+    if opt_level >= 1 and _has_qdq(mod):
+        sequence += [_integer_qdq_regions(), relay.transform.InferType()]
     dsp = dsp_kernels and opt_level >= 1 and target is not None
     if dsp:
         # before the legalizations, which widen an int8 convolution's operands on arm_cpu

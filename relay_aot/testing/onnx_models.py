@@ -6,6 +6,8 @@
 * :func:`if_branches` -- an ``If`` choosing between two computations on a run-time condition;
 * :func:`quantized_conv_net` -- ``QLinearConv`` and ``QLinearMatMul`` between ``QuantizeLinear``
   and ``DequantizeLinear`` (a quantized model in ONNX's operator form);
+* :func:`qdq_conv_net`, :func:`model_zoo_qdq` -- float models quantized by onnxruntime's
+  ``quantize_static`` into QDQ form (:func:`quantize_qdq`);
 * :func:`mlp` -- a multilayer perceptron of ``Gemm`` and ``Relu`` (no control flow: the
   benchmarks' like-for-like comparison with onnxruntime).
 
@@ -15,7 +17,8 @@ Needs the ``onnx`` package (``pip install 'onnx<1.17'``, what TVM 0.19's importe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -185,6 +188,122 @@ def quantized_conv_net(seed: int = 0) -> tuple[object, Callable]:
     return model, inputs
 
 
+def quantize_qdq(model: Any, calibration: Sequence[np.ndarray]) -> Any:
+    """``model`` quantized by onnxruntime's ``quantize_static`` as a user quantizes one: QDQ
+    format (``QuantizeLinear``/``DequantizeLinear`` pairs around the float operators), int8
+    weights per output channel, uint8 activations, calibrated on ``calibration`` (values of its
+    one input). ``Softmax`` stays float: onnxruntime fixes a quantized softmax's scale at 1/256,
+    which rounds the nearly even probabilities of a network with random weights all to zero.
+    Needs onnxruntime."""
+    import tempfile
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    onnx, *_ = _onnx()
+    (name,) = [i.name for i in model.graph.input]
+    for i, node in enumerate(model.graph.node):
+        node.name = node.name or f"node{i}"
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{name: value} for value in calibration])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        float_path, quantized_path = f"{tmp}/float.onnx", f"{tmp}/qdq.onnx"
+        onnx.save(model, float_path)
+        quantize_static(
+            float_path,
+            quantized_path,
+            Calibration(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=[node.name for node in model.graph.node if node.op_type == "Softmax"],
+        )
+        return onnx.load(quantized_path)
+
+
+def model_zoo_qdq(name: str, seed: int = 0) -> Any:
+    """:func:`model_zoo_graph` converted to opset 13 (per-channel ``DequantizeLinear`` needs it),
+    its ``Dropout`` nodes (the identity in inference; TVM's importer reads opset 12's ratio
+    input as an attribute and fails) removed, and quantized by :func:`quantize_qdq` on eight
+    seeded images in [0, 1). Needs onnxruntime."""
+    onnx, *_ = _onnx()
+    from onnx import version_converter
+
+    model = version_converter.convert_version(model_zoo_graph(name, seed), OPSET)
+    graph = model.graph
+    renamed = {}
+    for node in [node for node in graph.node if node.op_type == "Dropout"]:
+        renamed[node.output[0]] = node.input[0]
+        graph.node.remove(node)
+    for node in graph.node:
+        for i, value in enumerate(node.input):
+            node.input[i] = renamed.get(value, value)
+    if any(output.name in renamed for output in graph.output):
+        raise ValueError(f"{name}: a Dropout's result is an output of the graph")
+    (image,) = graph.input
+    shape = tuple(d.dim_value or 1 for d in image.type.tensor_type.shape.dim)
+    rng = np.random.default_rng(seed + 1)
+    return quantize_qdq(model, [rng.uniform(0, 1, shape).astype("float32") for _ in range(8)])
+
+
+def qdq_conv_net(seed: int = 0) -> tuple[object, Callable]:
+    """A small float conv net (two 3x3 convolutions with relu, the second strided, a global
+    average pool and a ``Gemm``) quantized by onnxruntime's own ``quantize_static`` as a user
+    quantizes a model: QDQ format (``QuantizeLinear``/``DequantizeLinear`` pairs around float
+    operators), int8 weights per output channel, uint8 activations, calibrated on eight seeded
+    inputs. Input ``x``: ``(1, 3, 16, 16)`` float32 in [0, 1). Needs onnxruntime."""
+    onnx, helper, TensorProto, numpy_helper = _onnx()
+    rng = np.random.default_rng(seed)
+    weights = []
+
+    def weight(name, *shape, fan_in):
+        weights.append(numpy_helper.from_array(rng.normal(0.0, np.sqrt(2.0 / fan_in), shape).astype("float32"), name))
+        return name
+
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", weight("w0", 8, 3, 3, 3, fan_in=27), weight("b0", 8, fan_in=27)], ["c0"], pads=[1, 1, 1, 1]
+        ),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node(
+            "Conv",
+            ["r0", weight("w1", 16, 8, 3, 3, fan_in=72), weight("b1", 16, fan_in=72)],
+            ["c1"],
+            pads=[1, 1, 1, 1],
+            strides=[2, 2],
+        ),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("GlobalAveragePool", ["r1"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node(
+            "Gemm", ["f", weight("w2", 10, 16, fan_in=16), weight("b2", 10, fan_in=16)], ["logits"], transB=1
+        ),
+    ]
+    for i, node in enumerate(nodes):
+        node.name = f"n{i}"
+    graph = helper.make_graph(
+        nodes,
+        "qdq_conv_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+
+    quantized = quantize_qdq(model, [rng.uniform(0, 1, (1, 3, 16, 16)).astype("float32") for _ in range(8)])
+
+    def inputs(index: int = 0) -> dict:
+        return {"x": np.random.default_rng(seed + 1 + index).uniform(0, 1, (1, 3, 16, 16)).astype("float32")}
+
+    return quantized, inputs
+
+
 def scan_cumulative(rows: int = 4, width: int = 3) -> tuple[object, Callable]:
     """An ONNX ``Scan`` over the rows of ``xs`` (``(rows, width)``): the state adds each row, the
     scan output is ``state * row``. Outputs the final state and ``(rows, width)`` scan outputs.
@@ -266,7 +385,7 @@ def if_branches(width: int = 4) -> tuple[object, Callable]:
     return model, inputs
 
 
-def model_zoo_graph(name: str, seed: int = 0) -> object:
+def model_zoo_graph(name: str, seed: int = 0) -> Any:
     """The onnx package's "light" copy of a model-zoo network, with random weights.
 
     ``onnx/backend/test/data/light/light_<name>.onnx`` (``squeezenet``, ``shufflenet``,
