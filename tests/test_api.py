@@ -331,6 +331,32 @@ def test_fast_call_path_matches_the_ffi_path():
             compiled(x, 3.5, True, t)
 
 
+def test_fast_call_results_are_the_ffis_ndarrays(monkeypatch):
+    """A tensor result is made without asking the runtime its type index (fastcall.make_result):
+    a plain NDArray owning its data, as TVM's converter makes it; with a subclass of NDArray
+    registered, TVM's converter makes it."""
+    from tvm._ffi._ctypes import ndarray as ctypes_ndarray
+    from tvm._ffi._ctypes import packed_func
+
+    x = relay.var("x", shape=(3,), dtype="int8")
+    compiled = relay_aot.compile(tvm.IRModule.from_expr(relay.Function([x], relay.add(x, relay.const(1, "int8")))))
+    arg = tvm.nd.array(np.arange(3, dtype="int8"))
+    results = [compiled(arg) for _ in range(1000)]  # and freed below: no double free, no leak
+    assert type(results[0]) is tvm.nd.NDArray and not results[0].is_view
+    np.testing.assert_array_equal(results[-1].numpy(), [1, 2, 3])
+    del results
+
+    class Tagged(tvm.nd.NDArray):
+        pass
+
+    made = []
+    original = packed_func._make_array
+    monkeypatch.setattr(packed_func, "_make_array", lambda *a: made.append(a) or original(*a))  # RETURN_SWITCH's
+    monkeypatch.setitem(ctypes_ndarray._TVM_ND_CLS, 12345, Tagged)
+    np.testing.assert_array_equal(compiled(arg).numpy(), [1, 2, 3])
+    assert made, "with a subclass registered, TVM's converter makes the result"
+
+
 def test_pass_instruments_see_the_pipeline_as_one_pass(tmp_path, monkeypatch):
     """Under a PassContext with instruments, the passes run (the module index, which skips
     them, is not consulted) as one pass in the caller's context, whose hooks are not re-entered."""

@@ -15,11 +15,15 @@ and how errors are raised.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 
 import numpy as np
 import tvm
+from tvm._ffi._ctypes import ndarray as _ndarray
 from tvm._ffi._ctypes.types import RETURN_SWITCH, TVMValue
+from tvm._ffi.runtime_ctypes import ArgTypeCode
+from tvm._ffi.runtime_ctypes import TVMArrayHandle as _ARRAY_HANDLE
 
 from .. import errors  # also registers relay_aot's error classes with TVM's FFI
 from ..ir.typetable import TypeRow
@@ -30,8 +34,24 @@ from . import _fastcall
 KINDS = (tvm.nd.NDArray, tvm.runtime.PackedFunc, tvm.runtime.Object, np.generic)
 
 
+_NDARRAY_CODE = ArgTypeCode.NDARRAY_HANDLE
+_NDARRAY = tvm.nd.NDArray
+_cast = ctypes.cast
+#: TVM's NDArray classes by type index when only NDArray itself is registered (TVM registers it).
+_PLAIN_CLASSES = {index: cls for index, cls in _ndarray._TVM_ND_CLS.items() if cls is _NDARRAY}
+
+
 def make_result(type_code: int, bits: int):
     """A packed return value as TVM's ctypes FFI would return it (it takes ownership)."""
+    if type_code == _NDARRAY_CODE and _ndarray._TVM_ND_CLS == _PLAIN_CLASSES and _ndarray._CLASS_NDARRAY is _NDARRAY:
+        # What RETURN_SWITCH makes of an NDArray (_ndarray._make_array) without asking the runtime
+        # the array's type index, which only selects a registered subclass of NDArray (none
+        # is): ctypes calls costing about a microsecond per result, as long as a small model's
+        # kernels take.
+        array = _NDARRAY.__new__(_NDARRAY)
+        array.handle = _cast(bits, _ARRAY_HANDLE)
+        array.is_view = False
+        return array
     value = TVMValue()
     value.v_int64 = bits
     return RETURN_SWITCH[type_code](value)

@@ -191,6 +191,7 @@ class CompiledModule:
         self.entry = entry if entry is not None else module[name]
         # A library checks every value that enters it; Python-backend code gets the same checks here.
         self._converter = Converter(signature, checks=library_path is None)
+        self._converts_result = self._converter.needs_from_runtime(signature.ret)
         self._dtypes = tuple(p.type.dtype if isinstance(p.type, ir.TensorType) else None for p in signature.params)
         # NDArray.dtype formats a string through TVM's FFI (0.6 us an argument): the fast path
         # compares the handle's fields instead (MLPerf Tiny's anomaly detection: 6.7 -> 6.3 us a call).
@@ -239,6 +240,8 @@ class CompiledModule:
             # checks them against the program's types (check.h); anything else is converted here.
             result = fastcall.call_entry(self._address, args)
             if result is not NotImplemented:
+                if not self._converts_result:
+                    return result
                 return self._converter.from_runtime(result, self.signature.ret)
         converted = self.convert_args(args)
         with fastcall.plain_errors():

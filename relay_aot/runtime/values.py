@@ -181,6 +181,11 @@ class Converter:
         handler = method_for(self._from, ty)
         return handler(value, ty) if handler is not None else value
 
+    def needs_from_runtime(self, ty: ir.Type) -> bool:
+        """Whether :meth:`from_runtime` changes values of type ``ty`` (tensors, tuples and ADTs
+        are returned as they are)."""
+        return method_for(self._from, ty) is not None
+
     def _any_out(self, value, ty: ir.AnyType):
         """A result whose static type is a type variable: a reference cell (the only runtime
         Array a program makes) is returned as a :class:`Ref`, as a reference of known type is;
