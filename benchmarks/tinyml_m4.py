@@ -538,7 +538,6 @@ def run_all(systems: Sequence[str], models: Sequence[str], options) -> dict:
         reason = system.prepare(options)
         if reason is not None:
             skipped[key] = reason
-            print(f"{key}: skipped: {reason}", flush=True)
             continue
         for model in models:
             result = measure(system, model, work / key / model, plugin)
