@@ -66,28 +66,49 @@ def mlp(weights_as_inputs: bool):
     return mod, args
 
 
-def _link(objects: list[str], main: Path, out: Path, include: list[str]) -> Path:
-    board = sa.BOARD_DIR
-    command = [
-        sa.tool(ROW, "gcc"),
-        "-std=c99",
-        *ROW.cflags,
-        str(main),
-        *[f"-I{d}" for d in include],
-        str(board / "startup.c"),
-        "-T",
-        str(board / "mps2-an386.ld"),
-        "-nostartfiles",
-        "--specs=nano.specs",
-        "--specs=rdimon.specs",
-        "-Wl,--gc-sections",
-        f"-Wl,-Map={out}.map",
-        *objects,
-        "-lm",
-        "-o",
-        str(out),
-    ]
-    subprocess.run(command, check=True, capture_output=True)
+def compile_c(source: Path, obj: Path, include=(), flags=(), std: str = "c99") -> Path:
+    """``source`` compiled for the Cortex-M4 with the package's flags (and ``flags``) into ``obj``."""
+    sa._run(
+        [
+            sa.tool(ROW, "gcc"),
+            f"-std={std}",
+            *ROW.cflags,
+            *flags,
+            *[f"-I{d}" for d in include],
+            "-c",
+            str(source),
+            "-o",
+            str(obj),
+        ]
+    )
+    return obj
+
+
+def link(objects, main: Path, out: Path, include=(), defines=(), driver: str = "gcc") -> Path:
+    """``main`` (C99, compiled with ``include`` and ``defines``) linked with ``objects``, the board's
+    start-up code and linker script, newlib-nano and semihosting into ``out`` (its map beside it,
+    ``out.map``). ``driver``: ``gcc``, or ``g++`` for objects that need the C++ library."""
+    main_obj = compile_c(main, out.with_suffix(".main.o"), include, defines)
+    startup = compile_c(sa.BOARD_DIR / "startup.c", out.with_suffix(".startup.o"))
+    sa._run(
+        [
+            sa.tool(ROW, driver),
+            *ROW.cflags,
+            str(main_obj),
+            str(startup),
+            "-T",
+            str(sa.BOARD_DIR / "mps2-an386.ld"),
+            "-nostartfiles",
+            "--specs=nano.specs",
+            "--specs=rdimon.specs",
+            "-Wl,--gc-sections",
+            f"-Wl,-Map={out}.map",
+            *[str(o) for o in objects],
+            "-lm",
+            "-o",
+            str(out),
+        ]
+    )
     return out
 
 
@@ -106,13 +127,14 @@ _KINDS = {
 _PLACED = re.compile(r"0x([0-9a-f]+)\s+0x([0-9a-f]+)")
 
 
-def model_sizes(map_file: Path, is_model) -> dict:
-    """text (code and constants), data and bss bytes of the sections from the model's objects.
+def map_sections(map_file: Path) -> list[tuple[str, int, str]]:
+    """``(kind, bytes, origin)`` of every loaded input section of a linker map: kind ``text``
+    (code and constants), ``data`` or ``bss``; origin the object (``lib.a(member.o)``) it came from.
 
     A section of mergeable strings (``.rodata.*.str1.4``) whose strings the linker merged into
     an earlier one still shows its size before merging: what it really takes is up to where
     the next placed bytes start (nothing, if they start at its own address)."""
-    sizes = {"text": 0, "data": 0, "bss": 0}
+    found = []
     text = map_file.read_text()
     text = text[text.find("Linker script and memory map") :]
     for m in _SECTION.finditer(text):
@@ -120,11 +142,20 @@ def model_sizes(map_file: Path, is_model) -> dict:
         after = _PLACED.search(text, m.end())
         if after and int(after.group(1), 16) >= address:
             size = min(size, int(after.group(1), 16) - address)
-        if not is_model(origin) or size == 0:
+        if size == 0:
             continue
         for kind, prefixes in _KINDS.items():
             if name.startswith(prefixes):  # loaded sections only (not .comment, debug information)
-                sizes[kind] += size
+                found.append((kind, size, origin))
+    return found
+
+
+def model_sizes(map_file: Path, is_model) -> dict:
+    """text (code and constants), data and bss bytes of the sections from the model's objects."""
+    sizes = {"text": 0, "data": 0, "bss": 0}
+    for kind, size, origin in map_sections(map_file):
+        if is_model(origin):
+            sizes[kind] += size
     return sizes
 
 
@@ -159,53 +190,49 @@ def measure_relay_aot(mod, args, work: Path) -> dict:
     def elf(runs: int) -> Path:
         main = work / f"main{runs}.c"
         main.write_text(_main(package.api, args, runs))
-        return _link([str(package.library)], main, work / f"relay_aot{runs}.elf", [str(package.directory)])
+        return link([package.library], main, work / f"relay_aot{runs}.elf", [package.directory])
 
     sizes = model_sizes(Path(f"{elf(1)}.map"), lambda origin: "libtvmgen_default.a" in origin)
     return {**sizes, "instructions": instructions(elf)}
 
 
-def measure_tvm(mod, args, work: Path) -> dict:
-    with tvm.transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True}):
+def tvm_aot_sources(mod, work: Path, params=None, config=None) -> list[Path]:
+    """TVM's own microcontroller path for ``mod``: ``relay.build`` with the AOT executor (unpacked
+    API, C interface), the crt runtime and target :data:`TVM_TARGET`; its C sources written into
+    ``work`` (``tvm_model<i>.c``; this TVM has no ``tvm.micro`` to export them otherwise)."""
+    config = {"tir.disable_vectorize": True, **(config or {})}
+    with tvm.transform.PassContext(opt_level=3, config=config):
         lib = relay.build(
             mod,
             target=tvm.target.Target(TVM_TARGET),
+            params=params,
             executor=Executor("aot", {"unpacked-api": True, "interface-api": "c"}),
             runtime=Runtime("crt"),
         )
-    sources = [lib.lib.get_source()] + [m.get_source() for m in lib.lib.imported_modules]
+    paths = []
+    for i, source in enumerate([lib.lib.get_source()] + [m.get_source() for m in lib.lib.imported_modules]):
+        paths.append(work / f"tvm_model{i}.c")
+        paths[-1].write_text(source)
+    return paths
+
+
+#: GCC's flags for TVM's C sources (as TVM's microcontroller projects build them).
+TVM_C_FLAGS = ("-ffunction-sections", "-fdata-sections")
+
+
+def measure_tvm(mod, args, work: Path) -> dict:
+    sources = tvm_aot_sources(mod, work)
     # TVM's code includes the interface header: the C API's header is that convention
     api = c_api(Signature.of_program(Request.make(mod, name="default").lower()[0], "default"))
     (work / "tvmgen_default.h").write_text(header_text(api))
     include = [str(work)] + [str(Path(d)) for d in tvm._ffi.libinfo.find_include_path()]
-    objects = []
-    for i, source in enumerate(sources):
-        path = work / f"tvm_model{i}.c"
-        path.write_text(source)
-        obj = work / f"tvm_model{i}.o"
-        subprocess.run(
-            [
-                sa.tool(ROW, "gcc"),
-                "-std=gnu99",
-                *ROW.cflags,
-                "-ffunction-sections",
-                "-fdata-sections",
-                *[f"-I{d}" for d in include],
-                "-c",
-                str(path),
-                "-o",
-                str(obj),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        objects.append(str(obj))
+    objects = [compile_c(path, path.with_suffix(".o"), include, TVM_C_FLAGS, std="gnu99") for path in sources]
 
     def elf(runs: int) -> Path:
         main = work / f"main{runs}.c"
         # TVM's C entry has no last_error
         main.write_text(_main(api, args, runs).replace("tvmgen_default_last_error()", '""'))
-        return _link(objects, main, work / f"tvm{runs}.elf", include)
+        return link(objects, main, work / f"tvm{runs}.elf", include)
 
     sizes = model_sizes(Path(f"{elf(1)}.map"), lambda origin: "tvm_model" in origin)
     return {**sizes, "instructions": instructions(elf)}

@@ -3,7 +3,9 @@
 Quick mode, two small workloads; nothing here asserts anything about speed.
 """
 
+import argparse
 import json
+import shutil
 import subprocess
 import sys
 
@@ -13,7 +15,7 @@ import tvm
 from conftest import ROOT
 from tvm import relay
 
-from benchmarks import executors, report, suite, workloads
+from benchmarks import executors, report, suite, tflm, workloads
 from benchmarks.suite import KERNELS, Options
 from relay_aot.testing.oracle import uses_references
 
@@ -291,3 +293,65 @@ def test_a_tuned_row_compiles_inside_its_records(tmp_path, monkeypatch):
     assert suite.WorkloadRun(workloads.mlp(1), Options.quick()).prepare(Spy())["status"] == "ok"
     assert seen[0] != "" and seen[1] == "", seen  # inside the records; the untuned row outside any
     assert [w.name for w in workloads.all_workloads() if w.tuned_from] == [f"{n}_tuned" for n in workloads.TUNED]
+
+
+def test_tinyml_m4_counts_a_package_on_qemu(tmp_path):
+    """``python -m benchmarks.tinyml_m4``'s measurement of relay_aot on MLPerf Tiny's AD model:
+    the plugin builds without QEMU's header and counts, the package is bit-exact with TFLite's
+    reference kernels, the sizes come from the map. TFLM is skipped without its sources."""
+    from benchmarks import tinyml_m4
+
+    reason = tinyml_m4.common_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    options = argparse.Namespace(work=str(tmp_path), tflm_sources=None, jobs=1)
+    found = tinyml_m4.run_all(["relay_aot", "tflm"], ["ad"], options)
+    assert found["skipped"] == {"tflm": "no --tflm-sources DIR (benchmarks/README.md: its layout and commits)"}
+    (result,) = found["results"]
+    assert [e["max_lsb"] for e in result["exactness"]] == [0, 0, 0]
+    assert 0 < result["instructions"] < result["instructions_one_run"]
+    header = (tmp_path / "relay_aot" / "ad" / "pkg" / "tvmgen_m.h").read_text()
+    assert f"#define TVMGEN_M_PLANNED_SIZE {result['planned']} " in header
+    # the model's weights are the package's constants: 264,192 int8 of them in flash
+    assert result["flash"]["model"] > 264_192 and result["ram"]["runtime"] >= result["planned"]
+    assert "| AD | relay_aot |" in tinyml_m4.render(found)
+
+
+def test_tinyml_m4_table_in_the_docs_is_the_committed_run():
+    """docs/performance.md shows the table of docs/benchmarks/tinyml_m4.json as rendered."""
+    from benchmarks import tinyml_m4
+
+    found = json.loads((ROOT / "docs" / "benchmarks" / "tinyml_m4.json").read_text())
+    assert tinyml_m4.render(found) in (ROOT / "docs" / "performance.md").read_text()
+    assert found["tflm_sources"] == {s.directory: s.commit for s in tflm.SOURCES}
+
+
+def _patched_layout(root, patch_applied: bool):
+    """A TFLM source layout of empty directories whose flatbuffers has (or lacks) a one-line patch."""
+    for source in tflm.SOURCES:
+        (root / source.directory).mkdir(parents=True)
+    patch = root / "tflite-micro" / tflm.FLATBUFFERS_PATCH
+    patch.parent.mkdir(parents=True)
+    patch.write_text("--- a/base.h\n+++ b/base.h\n@@ -1 +1 @@\n-old\n+new\n")
+    (root / "flatbuffers" / "base.h").write_text("new\n" if patch_applied else "old\n")
+
+
+def test_tflm_sources_are_checked(tmp_path):
+    """The TFLM source directory: each repository present, flatbuffers patched, a git checkout
+    at the pinned commit (else refused), any other directory used with a warning."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    with pytest.raises(ValueError, match="tflite-micro is missing"):
+        tflm.check_sources(tmp_path)
+    _patched_layout(tmp_path / "unpatched", patch_applied=False)
+    with pytest.raises(ValueError, match="patch is not applied"):
+        tflm.check_sources(tmp_path / "unpatched")
+    _patched_layout(tmp_path / "ok", patch_applied=True)
+    commits, warnings = tflm.check_sources(tmp_path / "ok")
+    assert set(commits.values()) == {"unverified"} and len(warnings) == len(tflm.SOURCES)
+    ruy = tmp_path / "ok" / "ruy"
+    git = ["git", "-C", str(ruy), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "other"], check=True)
+    with pytest.raises(ValueError, match="ruy is at [0-9a-f]{40}, not d37128311b"):
+        tflm.check_sources(tmp_path / "ok")
