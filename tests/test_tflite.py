@@ -24,7 +24,7 @@ from relay_aot import cli
 from relay_aot.errors import RelayAotError, UnsupportedError
 from relay_aot.frontends import ImportedModel
 from relay_aot.frontends.tflite import InexactConversionWarning
-from relay_aot.testing.tflite_models import LITERT_MISSING, ModelBuilder, Reference
+from relay_aot.testing.tflite_models import LITERT_MISSING, ModelBuilder, Reference, kws_family, scaled_filter
 
 TINYML = Path(__file__).resolve().parent / "data" / "tinyml"
 KWS = TINYML / "kws_ref_model.tflite"
@@ -390,38 +390,7 @@ def test_weights_quantized_off_the_output_channels_and_a_short_bias_are_not_take
         relay_aot.read_tflite(paths["bias"])
 
 
-# Held-out models: built here, not in tests/data ------------------------------------------------
-def _scaled_filter(rng, builder: ModelBuilder, x: int, shape, channels: int):
-    """Random int8 weights with per-channel scales, a bias, and the output scale that keeps the
-    output's spread near its input's in LSB (the weights' ~73 LSB times sqrt(taps))."""
-    weights = rng.integers(-127, 128, size=shape).astype(np.int8)
-    scales = rng.uniform(0.002, 0.02, size=channels).astype(np.float32)
-    taps = int(np.prod(shape)) // channels if shape[0] == channels else int(np.prod(shape[1:3]))
-    bias = rng.integers(-2000, 2000, size=channels).astype(np.int32)
-    out_scale = float(builder.tensors[x]["scale"][0]) * float(scales.mean()) * np.sqrt(taps) * 73
-    return weights, scales, bias, out_scale
-
-
-def kws_family(seed: int = 48) -> ModelBuilder:
-    """A small network of the KWS (DS-CNN) family: conv, depthwise, pointwise, average pool, FC,
-    softmax, int8, random weights."""
-    rng = np.random.default_rng(seed)
-    model = ModelBuilder()
-    x = model.input("input_1", (1, 49, 10, 1), "int8", 0.5, 80)
-    w, s, b, scale = _scaled_filter(rng, model, x, (16, 10, 4, 1), 16)
-    y = model.conv_2d(x, w, s, b, scale, -128, stride=(2, 2), activation="RELU", name="conv")
-    w, s, b, scale = _scaled_filter(rng, model, y, (1, 3, 3, 16), 16)
-    y = model.depthwise_conv_2d(y, w, s, b, scale, -128, activation="RELU", name="depthwise")
-    w, s, b, scale = _scaled_filter(rng, model, y, (16, 1, 1, 16), 16)
-    y = model.conv_2d(y, w, s, b, scale, -128, activation="RELU", name="pointwise")
-    y = model.reshape(model.pool_2d("AVERAGE_POOL_2D", y, (25, 5), name="pool"), (1, 16), name="flatten")
-    w, s, b, scale = _scaled_filter(rng, model, y, (12, 16), 12)
-    # weights 500 times smaller: logits a few units apart, so that the softmax does not saturate
-    y = model.fully_connected(y, w, s[:1] / 500, b, scale / 500, 0, name="logits")
-    model.output(model.softmax(y, name="Identity"))
-    return model
-
-
+# Held-out models: built here (relay_aot.testing.tflite_models), not in tests/data -------------
 @needs_litert
 def test_held_out_int8_network_of_the_kws_family_is_bit_exact_tensor_by_tensor(tmp_path):
     builder = kws_family()
@@ -479,15 +448,15 @@ def quantized_island(seed: int = 9) -> ModelBuilder:
     model = ModelBuilder()
     x = model.input("features", (1, 12, 12, 4), "float32")
     q = model.quantize(x, 0.04, 3)
-    w, s, b, scale = _scaled_filter(rng, model, q, (8, 3, 3, 4), 8)
+    w, s, b, scale = scaled_filter(rng, model, q, (8, 3, 3, 4), 8)
     y = model.conv_2d(q, w, s, b, scale, -128, activation="RELU", name="conv")
-    w, s, b, scale = _scaled_filter(rng, model, y, (1, 3, 3, 8), 8)
+    w, s, b, scale = scaled_filter(rng, model, y, (1, 3, 3, 8), 8)
     y = model.depthwise_conv_2d(y, w, s, b, scale, 0, stride=(2, 2), name="depthwise")
-    w, s, b, scale = _scaled_filter(rng, model, y, (8, 1, 1, 8), 8)
+    w, s, b, scale = scaled_filter(rng, model, y, (8, 1, 1, 8), 8)
     z = model.conv_2d(y, w, s, b, scale, 5, name="pointwise")
     y = model.add(y, z, 1.5 * max(float(model.tensors[y]["scale"][0]), scale), 0, name="residual")
     y = model.reshape(model.pool_2d("MAX_POOL_2D", y, (2, 2), (2, 2)), (1, 72))
-    w, s, b, scale = _scaled_filter(rng, model, y, (10, 72), 10)
+    w, s, b, scale = scaled_filter(rng, model, y, (10, 72), 10)
     y = model.fully_connected(y, w, s, b, scale, 0, name="logits")
     model.output(model.dequantize(y, name="scores"))
     return model

@@ -6,10 +6,13 @@ which of those are not libc's memory and string functions, libm's or the compile
 :func:`run_c_main` writes a C99 ``main`` that calls the host C API on inputs embedded in it,
 links it (no TVM, no C++ library) and runs it -- natively, under ``qemu-aarch64``, or on QEMU's
 emulated Cortex-M4 with ``examples/standalone/cortex-m4`` -- and returns the outputs.
+:func:`read_package` takes a package another process wrote (``relay-aot compile --standalone``)
+from its header, for the same functions.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -18,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends.cpp.capi import CApi
+from .. import ir, names
+from ..backends.cpp.capi import CApi, CField
 from ..backends.standalone.driver import Package
-from ..backends.standalone.targets import StandaloneTarget
+from ..backends.standalone.targets import TARGETS, StandaloneTarget
 
 #: The start-up code and linker script of the Cortex-M4 board (QEMU's mps2-an386).
 BOARD_DIR = Path(__file__).resolve().parent.parent.parent / "examples" / "standalone" / "cortex-m4"
@@ -54,6 +58,27 @@ def tool(row: StandaloneTarget, name: str) -> str:
     return found
 
 
+def require_tools(row: StandaloneTarget, tools: Sequence[str] = ("gcc", "g++", "ar", "nm")) -> None:
+    """:class:`ToolMissing` unless the target's toolchain (``tools``) and emulator are installed."""
+    for name in tools:
+        tool(row, name)
+    if row.run and shutil.which(row.run[0]) is None:
+        raise ToolMissing(f"{row.run[0]} is not installed")
+
+
+def skip_without_tools(row: StandaloneTarget, tools: Sequence[str] = ("gcc", "g++", "ar", "nm")) -> None:
+    """For a test: :func:`require_tools`, skipping the test where they are missing -- except in
+    CI (``CI`` set), whose script installs them: there a missing tool fails the test."""
+    try:
+        require_tools(row, tools)
+    except ToolMissing as err:
+        if os.environ.get("CI"):
+            raise
+        import pytest
+
+        pytest.skip(str(err))
+
+
 def _run(command: Sequence[str], cwd=None, timeout: float = 300) -> subprocess.CompletedProcess:
     done = subprocess.run(list(command), cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
@@ -79,6 +104,52 @@ def make_package(package: Package, extra_cflags: Sequence[str] = ()) -> Path:
         ]
     )
     return package.library
+
+
+#: A field of the header's structs: ``void* NAME; /* WHAT: Tensor[(D, ...), DTYPE] */``.
+_FIELD = re.compile(r"^  void\* (\w+); /\* (.*): Tensor\[\(([^)]*)\), (\w+)\] \*/$", re.M)
+
+
+def read_package(directory: str | Path, name: str, target: str = "host") -> Package:
+    """The package that ``relay-aot compile --standalone DIR --name NAME --target TARGET`` wrote
+    in ``directory``: its C API and sizes read back from its header ``tvmgen_<name>.h``."""
+    directory = Path(directory)
+    header = (directory / f"{names.c_api(name)}.h").read_text()
+    fields: dict[str, list[CField]] = {}
+    for part in ("inputs", "outputs"):
+        struct = re.search(rf"^struct {names.c_api(name, part)} {{\n(.*?)^}};", header, re.M | re.S)
+        if struct is None:
+            raise ValueError(f"{directory}: the header has no struct {names.c_api(name, part)}")
+        fields[part] = [
+            CField(
+                field,
+                what,
+                ir.TensorType(tuple(int(d) for d in shape.split(",") if d.strip()), dtype),
+                tuple(int(i) for i in re.findall(r"\[(\d+)\]", what)) if part == "outputs" else (),
+            )
+            for field, what, shape, dtype in _FIELD.findall(struct.group(1))
+        ]
+    outputs = tuple(fields["outputs"])
+    macro = names.c_api(name).upper()
+    sizes = dict(re.findall(rf"^#define {macro}_(WORKSPACE_SIZE|PLANNED_SIZE) (\d+)", header, re.M))
+    return Package(
+        directory=directory,
+        name=name,
+        target=TARGETS[target],
+        workspace_size=int(sizes["WORKSPACE_SIZE"]),
+        planned_size=int(sizes["PLANNED_SIZE"]),
+        files=tuple(sorted(p.name for p in directory.iterdir())),
+        api=CApi(name, tuple(fields["inputs"]), outputs, _result_type(outputs)),
+    )
+
+
+def _result_type(outputs: Sequence[CField], prefix: tuple[int, ...] = ()) -> ir.Type:
+    """@main's result type from its tensors' paths in it (depth first)."""
+    here = [f for f in outputs if f.path[: len(prefix)] == prefix]
+    if len(here) == 1 and here[0].path == prefix:
+        return here[0].type
+    count = 1 + max((f.path[len(prefix)] for f in here), default=-1)
+    return ir.TupleType(tuple(_result_type(here, (*prefix, i)) for i in range(count)))
 
 
 def undefined_symbols(package: Package) -> set[str]:

@@ -5,7 +5,10 @@
   options, or layers (:meth:`~ModelBuilder.conv_2d`, :meth:`~ModelBuilder.fully_connected`, ...)
   that make their weights' tensors and compute their output's shape;
 * :func:`reference` runs LiteRT's reference kernels (``OpResolverType.BUILTIN_REF``, the plain C++
-  of ``tflite/kernels/internal/reference``) on a model file, returning its outputs or every tensor.
+  of ``tflite/kernels/internal/reference``) on a model file, returning its outputs or every tensor;
+* held-out int8 networks of the four MLPerf Tiny families, small and with random weights
+  (:data:`HELD_OUT_FAMILIES`: :func:`kws_family`, :func:`resnet_family`, :func:`vww_family`,
+  :func:`ad_family`), their scales keeping every layer's output unsaturated.
 
 Needs the ``tflite`` package (``pip install 'relay_aot[tflite]'``) to write models and
 ``ai-edge-litert`` to run them (both in the test extra).
@@ -482,6 +485,150 @@ def _flatbuffer(model: ModelBuilder) -> bytes:
     Model.ModelAddBuffers(b, buffer_vector)
     b.Finish(Model.ModelEnd(b), file_identifier=b"TFL3")
     return bytes(b.Output())
+
+
+# --------------------------------------------------------------------------------------------
+# Held-out int8 networks of the MLPerf Tiny families (not the models of tests/data/tinyml)
+# --------------------------------------------------------------------------------------------
+def scaled_filter(rng, builder: ModelBuilder, x: int, shape, channels: int, gain: float = 1.0, out_scale=None):
+    """Random int8 weights with per-channel scales, a bias, and the output scale that keeps the
+    output's spread near its input's in LSB (the weights' ~73 LSB times sqrt(taps)), times
+    ``gain``. With ``out_scale``, the output has that scale: the weights' scales make up for it."""
+    weights = rng.integers(-127, 128, size=shape).astype(np.int8)
+    scales = rng.uniform(0.002, 0.02, size=channels).astype(np.float32)
+    taps = int(np.prod(shape)) // channels if shape[0] == channels else int(np.prod(shape[1:3]))
+    bias = rng.integers(-2000, 2000, size=channels).astype(np.int32)
+    spread = float(builder.tensors[x]["scale"][0]) * float(scales.mean()) * np.sqrt(taps) * 73 / gain
+    if out_scale is None:
+        return weights, scales, bias, spread
+    return weights, (scales * np.float32(out_scale / spread)).astype(np.float32), bias, float(out_scale)
+
+
+#: The output scale of a layer with RELU6, as TFLite's converter chooses it: [0, 6] on 255 steps.
+_RELU6_SCALE = 6 / 255
+
+#: The scale of logits: a spread of some 60 LSB is a few units, and the softmax does not saturate.
+_LOGITS_SCALE = 0.05
+
+#: A layer whose input a RELU clamped (half its values at the zero point) has an output spread
+#: smaller than its input's: its output scale is this much smaller (MobileNet's, the autoencoder's).
+_GAIN_AFTER_RELU = {"vww": 1.6, "ad": 1.5}
+
+#: The output scale of a residual ADD with RELU, in the larger input's scale (the RELU keeps half
+#: the sum's values).
+_RESIDUAL_SCALE = 0.6
+
+
+def _conv(rng, model: ModelBuilder, x: int, filters: int, kernel: int, zero_point: int, name: str, **options) -> int:
+    """CONV_2D of a square ``kernel``; the ``gain`` and ``out_scale`` options go to :func:`scaled_filter`."""
+    channels = model.tensors[x]["shape"][3]
+    scaling = {k: options.pop(k) for k in ("gain", "out_scale") if k in options}
+    w, s, b, scale = scaled_filter(rng, model, x, (filters, kernel, kernel, channels), filters, **scaling)
+    return model.conv_2d(x, w, s, b, scale, zero_point, name=name, **options)
+
+
+def _classifier(rng, model: ModelBuilder, x: int, classes: int) -> int:
+    """Average pool over the whole map, flatten, FULLY_CONNECTED logits (one weight scale, as
+    MLPerf Tiny's), SOFTMAX (``Identity``)."""
+    _, h, w, c = model.tensors[x]["shape"]
+    y = model.reshape(model.pool_2d("AVERAGE_POOL_2D", x, (h, w), name="pool"), (1, c), name="flatten")
+    w8, s, b, scale = scaled_filter(rng, model, y, (classes, c), classes, out_scale=_LOGITS_SCALE)
+    y = model.fully_connected(y, w8, s[:1], b, scale, 0, name="logits")
+    return model.softmax(y, name="Identity")
+
+
+def kws_family(seed: int = 48) -> ModelBuilder:
+    """A small network of the KWS (DS-CNN) family: conv, depthwise, pointwise, average pool, FC,
+    softmax, int8, random weights."""
+    rng = np.random.default_rng(seed)
+    model = ModelBuilder()
+    x = model.input("input_1", (1, 49, 10, 1), "int8", 0.5, 80)
+    w, s, b, scale = scaled_filter(rng, model, x, (16, 10, 4, 1), 16)
+    y = model.conv_2d(x, w, s, b, scale, -128, stride=(2, 2), activation="RELU", name="conv")
+    w, s, b, scale = scaled_filter(rng, model, y, (1, 3, 3, 16), 16)
+    y = model.depthwise_conv_2d(y, w, s, b, scale, -128, activation="RELU", name="depthwise")
+    w, s, b, scale = scaled_filter(rng, model, y, (16, 1, 1, 16), 16)
+    y = model.conv_2d(y, w, s, b, scale, -128, activation="RELU", name="pointwise")
+    model.output(_classifier(rng, model, y, 12))
+    return model
+
+
+def _residual(model: ModelBuilder, a: int, b: int, name: str) -> int:
+    """ADD with a fused RELU, as ResNet-8's."""
+    scale = _RESIDUAL_SCALE * max(float(model.tensors[a]["scale"][0]), float(model.tensors[b]["scale"][0]))
+    return model.add(a, b, scale, -128, activation="RELU", name=name)
+
+
+def resnet_family(seed: int = 49) -> ModelBuilder:
+    """A small network of the ResNet-8 family (image classification): a convolution, a residual
+    block with an identity shortcut, one of stride 2 with a strided 1x1 convolution as its
+    shortcut, ADD with RELU, average pool, FC, softmax; int8, random weights."""
+    rng = np.random.default_rng(seed)
+    model = ModelBuilder()
+    x = model.input("input_1", (1, 16, 16, 3), "int8", 0.4, -5)
+    y = _conv(rng, model, x, 8, 3, -128, "conv", activation="RELU")
+    z = _conv(rng, model, y, 8, 3, -128, "block1/conv1", activation="RELU")
+    z = _conv(rng, model, z, 8, 3, 4, "block1/conv2")
+    y = _residual(model, y, z, "block1/add")
+    z = _conv(rng, model, y, 16, 3, -128, "block2/conv1", stride=(2, 2), activation="RELU")
+    z = _conv(rng, model, z, 16, 3, -3, "block2/conv2")
+    shortcut = _conv(rng, model, y, 16, 1, 7, "block2/shortcut", stride=(2, 2))
+    y = _residual(model, z, shortcut, "block2/add")
+    model.output(_classifier(rng, model, y, 10))
+    return model
+
+
+def vww_family(seed: int = 50) -> ModelBuilder:
+    """A small network of the Visual Wake Words (MobileNetV1) family: a convolution of stride 2,
+    then depthwise 3x3 (stride 1, 2, 1) and pointwise convolutions, each with RELU6, average
+    pool, FC, softmax of two classes; int8, random weights."""
+    rng = np.random.default_rng(seed)
+    model = ModelBuilder()
+    x = model.input("input_1", (1, 24, 24, 3), "int8", 0.5, -1)
+    y = _conv(rng, model, x, 8, 3, -128, "conv", stride=(2, 2), activation="RELU6", out_scale=_RELU6_SCALE)
+    gain = _GAIN_AFTER_RELU["vww"]
+    for k, (stride, filters) in enumerate([(1, 16), (2, 24), (1, 32)]):
+        channels = model.tensors[y]["shape"][3]
+        w, s, b, scale = scaled_filter(rng, model, y, (1, 3, 3, channels), channels, gain, _RELU6_SCALE)
+        y = model.depthwise_conv_2d(
+            y, w, s, b, scale, -128, stride=(stride, stride), activation="RELU6", name=f"block{k}/depthwise"
+        )
+        y = _conv(
+            rng,
+            model,
+            y,
+            filters,
+            1,
+            -128,
+            f"block{k}/pointwise",
+            activation="RELU6",
+            gain=gain,
+            out_scale=_RELU6_SCALE,
+        )
+    model.output(_classifier(rng, model, y, 2))
+    return model
+
+
+def ad_family(seed: int = 51) -> ModelBuilder:
+    """A small network of the anomaly detection (dense autoencoder) family: FULLY_CONNECTED
+    layers with RELU down to a bottleneck of 8 and back, the last one without activation; int8,
+    random weights."""
+    rng = np.random.default_rng(seed)
+    model = ModelBuilder()
+    y = model.input("input_1", (1, 96), "int8", 0.3, -10)
+    units = [32, 32, 8, 32, 32, 96]
+    for k, count in enumerate(units):
+        last = k == len(units) - 1
+        gain = _GAIN_AFTER_RELU["ad"] if 0 < k and not last else 1.0
+        w, s, b, scale = scaled_filter(rng, model, y, (count, model.tensors[y]["shape"][1]), count, gain)
+        activation, zero_point = ("NONE", 9) if last else ("RELU", -128)
+        y = model.fully_connected(y, w, s, b, scale, zero_point, activation, name="Identity" if last else f"dense{k}")
+    model.output(y)
+    return model
+
+
+#: The held-out families by the name of the MLPerf Tiny benchmark each stands for.
+HELD_OUT_FAMILIES = {"kws": kws_family, "resnet": resnet_family, "vww": vww_family, "ad": ad_family}
 
 
 # --------------------------------------------------------------------------------------------
