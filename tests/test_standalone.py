@@ -364,23 +364,11 @@ def _flatten(value) -> list:
     return [np.asarray(value.numpy() if hasattr(value, "numpy") else value)]
 
 
-def _require_tools(row) -> None:
-    try:
-        for name in ("gcc", "g++", "ar", "nm"):
-            sa.tool(row, name)
-        if row.run:
-            sa.tool(type(row)("runner", "llvm"), row.run[0])
-    except sa.ToolMissing as err:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(err))
-
-
 @pytest.mark.parametrize("target", list(TARGETS))
 @pytest.mark.parametrize("program", list(PROGRAMS))
 def test_package_runs_on_target_and_matches_interpreter(program, target, tmp_path):
     row = TARGETS[target]
-    _require_tools(row)
+    sa.skip_without_tools(row)
     mod, args = PROGRAMS[program]()
     package = relay_aot.export_standalone(mod, tmp_path / "pkg", name=program, target=target)
     sa.make_package(package)
@@ -435,7 +423,7 @@ def test_kernel_scratch_is_planned_storage_and_the_entry_has_no_state(tmp_path):
     assert "TVMBackendAllocWorkspace" not in (package.directory / "kernels.c").read_text()
     entry = (package.directory / "entry.cc").read_text()
     assert "State state" not in entry and "a kernel failed" not in entry
-    _require_tools(row)
+    sa.skip_without_tools(row)
     sa.make_package(package)
     assert not sa.disallowed(sa.undefined_symbols(package))
     rc, error, outputs = sa.run_c_main(package, args, work=tmp_path)
@@ -512,7 +500,7 @@ int main(void) {
 
 
 def test_running_out_of_arena_is_an_error_and_a_larger_arena_succeeds(tmp_path):
-    _require_tools(TARGETS["host"])
+    sa.skip_without_tools(TARGETS["host"])
     mod, _ = PROGRAMS["lstm_list"]()
     package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="lstm_list", workspace_size=2048)
     assert "#define TVMGEN_LSTM_LIST_WORKSPACE_SIZE 2048" in package.header.read_text()
@@ -558,7 +546,7 @@ def test_shapes_computed_at_run_time_are_checked_before_use(target, tmp_path):
     running out of arena on a data-dependent size: each a non-zero return with a message, the
     check of a shape function's as well where TVM prints its kernels as C (which drops
     assertions); the next run with room succeeds."""
-    _require_tools(TARGETS[target])
+    sa.skip_without_tools(TARGETS[target])
     stop, k = relay.var("stop", shape=(), dtype="float32"), relay.var("k", shape=(), dtype="int32")
     rows, cols = relay.var("rows", shape=(), dtype="int32"), relay.var("cols", shape=(), dtype="int32")
     a = relay.arange(relay.const(0.0), stop, relay.const(1.0), dtype="float32")
@@ -586,7 +574,7 @@ def test_shapes_computed_at_run_time_are_checked_before_use(target, tmp_path):
 
 
 def test_recursion_deeper_than_the_stack_budget_is_an_error(tmp_path):
-    _require_tools(TARGETS["host"])
+    sa.skip_without_tools(TARGETS["host"])
     mod = tvm.relay.parse(DEEP)
     package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="deep")
     sa.make_package(package)
@@ -728,7 +716,7 @@ def test_an_int8_tflite_model_builds_and_runs_on_every_target(model, target, tmp
     C, whose DSP micro-kernels included TVM's C runtime error codes, which no package shipped)
     and computes exactly what the host library does: integer arithmetic, equal bit for bit."""
     row = TARGETS[target]
-    _require_tools(row)
+    sa.skip_without_tools(row)
     imported = relay_aot.read_tflite(ROOT / "tests" / "data" / "tinyml" / f"{model}.tflite")
     (spec,) = imported.inputs
     x = np.random.default_rng(0).integers(-40, 40, spec.shape).astype(spec.dtype)
