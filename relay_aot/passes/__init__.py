@@ -29,6 +29,7 @@ from .. import ir
 from ..errors import RelayAotError, TypeCheckError, UnsupportedError
 from . import (
     arm_dsp,
+    constant_movement,
     dense_transposes,
     global_pools,
     invariants,
@@ -223,6 +224,7 @@ def fold_constants(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     reaches next anyway) that shape is gone. Folding cannot simply be skipped: TVM cannot lower
     some unfolded constant expressions into kernels (``cast(3i64, dtype="bool")``).
     """
+    mod = _fold_movement(mod)
     for prepare in (lambda m: m, relay.transform.ToANormalForm()):
         try:
             return relay.transform.FoldConstant()(prepare(mod))
@@ -249,7 +251,8 @@ def alter_layout(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     try:
         with faster_te_compiler():  # AlterOpLayout asks the TE compiler for each operator's strategy
             altered = relay.transform.AlterOpLayout()(mod)
-            altered = relay.transform.FoldConstant()(_function_by_function(_simplify_post_alter_op())(altered))
+            altered = _function_by_function(_simplify_post_alter_op())(altered)
+            altered = relay.transform.FoldConstant()(_fold_movement(altered))
     except Exception:  # noqa: BLE001 - any failure of an optimisation leaves the module as it was
         # AlterOpLayout is written for dataflow graphs and fails internally on some programs
         # with closures and control flow ("NodeFunctor calls un-registered function on type
@@ -347,6 +350,15 @@ def _where_it_applies(inner: tvm.transform.Pass) -> tvm.transform.Pass:
             return mod
 
     return tvm.transform.module_pass(apply, opt_level=0, name=f"{inner.info.name}WhereItApplies")
+
+
+def _fold_movement(mod: tvm.IRModule) -> tvm.IRModule:
+    """:func:`constant_movement.fold` (layouts, reshapes and transposes of constants by numpy,
+    rather than each built by LLVM in ``FoldConstant``), or ``mod`` where it fails."""
+    try:
+        return constant_movement.fold(mod)
+    except tvm.error.TVMError:
+        return mod
 
 
 def _has_qdq(mod: tvm.IRModule) -> bool:
