@@ -422,6 +422,42 @@ def test_static_program_gets_planned_storage_and_no_arena(tmp_path):
     assert "unit0.cc" not in package.files  # the one function sits beside the entry, inlined
 
 
+def test_the_plan_keeps_the_smaller_of_two_first_fit_orders():
+    """Two buffers live at step 0, one of them and a larger one at step 1: first fit in the
+    order made leaves a gap below the larger one; by decreasing size it goes first."""
+    from relay_aot.backends.standalone.plan import Interval, pack, place
+
+    a, b, c = Interval((1, -1), 32, 0, 0), Interval((2, -1), 32, 0, 1), Interval((3, -1), 48, 1, 2)
+    intervals = [a, b, c]
+    assert place(intervals, [0, 1, 2]) == ({a.key: 0, b.key: 32, c.key: 64}, 112)
+    assert pack(intervals) == ({c.key: 0, a.key: 0, b.key: 48}, 80)
+    assert pack([]) == ({}, 0)
+
+
+def test_a_reshape_between_kernels_is_its_inputs_storage(tmp_path):
+    """A reshape kernel's result is its input's bytes: not called, no storage of its own, and
+    the input is live until the reshape's reader has run."""
+    rng = np.random.default_rng(0)
+    x = relay.var("x", shape=(4, 16))
+    w1 = relay.const(rng.standard_normal((16, 16)).astype("float32"))
+    w2 = relay.const(rng.standard_normal((8, 32)).astype("float32"))
+    hidden = relay.nn.relu(relay.nn.dense(x, w1))  # (4, 16): 256 bytes, planned
+    out = relay.nn.dense(relay.reshape(hidden, (2, 32)), w2)  # straight into the caller's buffer
+    mod = tvm.IRModule.from_expr(relay.Function([x], out))
+    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="m")
+    assert package.planned_size == 256
+    entry = (package.directory / "entry.cc").read_text()
+    assert "_fused_reshape(" not in entry
+    assert re.search(r"Value v\d+ = v\d+;  // \(2, 32\): its input's bytes", entry), entry
+    row = TARGETS["host"]
+    _require_tools(row)
+    sa.make_package(package)
+    args = [rng.standard_normal((4, 16)).astype("float32")]
+    rc, error, outputs = sa.run_c_main(package, args, work=tmp_path)
+    assert rc == 0, error
+    np.testing.assert_allclose(outputs[0], _flatten(run_reference(mod, args))[0], rtol=1e-4, atol=1e-5)
+
+
 def test_kernel_scratch_is_planned_storage_and_the_entry_has_no_state(tmp_path):
     """The MLP with its weights as inputs: the dense kernels pack the weights into scratch
     memory, which is planned beside the intermediate (no workspace call, no arena)."""

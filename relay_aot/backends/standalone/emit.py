@@ -393,6 +393,10 @@ class StandaloneEmitter(CppEmitter):
         single = isinstance(kernel.result, ir.TensorType)
         outputs = [var(v)] if single else [f"{var(v)}_{j}" for j in range(len(kernel.outputs))]
         e.comment(note)
+        if self.plan is not None and v.id in self.plan.views:
+            assert isinstance(v.type, ir.TensorType)  # a view's kernel makes one static tensor
+            e.line(f"Value {var(v)} = {var(self.plan.views[v.id])};", comment=f"{v.type.shape}: its input's bytes")
+            return
         if kernel.shape_func is not None:
             self.shape_function_call(kernel, per_param, outputs)
         out_args, allocated = [], False
