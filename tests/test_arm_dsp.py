@@ -262,6 +262,31 @@ def test_pointwise_convolutions_are_dense_on_dsp_targets_only(tmp_path):
         assert dsp_pass.rewrite(mod, tvm.target.Target(target)) is mod
 
 
+def test_an_average_pool_after_a_pointwise_convolution_sums_its_int8_input(tmp_path):
+    """Past the requantization's stop_fusion the dense's reshape is left where it is: the pool's
+    cast to int32 stays after it and fuses into the sum (moved inside the reshape, it made a
+    kernel of its own with an int32 copy of the activation: 32 KB on MLPerf Tiny's KWS)."""
+    rng = np.random.default_rng(3)
+    model = ModelBuilder()
+    x = model.input("x", (1, 5, 7, 12), "int8", 0.05, 3)
+    w = rng.integers(-127, 128, size=(8, 1, 1, 12)).astype(np.int8)
+    y = model.conv_2d(x, w, np.float32([0.001]), np.zeros(8, np.int32), 0.05, -2, padding="VALID", name="pw")
+    model.output(model.pool_2d("AVERAGE_POOL_2D", y, (5, 7), name="pool"))
+    model.write(tmp_path / "pool.tflite")
+    imported = relay_aot.read_tflite(tmp_path / "pool.tflite", exact=True)
+    mod = relay.transform.InferType()(relay_aot.passes.bind_params(imported.mod, imported.params))
+    rewritten = relay.transform.InferType()(dsp_pass.rewrite(mod, tvm.target.Target(M4.tvm_target)))
+    sums: list[relay.Call] = []
+    relay.analysis.post_order_visit(
+        rewritten["main"],
+        lambda n: sums.append(n) if isinstance(n, relay.Call) and getattr(n.op, "name", "") == "sum" else None,
+    )
+    assert len(sums) == 1
+    cast = sums[0].args[0]
+    assert cast.op.name == "cast" and cast.args[0].op.name == "reshape", sums[0]
+    assert cast.args[0].args[0].checked_type.dtype == "int8"
+
+
 def test_pointwise_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
     """The package (two convolutions as dense products, one as TVM's) equals TFLite's reference
     kernels and the host's library bit for bit."""

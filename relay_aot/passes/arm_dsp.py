@@ -157,6 +157,8 @@ class _Rewrite(CallRewriter):
         super().__init__()
         #: a reshape made here -> its 2-D input, the channels, whether a stop_fusion may be dropped
         self.flat: dict[relay.Expr, tuple[relay.Expr, int, bool]] = {}
+        #: those of them past a kept stop_fusion (the second after the dense)
+        self.sealed: set[relay.Expr] = set()
         #: an OHWI convolution, and the elementwise operators of it up to its first stop_fusion
         self.open: set[relay.Expr] = set()
 
@@ -209,6 +211,12 @@ class _Rewrite(CallRewriter):
         if not found or shape is None or len({channels for _, channels, _ in found}) != 1:
             return None
         channels, open_ = found[0][1], all(o for _, _, o in found)
+        if all(arg in self.sealed for arg in new.args if arg in self.flat):
+            # past the kept stop_fusion nothing fuses into a dense's kernel; moved inside the
+            # reshape, a cast before a reduction (an average pool's sum) would fuse with the
+            # reshape instead of the sum (FuseOps fuses no injective group into a reduction)
+            # and store its int32 tensor
+            return None
         if call.op.name == _STOP_FUSION and open_:
             return self._flat(found[0][0], shape, channels, False)
         args = []
@@ -222,7 +230,10 @@ class _Rewrite(CallRewriter):
             if operand is None:
                 return None
             args.append(operand)
-        return self._flat(relay.Call(new.op, args, new.attrs), shape, channels, open_)
+        out = self._flat(relay.Call(new.op, args, new.attrs), shape, channels, open_)
+        if call.op.name == _STOP_FUSION:
+            self.sealed.add(out)
+        return out
 
 
 def rewrite(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
