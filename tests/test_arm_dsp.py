@@ -55,6 +55,18 @@ def _require_m4() -> None:
         pytest.skip(str(err))
 
 
+def _host_c_output(main: str, tmp_path) -> list[int]:
+    """The integers the program ``main`` (C99) prints, built by the host's C compiler (the test
+    skips without one)."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    source, executable = tmp_path / "main.c", tmp_path / "main"
+    source.write_text(main)
+    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
+    return [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+
+
 def _extreme_int8(rng, shape) -> np.ndarray:
     """int8 values, a third of them -128 or 127, the rest uniform."""
     x = rng.integers(-128, 128, size=shape)
@@ -154,9 +166,6 @@ def test_fully_connected_layers_on_the_cortex_m4_are_tflites_reference(tmp_path)
 def test_the_micro_kernels_c_without_the_dsp_extension_is_the_plain_sum(rows, depth, tmp_path):
     """A package compiled for a core without the DSP extension (or for the host) takes the
     micro-kernel's plain C loop: the same sums."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no host C compiler")
     rng = np.random.default_rng(rows * 100 + depth)
     x, w = _extreme_int8(rng, depth), _extreme_int8(rng, (rows, depth))
     name = arm_dsp.micro_kernel_name(rows, depth)
@@ -172,10 +181,7 @@ int main(void) {{
   return 0;
 }}
 """
-    source, executable = tmp_path / "main.c", tmp_path / "main"
-    source.write_text(main)
-    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
-    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    got = _host_c_output(main, tmp_path)
     assert got == (w.astype(np.int64) @ x.astype(np.int64)).tolist()
 
 
@@ -401,9 +407,6 @@ def test_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
 def test_the_convolution_micro_kernels_c_without_the_dsp_extension_is_the_plain_sum(
     rows, segments, depth, dilation, tmp_path
 ):
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no host C compiler")
     rng = np.random.default_rng(rows + depth)
     row = depth + 7  # the input's row stride
     x = _extreme_int8(rng, ((segments - 1) * dilation + 1) * row)
@@ -423,10 +426,7 @@ int main(void) {{
   return 0;
 }}
 """
-    source, executable = tmp_path / "main.c", tmp_path / "main"
-    source.write_text(main)
-    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
-    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    got = _host_c_output(main, tmp_path)
     assert got == want
 
 
@@ -553,9 +553,6 @@ def test_convolutions_pad_their_input_themselves_and_no_padded_copy_is_planned(t
 
 @pytest.mark.parametrize("channels, kh, kw", [(8, 3, 3), (7, 3, 3), (2, 1, 2)])
 def test_the_depthwise_micro_kernels_c_without_the_dsp_extension_is_the_plain_sum(channels, kh, kw, tmp_path):
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no host C compiler")
     rng = np.random.default_rng(channels)
     row = (kw + 2) * channels  # the input's row stride
     x = _extreme_int8(rng, kh * row)
@@ -575,10 +572,7 @@ int main(void) {{
   return 0;
 }}
 """
-    source, executable = tmp_path / "main.c", tmp_path / "main"
-    source.write_text(main)
-    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
-    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    got = _host_c_output(main, tmp_path)
     assert got == want
 
 
@@ -592,9 +586,6 @@ def test_the_border_functions_c_without_the_dsp_extension_is_the_padded_sum(
     """The ``_border`` variants (a convolution that does its padding) at every window origin
     that leaves the image, and the plain functions at the others, against numpy's sums over the
     image padded with the pad value."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no host C compiler")
     rng = np.random.default_rng(height * width + channels)
     x = _extreme_int8(rng, (height, width, channels))
     pad = -77
@@ -637,10 +628,7 @@ int main(void) {{
   return 0;
 }}
 """
-    source, executable = tmp_path / "main.c", tmp_path / "main"
-    source.write_text(main)
-    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
-    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    got = _host_c_output(main, tmp_path)
     assert got == want
 
 
@@ -674,9 +662,6 @@ def test_the_requantization_function_is_the_importers_arithmetic(shifts, tmp_pat
     """relay_aot_requantize (C) equals the importer's Relay arithmetic for
     MultiplyByQuantizedMultiplier on int32 extremes and random values, and the pass recognises
     each of the importer's three forms of the rounding division, with its constants."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no host C compiler")
     from relay_aot.frontends import tflite_exact
 
     rng = np.random.default_rng(len(str(shifts)))
@@ -726,10 +711,7 @@ int main(void) {{
   return 0;
 }}
 """
-    source, executable = tmp_path / "main.c", tmp_path / "main"
-    source.write_text(main.replace("-2147483648", "(-2147483647 - 1)"))
-    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
-    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    got = _host_c_output(main.replace("-2147483648", "(-2147483647 - 1)"), tmp_path)
     assert got == want.reshape(-1).tolist()
 
 

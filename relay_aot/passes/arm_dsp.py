@@ -604,17 +604,4 @@ def pads_into_convolutions(mod: tvm.IRModule, target: tvm.target.Target | None) 
     """
     if not _dsp(target):
         return mod
-    updated = {}
-    for var, func in mod.functions.items():
-        if not isinstance(func, relay.Function):
-            continue
-        mutator = _PadsIntoConvolutions(_use_counts(func))
-        new = mutator.visit(func)
-        if mutator.changed:
-            updated[var] = new
-    if not updated:
-        return mod
-    mod = tvm.IRModule(dict(mod.functions), mod.type_definitions, mod.attrs)
-    for var, func in updated.items():
-        mod[var] = func
-    return relay.transform.InferType()(mod)
+    return rewrite_functions(mod, lambda func: _PadsIntoConvolutions(_use_counts(func)))
