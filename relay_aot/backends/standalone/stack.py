@@ -83,7 +83,10 @@ def measure(files: Mapping[str, str | bytes | Path], row: StandaloneTarget, run:
         calls: dict[str, set[str]] = {}
         for compiler, flags, source in ((gxx, cxxflags, "entry.cc"), (gcc, cflags, "kernels.c")):
             command = [compiler, *flags, *row.cflags, "-fstack-usage", "-fcallgraph-info=su", "-c", source]
-            done = subprocess.run(command, cwd=root, capture_output=True, text=True)
+            try:
+                done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300)
+            except subprocess.TimeoutExpired:
+                return None
             graph = root / (Path(source).stem + ".ci")
             if done.returncode != 0 or not graph.exists():
                 return None
