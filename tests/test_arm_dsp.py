@@ -47,6 +47,18 @@ def _require_m4() -> None:
     sa.skip_without_tools(M4, ("gcc", "ar", "nm"))
 
 
+def _host_c_output(main: str, tmp_path) -> list[int]:
+    """The integers the program ``main`` (C99) prints, built by the host's C compiler (the test
+    skips without one)."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    source, executable = tmp_path / "main.c", tmp_path / "main"
+    source.write_text(main)
+    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
+    return [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+
+
 def _extreme_int8(rng, shape) -> np.ndarray:
     """int8 values, a third of them -128 or 127, the rest uniform."""
     x = rng.integers(-128, 128, size=shape)
@@ -146,9 +158,6 @@ def test_fully_connected_layers_on_the_cortex_m4_are_tflites_reference(tmp_path)
 def test_the_micro_kernels_c_without_the_dsp_extension_is_the_plain_sum(rows, depth, tmp_path):
     """A package compiled for a core without the DSP extension (or for the host) takes the
     micro-kernel's plain C loop: the same sums."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no host C compiler")
     rng = np.random.default_rng(rows * 100 + depth)
     x, w = _extreme_int8(rng, depth), _extreme_int8(rng, (rows, depth))
     name = arm_dsp.micro_kernel_name(rows, depth)
@@ -164,10 +173,7 @@ int main(void) {{
   return 0;
 }}
 """
-    source, executable = tmp_path / "main.c", tmp_path / "main"
-    source.write_text(main)
-    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
-    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    got = _host_c_output(main, tmp_path)
     assert got == (w.astype(np.int64) @ x.astype(np.int64)).tolist()
 
 
@@ -254,6 +260,31 @@ def test_pointwise_convolutions_are_dense_on_dsp_targets_only(tmp_path):
         assert dsp_pass.rewrite(mod, tvm.target.Target(target)) is mod
 
 
+def test_an_average_pool_after_a_pointwise_convolution_sums_its_int8_input(tmp_path):
+    """Past the requantization's stop_fusion the dense's reshape is left where it is: the pool's
+    cast to int32 stays after it and fuses into the sum (moved inside the reshape, it made a
+    kernel of its own with an int32 copy of the activation: 32 KB on MLPerf Tiny's KWS)."""
+    rng = np.random.default_rng(3)
+    model = ModelBuilder()
+    x = model.input("x", (1, 5, 7, 12), "int8", 0.05, 3)
+    w = rng.integers(-127, 128, size=(8, 1, 1, 12)).astype(np.int8)
+    y = model.conv_2d(x, w, np.float32([0.001]), np.zeros(8, np.int32), 0.05, -2, padding="VALID", name="pw")
+    model.output(model.pool_2d("AVERAGE_POOL_2D", y, (5, 7), name="pool"))
+    model.write(tmp_path / "pool.tflite")
+    imported = relay_aot.read_tflite(tmp_path / "pool.tflite", exact=True)
+    mod = relay.transform.InferType()(relay_aot.passes.bind_params(imported.mod, imported.params))
+    rewritten = relay.transform.InferType()(dsp_pass.rewrite(mod, tvm.target.Target(M4.tvm_target)))
+    sums: list[relay.Call] = []
+    relay.analysis.post_order_visit(
+        rewritten["main"],
+        lambda n: sums.append(n) if isinstance(n, relay.Call) and getattr(n.op, "name", "") == "sum" else None,
+    )
+    assert len(sums) == 1
+    cast = sums[0].args[0]
+    assert cast.op.name == "cast" and cast.args[0].op.name == "reshape", sums[0]
+    assert cast.args[0].args[0].checked_type.dtype == "int8"
+
+
 def test_pointwise_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
     """The package (two convolutions as dense products, one as TVM's) equals TFLite's reference
     kernels and the host's library bit for bit."""
@@ -338,6 +369,12 @@ def test_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
     for name in ("r4_s3x15(", "r3_s10x4(", "r1_s3x9(", "r2_s3x6_d2(", "r4_s1x4("):
         assert f"relay_aot_conv_s8_{name}" in source, name
     assert source.count("relay_aot_conv_s8_r") == 2 * 5, "the width-dilated convolution is TVM's"
+    # the two undilated SAME ones do their padding: a call per pixel for all filters, a window
+    # leaving the image copied (no pad kernel, no padded copy); the dilated one's pad is a kernel
+    for name in ("o8_r4_k3x3x5", "o7_r1_k3x3x3"):
+        assert f"relay_aot_conv_s8_{name}((&(p0[" in source and f"relay_aot_conv_s8_{name}_border(p0, " in source
+    assert len(set(re.findall(r"TVM_DLL int32_t (m_k\d+_fused_nn_pad_nn_conv2d\w*)\(", source))) == 2
+    assert len(set(re.findall(r"TVM_DLL int32_t (m_k\d+_fused_nn_pad_cast)\(", source))) == 1, "TVM's int16 pad"
     # the requantization is in the convolution's kernel (its stop_fusion dropped), except the
     # width-dilated one's: one separate requantization kernel
     assert source.count("_fused_nn_conv2d_add_relay_aot_requantize") >= 5
@@ -362,9 +399,6 @@ def test_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path):
 def test_the_convolution_micro_kernels_c_without_the_dsp_extension_is_the_plain_sum(
     rows, segments, depth, dilation, tmp_path
 ):
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no host C compiler")
     rng = np.random.default_rng(rows + depth)
     row = depth + 7  # the input's row stride
     x = _extreme_int8(rng, ((segments - 1) * dilation + 1) * row)
@@ -384,10 +418,7 @@ int main(void) {{
   return 0;
 }}
 """
-    source, executable = tmp_path / "main.c", tmp_path / "main"
-    source.write_text(main)
-    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
-    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    got = _host_c_output(main, tmp_path)
     assert got == want
 
 
@@ -467,7 +498,16 @@ def test_depthwise_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path)
     source = (package.directory / "kernels.c").read_text()
     for name in ("c8_k3x3(", "c6_k3x3(", "c3_k3x2("):
         assert f"relay_aot_dw_s8_{name}(" in source, name
-    assert source.count("relay_aot_dw_s8_c") == 2 * 3, "multiplier 2 and dilation 2 are TVM's"
+    definitions = re.findall(r"static int32_t (relay_aot_dw_s8_\w+)\(", source)
+    assert sorted(definitions) == sorted(
+        ["relay_aot_dw_s8_c8_k3x3", "relay_aot_dw_s8_c6_k3x3", "relay_aot_dw_s8_c3_k3x2"]
+        + ["relay_aot_dw_s8_c8_k3x3_border", "relay_aot_dw_s8_c6_k3x3_border"]
+    ), "multiplier 2 and dilation 2 are TVM's"
+    # the SAME ones relay_aot's kernels compute do their padding (no pad kernel, no padded copy):
+    # the two depthwise ones and the one of one channel and multiplier 4 (a convolution)
+    assert len(set(re.findall(r"TVM_DLL int32_t (m_k\d+_fused_nn_pad_nn_conv2d\w*)\(", source))) == 3
+    assert "relay_aot_conv_s8_o4_r4_k3x3x1_border(p0, " in source
+    assert len(set(re.findall(r"TVM_DLL int32_t (m_k\d+_fused_nn_pad)\(", source))) == 1, "the multiplier 2's pad"
     sa.make_package(package)
     host = relay_aot.compile(imported.mod, params=imported.params)
     reference = Reference(path)
@@ -481,11 +521,30 @@ def test_depthwise_convolutions_on_the_cortex_m4_are_tflites_reference(tmp_path)
             np.testing.assert_array_equal(got, result[k].numpy(), err_msg=f"{DEPTHWISE[k]} on [{low}, {high}]")
 
 
+def test_convolutions_pad_their_input_themselves_and_no_padded_copy_is_planned(tmp_path):
+    """Two SAME depthwise convolutions and a SAME convolution in a row: no pad kernel, and the
+    planned storage is the two intermediates (504 bytes each, 512 aligned), not also the padded
+    copies of the importer's pads (11 x 9 x 8 bytes)."""
+    rng = np.random.default_rng(29)
+    model = ModelBuilder()
+    y = model.input("x", (1, 9, 7, 8), "int8", 0.05, 3)
+    for k in range(2):
+        w = rng.integers(-127, 128, size=(1, 3, 3, 8)).astype(np.int8)
+        y = model.depthwise_conv_2d(y, w, np.float32([0.002] * 8), np.zeros(8, np.int32), 0.05, 2 - k, name=f"dw{k}")
+    w = rng.integers(-127, 128, size=(4, 3, 3, 8)).astype(np.int8)
+    model.output(model.conv_2d(y, w, np.float32([0.001]), np.zeros(4, np.int32), 0.05, -2, name="conv"))
+    model.write(tmp_path / "m.tflite")
+    imported = relay_aot.read_tflite(tmp_path / "m.tflite", exact=True)
+    package = relay_aot.export_standalone(
+        imported.mod, tmp_path / "pkg", name="m", target="cortex-m4", params=imported.params
+    )
+    entry = (package.directory / "entry.cc").read_text()
+    assert entry.count("// kernel: nn.pad, nn.conv2d,") == 3 and "// kernel: nn.pad (" not in entry
+    assert package.planned_size == 2 * 512
+
+
 @pytest.mark.parametrize("channels, kh, kw", [(8, 3, 3), (7, 3, 3), (2, 1, 2)])
 def test_the_depthwise_micro_kernels_c_without_the_dsp_extension_is_the_plain_sum(channels, kh, kw, tmp_path):
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no host C compiler")
     rng = np.random.default_rng(channels)
     row = (kw + 2) * channels  # the input's row stride
     x = _extreme_int8(rng, kh * row)
@@ -505,10 +564,63 @@ int main(void) {{
   return 0;
 }}
 """
-    source, executable = tmp_path / "main.c", tmp_path / "main"
-    source.write_text(main)
-    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
-    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    got = _host_c_output(main, tmp_path)
+    assert got == want
+
+
+@pytest.mark.parametrize(
+    "kind, height, width, channels, kh, kw",
+    [("dw", 5, 4, 8, 3, 3), ("dw", 3, 6, 7, 3, 3), ("conv", 4, 5, 3, 3, 3), ("conv", 6, 3, 1, 4, 2)],
+)
+def test_the_border_functions_c_without_the_dsp_extension_is_the_padded_sum(
+    kind, height, width, channels, kh, kw, tmp_path
+):
+    """The ``_border`` variants (a convolution that does its padding) at every window origin
+    that leaves the image, and the plain functions at the others, against numpy's sums over the
+    image padded with the pad value."""
+    rng = np.random.default_rng(height * width + channels)
+    x = _extreme_int8(rng, (height, width, channels))
+    pad = -77
+    padded = np.pad(x, ((kh, kh), (kw, kw), (0, 0)), constant_values=pad).astype(np.int64)
+    filters = 5
+    if kind == "dw":
+        w = _extreme_int8(rng, (kh, kw, channels))
+        name, c = arm_dsp.depthwise_kernel_name(channels, kh, kw), arm_dsp.depthwise_kernel_c(channels, kh, kw, True)
+        count = channels
+    else:
+        w = _extreme_int8(rng, (filters, kh, kw, channels))
+        rows = arm_dsp.rows_per_call(filters)
+        name, c = (
+            arm_dsp.conv_pixel_name(filters, rows, kh, kw, channels),
+            arm_dsp.conv_pixel_c(filters, rows, kh, kw, channels),
+        )
+        count = filters
+    origins = [(y0, x0) for y0 in range(1 - kh, height) for x0 in range(1 - kw, width)]
+    want = []
+    for y0, x0 in origins:
+        window = padded[y0 + kh : y0 + 2 * kh, x0 + kw : x0 + 2 * kw]
+        sums = window * w if kind == "dw" else window[None] * w
+        want += (sums.sum(axis=(0, 1)) if kind == "dw" else sums.sum(axis=(1, 2, 3))).tolist()
+    array = lambda a: ",".join(str(int(v)) for v in np.asarray(a).reshape(-1))  # noqa: E731
+    main = f"""{c}
+#include <stdio.h>
+static const int8_t x[{x.size}] = {{{array(x)}}};
+static const int8_t w[{w.size}] = {{{array(w)}}};
+static const int32_t origins[{2 * len(origins)}] = {{{array(origins)}}};
+int main(void) {{
+  int32_t out[{count}];
+  for (int i = 0; i < {len(origins)}; ++i) {{
+    int y0 = origins[2 * i], x0 = origins[2 * i + 1];
+    if (y0 >= 0 && x0 >= 0 && y0 + {kh} <= {height} && x0 + {kw} <= {width})
+      {name}(x + (y0 * {width} + x0) * {channels}, {width * channels}, w, out);
+    else
+      {name}_border(x, {height}, {width}, y0, x0, {pad}, w, out);
+    for (int c = 0; c < {count}; ++c) printf("%ld\\n", (long)out[c]);
+  }}
+  return 0;
+}}
+"""
+    got = _host_c_output(main, tmp_path)
     assert got == want
 
 
@@ -542,9 +654,6 @@ def test_the_requantization_function_is_the_importers_arithmetic(shifts, tmp_pat
     """relay_aot_requantize (C) equals the importer's Relay arithmetic for
     MultiplyByQuantizedMultiplier on int32 extremes and random values, and the pass recognises
     each of the importer's three forms of the rounding division, with its constants."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no host C compiler")
     from relay_aot.frontends import tflite_exact
 
     rng = np.random.default_rng(len(str(shifts)))
@@ -594,10 +703,7 @@ int main(void) {{
   return 0;
 }}
 """
-    source, executable = tmp_path / "main.c", tmp_path / "main"
-    source.write_text(main.replace("-2147483648", "(-2147483647 - 1)"))
-    subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", str(source), "-o", str(executable)], check=True)
-    got = [int(v) for v in subprocess.run([str(executable)], capture_output=True, text=True).stdout.split()]
+    got = _host_c_output(main.replace("-2147483648", "(-2147483647 - 1)"), tmp_path)
     assert got == want.reshape(-1).tolist()
 
 

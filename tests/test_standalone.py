@@ -410,6 +410,87 @@ def test_static_program_gets_planned_storage_and_no_arena(tmp_path):
     assert "unit0.cc" not in package.files  # the one function sits beside the entry, inlined
 
 
+def test_the_plan_keeps_the_smaller_of_two_first_fit_orders():
+    """Two buffers live at step 0, one of them and a larger one at step 1: first fit in the
+    order made leaves a gap below the larger one; by decreasing size it goes first."""
+    from relay_aot.backends.standalone.plan import Interval, pack, place
+
+    a, b, c = Interval((1, -1), 32, 0, 0), Interval((2, -1), 32, 0, 1), Interval((3, -1), 48, 1, 2)
+    intervals = [a, b, c]
+    assert place(intervals, [0, 1, 2]) == ({a.key: 0, b.key: 32, c.key: 64}, 112)
+    assert pack(intervals) == ({c.key: 0, a.key: 0, b.key: 48}, 80)
+    assert pack([]) == ({}, 0)
+
+
+def test_a_reshape_between_kernels_is_its_inputs_storage(tmp_path):
+    """A reshape kernel's result is its input's bytes: not called, no storage of its own, and
+    the input is live until the reshape's reader has run."""
+    rng = np.random.default_rng(0)
+    x = relay.var("x", shape=(4, 16))
+    w1 = relay.const(rng.standard_normal((16, 16)).astype("float32"))
+    w2 = relay.const(rng.standard_normal((8, 32)).astype("float32"))
+    hidden = relay.nn.relu(relay.nn.dense(x, w1))  # (4, 16): 256 bytes, planned
+    out = relay.nn.dense(relay.reshape(hidden, (2, 32)), w2)  # straight into the caller's buffer
+    mod = tvm.IRModule.from_expr(relay.Function([x], out))
+    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="m")
+    assert package.planned_size == 256
+    entry = (package.directory / "entry.cc").read_text()
+    assert "_fused_reshape(" not in entry
+    assert re.search(r"Value v\d+ = v\d+;  // \(2, 32\): its input's bytes", entry), entry
+    row = TARGETS["host"]
+    sa.skip_without_tools(row)
+    sa.make_package(package)
+    args = [rng.standard_normal((4, 16)).astype("float32")]
+    rc, error, outputs = sa.run_c_main(package, args, work=tmp_path)
+    assert rc == 0, error
+    np.testing.assert_allclose(outputs[0], _flatten(run_reference(mod, args))[0], rtol=1e-4, atol=1e-5)
+
+
+def test_the_stack_is_the_deepest_chain_of_frames():
+    """GCC's call graph (``-fcallgraph-info=su``): frames add along the deepest chain; a function
+    it did not compile counts as none; a frame of run-time size or recursion: not measured."""
+    from relay_aot.backends.standalone.stack import call_graph, deepest
+
+    text = "\n".join(
+        [
+            'graph: { title: "entry.cc"',
+            'node: { title: "run" label: "int32_t run()\\nentry.cc:1:1\\n16 bytes (static)" }',
+            'node: { title: "k0" label: "k0\\nkernels.c:2:1\\n40 bytes (static)" }',
+            'node: { title: "k1" label: "k1\\nkernels.c:3:1\\n24 bytes (static)" }',
+            'node: { title: "kernels.c:micro.isra.0" label: "micro\\nkernels.c:4:1\\n32 bytes (static)" }',
+            'node: { title: "memcpy" label: "__builtin_memcpy\\n<built-in>" shape : ellipse }',
+            'edge: { sourcename: "run" targetname: "k0" label: "entry.cc:5:1" }',
+            'edge: { sourcename: "run" targetname: "k1" label: "entry.cc:6:1" }',
+            'edge: { sourcename: "k1" targetname: "kernels.c:micro.isra.0" label: "kernels.c:7:1" }',
+            'edge: { sourcename: "k0" targetname: "memcpy" }',
+            "}",
+        ]
+    )
+    frames, calls = call_graph(text)
+    assert frames == {"run": 16, "k0": 40, "k1": 24, "kernels.c:micro.isra.0": 32}
+    assert deepest("run", frames, calls) == 16 + 24 + 32
+    assert deepest("run", {**frames, "k0": None}, calls) is None
+    assert deepest("run", frames, {**calls, "kernels.c:micro.isra.0": {"run"}}) is None
+
+
+def test_a_cortex_m4_package_states_the_stack_its_run_needs(tmp_path):
+    """With the target's GCC installed the header gives the stack a run needs, as GCC measured
+    the package's functions with the target's flags."""
+    mod, _ = mlp()
+    package = relay_aot.export_standalone(mod, tmp_path / "pkg", name="mlp", target="cortex-m4")
+    header = package.header.read_text()
+    try:
+        sa.tool(TARGETS["cortex-m4"], "gcc")
+    except sa.ToolMissing:
+        assert package.stack_size is None and "STACK_SIZE" not in header
+        return
+    assert package.stack_size is not None and 0 < package.stack_size < 1024
+    assert f"#define TVMGEN_MLP_STACK_SIZE {package.stack_size}\n" in header
+    assert "compiled with arm-none-eabi-gcc -mcpu=cortex-m4 " in header
+    host = relay_aot.export_standalone(mod, tmp_path / "host", name="mlp")
+    assert host.stack_size is None, "LLVM's kernels.o: not measured"
+
+
 def test_kernel_scratch_is_planned_storage_and_the_entry_has_no_state(tmp_path):
     """The MLP with its weights as inputs: the dense kernels pack the weights into scratch
     memory, which is planned beside the intermediate (no workspace call, no arena)."""

@@ -26,7 +26,12 @@ guarded by a macro named like it, so kernels of the same shape share one definit
 ``kernels.c``. The C is part of this module, so it is in relay_aot's code digest (the build
 cache's keys). A constant ``nn.pad`` on these targets is relay_aot's as well (:func:`pad_compute`): its bound
 tests marked ``likely`` and the kernel lowered with TVM's loop partitioning
-(:func:`partitioning`), so the interior is copied without a test per element.
+(:func:`partitioning`), so the interior is copied without a test per element. A pad whose kernel
+only pads the input of one of these convolutions is merged into the convolution's kernel
+(``passes/arm_dsp.py``'s ``pads_into_convolutions``), which then reads the unpadded image: an
+output pixel whose window is inside it calls the micro-kernel on the image itself, one whose
+window leaves it calls the micro-kernel's ``_border`` variant, which reads the pad value there
+(:class:`Padding`): no padded copy of the activation is stored, as CMSIS-NN stores none.
 
 TVM's strategy applies elsewhere, and everywhere outside :func:`building`
 (``relay.build``, TVM's executors and AutoTVM in the same process are unchanged).
@@ -35,6 +40,7 @@ TVM's strategy applies elsewhere, and everywhere outside :func:`building`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import tvm
 from tvm import te
@@ -88,6 +94,33 @@ static inline __attribute__((always_inline)) int32_t relay_aot_requantize(int32_
   int32_t high = (int32_t)(((int64_t)shifted * m + ((int64_t)1 << 30)) >> 31);
   int32_t threshold = (mask >> 1) + (high < 0);
   return (high >> right) + ((high & mask) > threshold);
+}
+#endif
+"""
+
+
+#: Copies the window of an output pixel whose window leaves the image (a convolution whose
+#: padding its kernel does: :func:`conv_pixel_c`), defined once per ``kernels.c``.
+_WINDOW = """
+#ifndef RELAY_AOT_WINDOW_S8
+#define RELAY_AOT_WINDOW_S8
+/* window = the kh x kw pixels (channels int8 each) from row y0, column x0 of the height x width
+   image x, row after row; the pixels outside the image are `pad` (relay_aot) */
+static void relay_aot_window_s8(int8_t* window, const int8_t* x, int32_t height, int32_t width, int32_t channels,
+                                int32_t kh, int32_t kw, int32_t y0, int32_t x0, int32_t pad) {
+  int32_t lo = x0 < 0 ? -x0 : 0, hi = width - x0 < kw ? width - x0 : kw; /* the columns inside */
+  int32_t row = kw * channels;
+  if (hi < lo) hi = lo;
+  for (int32_t i = 0; i < kh; ++i, window += row) {
+    int32_t y = y0 + i;
+    if (y < 0 || y >= height || hi == lo) {
+      memset(window, pad, row);
+      continue;
+    }
+    memset(window, pad, lo * channels);
+    memcpy(window + lo * channels, x + (y * width + x0 + lo) * channels, (hi - lo) * channels);
+    memset(window + hi * channels, pad, (kw - hi) * channels);
+  }
 }
 #endif
 """
@@ -163,19 +196,104 @@ static int32_t {signature} {{
 """
 
 
+def conv_pixel_name(filters: int, rows: int, kh: int, kw: int, channels: int) -> str:
+    """The C function computing all ``filters`` sums of one output pixel of a convolution whose
+    kernel does its padding (:func:`conv_pixel_c`)."""
+    return f"relay_aot_conv_s8_o{filters}_r{rows}_k{kh}x{kw}x{channels}"
+
+
+def conv_pixel_c(filters: int, rows: int, kh: int, kw: int, channels: int) -> str:
+    """C of :func:`conv_pixel_name` and of its ``_border`` variant. The first gives the sums
+    ``out[f]``, ``f < filters``, of a window inside the image (``kh`` rows of ``kw * channels``
+    int8, ``x_row`` apart) by :func:`micro_kernel_c`'s function, ``rows`` filters a call; the
+    second those of the pixel whose window starts at row ``y0``, column ``x0`` of the
+    ``height x width`` image ``x`` and leaves it: its window copied first (on the stack,
+    ``kh * kw * channels`` bytes), the pixels outside it the pad value (the input's zero point,
+    as the pad kernel it replaces wrote)."""
+    name = conv_pixel_name(filters, rows, kh, kw, channels)
+    depth = kw * channels
+    inner = micro_kernel_name(rows, depth, kh)
+    return f"""{micro_kernel_c(rows, depth, kh)}{_WINDOW}
+#ifndef {name.upper()}
+#define {name.upper()}
+/* out[f], f < {filters}: the filters' sums over the window at x ({kh} rows of {depth} int8, x_row apart) (relay_aot) */
+static int32_t {name}(const int8_t* x, int32_t x_row, const int8_t* w, int32_t* out) {{
+  for (int32_t f = 0; f < {filters}; f += {rows}) {{
+    {inner}(x, x_row, w + f * {kh * depth}, out + f);
+  }}
+  return 0;
+}}
+/* the same at the pixel whose window starts at row y0, column x0 of the height x width image x and
+   leaves it: the window copied, `pad` outside the image (relay_aot) */
+static int32_t {name}_border(const int8_t* x, int32_t height, int32_t width, int32_t y0, int32_t x0, int32_t pad,
+                             const int8_t* w, int32_t* out) {{
+  int8_t window[{kh * depth}];
+  relay_aot_window_s8(window, x, height, width, {channels}, {kh}, {kw}, y0, x0, pad);
+  return {name}(window, {depth}, w, out);
+}}
+#endif
+"""
+
+
 def depthwise_kernel_name(channels: int, kh: int, kw: int) -> str:
     """The C function computing one output pixel of a depthwise convolution (all channels)."""
     return f"relay_aot_dw_s8_c{channels}_k{kh}x{kw}"
 
 
-def depthwise_kernel_c(channels: int, kh: int, kw: int) -> str:
+def depthwise_kernel_c(channels: int, kh: int, kw: int, border: bool = False) -> str:
     """C of :func:`depthwise_kernel_name`: ``out[c] = sum x[i * x_row + j * channels + c] *
     w[(i * kw + j) * channels + c]`` over the window (``i < kh``, ``j < kw``). Four channels at
     a time: four int8 of the input and of the weights as one word each, widened by ``SXTB16``,
-    each channel's product by ``SMLABB``/``SMLATT`` (its own accumulator, in a register)."""
+    each channel's product by ``SMLABB``/``SMLATT`` (its own accumulator, in a register).
+
+    ``border``: also its ``_border`` variant, for a depthwise convolution whose kernel does its
+    padding: the sums at the pixel whose window starts at row ``y0``, column ``x0`` of the
+    ``height x width`` image ``x`` and leaves it, each tap read through a pointer to its pixel
+    or, outside the image, to a row of the pad value (the input's zero point, as the pad kernel
+    it replaces wrote): ``channels`` bytes and ``kh * kw`` pointers of stack."""
     name = depthwise_kernel_name(channels, kh, kw)
+    inside = _depthwise_function(
+        name,
+        channels,
+        kh,
+        kw,
+        "const int8_t* x, int32_t x_row, const int8_t* w, int32_t* out",
+        "",
+        lambda i, j: f"x + {i} * x_row + {j * channels}",
+        f"""/* out[c] = sum over the {kh}x{kw} window of x[i * x_row + j * {channels} + c] * w[(i * {kw} + j) * {channels} + c],
+   for c < {channels} (relay_aot) */""",
+    )
+    if not border:
+        return f"{_COMMON}{inside}"
+    taps = kh * kw
+    prelude = f"""  int8_t fill[{channels}];
+  const int8_t* tap[{taps}];
+  memset(fill, pad, {channels});
+  for (int32_t t = 0; t < {taps}; ++t) {{
+    int32_t y = y0 + t / {kw}, column = x0 + t % {kw};
+    tap[t] = y >= 0 && y < height && column >= 0 && column < width ? x + (y * width + column) * {channels} : fill;
+  }}
+"""
+    outside = _depthwise_function(
+        name + "_border",
+        channels,
+        kh,
+        kw,
+        "const int8_t* x, int32_t height, int32_t width, int32_t y0, int32_t x0, int32_t pad, const int8_t* w, "
+        "int32_t* out",
+        prelude,
+        lambda i, j: f"tap[{i * kw + j}]",
+        f"""/* the sums of {name} at the pixel whose window starts at row y0, column x0 of the height x width
+   image x and leaves it, the taps outside the image `pad` (relay_aot) */""",
+    )
+    return f"{_COMMON}{inside}{outside}"
+
+
+def _depthwise_function(name: str, channels: int, kh: int, kw: int, params: str, prelude: str, tap, doc: str) -> str:
+    """One depthwise micro-kernel: ``prelude``, then the sums over the taps, tap ``(i, j)``'s
+    ``channels`` int8 at the address ``tap(i, j)``."""
     taps = "\n".join(
-        f"      xv = relay_aot_s8x4(x + {i} * x_row + {j * channels} + c);\n"
+        f"      xv = relay_aot_s8x4({tap(i, j)} + c);\n"
         f"      wv = relay_aot_s8x4(w + {(i * kw + j) * channels} + c);\n"
         "      xe = __sxtb16(xv); xo = relay_aot_sxtb16_ror8(xv);\n"
         "      we = __sxtb16(wv); wo = relay_aot_sxtb16_ror8(wv);\n"
@@ -185,9 +303,7 @@ def depthwise_kernel_c(channels: int, kh: int, kw: int) -> str:
         for j in range(kw)
     )
     scalar = " + ".join(
-        f"(int32_t)x[{i} * x_row + {j * channels} + c] * w[{(i * kw + j) * channels} + c]"
-        for i in range(kh)
-        for j in range(kw)
+        f"(int32_t)({tap(i, j)})[c] * w[{(i * kw + j) * channels} + c]" for i in range(kh) for j in range(kw)
     )
     dsp = ""
     if channels >= 4:
@@ -203,13 +319,12 @@ def depthwise_kernel_c(channels: int, kh: int, kw: int) -> str:
   }}
 #endif
 """
-    return f"""{_COMMON}
+    return f"""
 #ifndef {name.upper()}
 #define {name.upper()}
-/* out[c] = sum over the {kh}x{kw} window of x[i * x_row + j * {channels} + c] * w[(i * {kw} + j) * {channels} + c],
-   for c < {channels} (relay_aot) */
-static int32_t {name}(const int8_t* x, int32_t x_row, const int8_t* w, int32_t* out) {{
-  int32_t c = 0;
+{doc}
+static int32_t {name}({params}) {{
+{prelude}  int32_t c = 0;
 {dsp}  for (; c < {channels}; ++c) {{
     out[c] = {scalar};
   }}
@@ -261,47 +376,133 @@ def dense_compute(data: te.Tensor, weight: te.Tensor) -> te.Tensor:
     )
 
 
-def conv_compute(data: te.Tensor, weight: te.Tensor, strides, dilation) -> te.Tensor:
-    """The unpadded ``NHWC`` convolution of ``data`` with ``OHWI`` ``weight`` in int32 (what
-    TVM's ``nn.conv2d`` computes; the input's width dilation is 1)."""
+@dataclasses.dataclass(frozen=True)
+class Padding:
+    """The padding a convolution's kernel does itself (a pad kernel's, merged into it by
+    ``passes/arm_dsp.py``): rows above and below the image, columns left and right of it, all
+    ``value``."""
+
+    top: int
+    left: int
+    bottom: int
+    right: int
+    value: int
+
+    def attrs(self) -> dict:
+        return {"pad": [self.top, self.left, self.bottom, self.right, self.value]}
+
+    @staticmethod
+    def of(op: te.ComputeOp) -> Padding | None:
+        """The padding a convolution stage does (:meth:`attrs`), None if it does none."""
+        return Padding(*(int(v) for v in op.attrs["pad"])) if "pad" in op.attrs else None
+
+
+def padded_input(t: te.Tensor) -> tuple[te.Tensor, Padding] | None:
+    """``(image, padding)`` where ``t`` is relay_aot's pad (:func:`pad_compute`) of a batch of
+    one ``NHWC`` image, on its rows and columns only, with a constant value; else None."""
+    if not isinstance(t.op, te.ComputeOp) or t.op.tag != PAD_TAG:
+        return None
+    data, value = t.op.input_tensors
+    before, after = ([int(v) for v in t.op.attrs[key]] for key in ("pad_before", "pad_after"))
+    constant = value.op.body[0] if isinstance(value.op, te.ComputeOp) and not value.op.input_tensors else None
+    if (
+        len(data.shape) != 4
+        or int(data.shape[0]) != 1
+        or before[0] != 0
+        or after[0] != 0
+        or before[3] != 0
+        or after[3] != 0
+        or not isinstance(constant, tvm.tir.IntImm)
+    ):
+        return None
+    return data, Padding(before[1], before[2], after[1], after[2], int(constant))
+
+
+def conv_compute(data: te.Tensor, weight: te.Tensor, strides, dilation, padding: Padding | None = None) -> te.Tensor:
+    """The ``NHWC`` convolution of ``data`` with ``OHWI`` ``weight`` in int32 (what TVM's
+    ``nn.conv2d`` computes; the input's width dilation is 1). With ``padding`` the window of a
+    pixel near the edges reaches outside ``data``: only :func:`dense_schedule`'s kernel, which
+    reads the pad value there instead, computes it."""
     n, height, width, channels = get_const_tuple(data.shape)
     filters, kh, kw, _ = get_const_tuple(weight.shape)
     (sh, sw), dh = strides, dilation
+    pad = padding or Padding(0, 0, 0, 0, 0)
+    height, width = height + pad.top + pad.bottom, width + pad.left + pad.right
     oh, ow = (height - (kh - 1) * dh - 1) // sh + 1, (width - kw) // sw + 1
     rh, rw, rc = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw"), te.reduce_axis((0, channels), "rc")
     return te.compute(
         (n, oh, ow, filters),
         lambda b, y, x, f: te.sum(
-            data[b, y * sh + rh * dh, x * sw + rw, rc].astype("int32") * weight[f, rh, rw, rc].astype("int32"),
+            data[b, y * sh + rh * dh - pad.top, x * sw + rw - pad.left, rc].astype("int32")
+            * weight[f, rh, rw, rc].astype("int32"),
             axis=[rh, rw, rc],
         ),
         name="conv",
         tag=CONV_TAG,
-        attrs={"dilation": dh},
+        attrs={"dilation": dh, "strides": [sh, sw], **(padding.attrs() if padding else {})},
     )
 
 
-def _pixel_call(name: str):
+@dataclasses.dataclass(frozen=True)
+class _Border:
+    """Where the window of the output pixel ``(y, x)`` (the anchor's loop variables) starts in
+    the ``height x width`` image, for a convolution that does its ``padding``."""
+
+    y: tvm.tir.Var
+    x: tvm.tir.Var
+    strides: tuple[int, int]
+    padding: Padding
+    height: int
+    width: int
+    kh: int
+    kw: int
+
+    @staticmethod
+    def of(s: te.Schedule, anchor: te.Tensor, kh: int, kw: int) -> _Border | None:
+        padding = Padding.of(anchor.op)
+        if padding is None:
+            return None
+        _, height, width, _ = get_const_tuple(anchor.op.input_tensors[0].shape)
+        _, y, x, _ = s[anchor].op.axis
+        sh, sw = (int(v) for v in anchor.op.attrs["strides"])
+        return _Border(y.var, x.var, (sh, sw), padding, height, width, kh, kw)
+
+    def call(self, name: str, image: tvm.tir.Var, w: tvm.tir.PrimExpr, out: tvm.tir.PrimExpr) -> tvm.tir.PrimExpr:
+        """The call of ``name``'s ``_border`` variant for this pixel (``image``: the image's
+        address)."""
+        y0, x0 = self.y * self.strides[0] - self.padding.top, self.x * self.strides[1] - self.padding.left
+        args = [image, self.height, self.width, y0, x0, self.padding.value, w, out]
+        return tvm.tir.call_extern("int32", name + "_border", *args)
+
+    def inside(self) -> tvm.tir.PrimExpr:
+        """Whether the pixel's window is inside the image."""
+        y0, x0 = self.y * self.strides[0] - self.padding.top, self.x * self.strides[1] - self.padding.left
+        return tvm.tir.all(y0 >= 0, x0 >= 0, y0 <= self.height - self.kh, x0 <= self.width - self.kw)
+
+
+def _pixel_call(name: str, border: _Border | None = None):
     """The body of a convolution intrinsic: one call of micro-kernel ``name`` with the input's
-    address and row stride, the weights' and the output's addresses."""
+    address and row stride, the weights' and the output's addresses; with ``border``, that call
+    where the pixel's window is inside the image, else its ``_border`` variant's."""
 
     def body(ins, outs):
         aa, bb = ins
-        ib = tvm.tir.ir_builder.create()
-        ib.emit(
-            tvm.tir.call_extern(
-                "int32", name, aa.access_ptr("r"), aa.strides[1], bb.access_ptr("r"), outs[0].access_ptr("w")
-            )
-        )
-        return ib.get()
+        w, out = bb.access_ptr("r"), outs[0].access_ptr("w")
+        inside = tvm.tir.Evaluate(tvm.tir.call_extern("int32", name, aa.access_ptr("r"), aa.strides[1], w, out))
+        if border is None:
+            return inside
+        return tvm.tir.IfThenElse(border.inside(), inside, tvm.tir.Evaluate(border.call(name, aa.data, w, out)))
 
     return body
 
 
-def _conv_intrinsic(rows: int, kh: int, kw: int, channels: int, dilation: int) -> te.TensorIntrin:
+def _conv_intrinsic(
+    rows: int, kh: int, kw: int, channels: int, dilation: int, name: str | None = None, border: _Border | None = None
+) -> te.TensorIntrin:
     """``rows`` output channels of one output pixel: one call of the convolution micro-kernel
     (the window's ``kh`` rows of ``kw * channels`` contiguous int8 each, the input's row stride
-    passed)."""
+    passed), or of C function ``name`` (:func:`conv_pixel_c`, ``border`` as for
+    :func:`_pixel_call`)."""
     a = te.placeholder((1, (kh - 1) * dilation + 1, kw, channels), name="a", dtype="int8")
     b = te.placeholder((rows, kh, kw, channels), name="b", dtype="int8")
     rh, rw, rc = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw"), te.reduce_axis((0, channels), "rc")
@@ -320,31 +521,36 @@ def _conv_intrinsic(rows: int, kh: int, kw: int, channels: int, dilation: int) -
     c_buf = tvm.tir.decl_buffer(
         c.shape, c.dtype, name="C", offset_factor=1, strides=[te.var("c_n"), te.var("c_h"), te.var("c_w"), 1]
     )
-    name = micro_kernel_name(rows, kw * channels, kh, dilation)
-    return te.decl_tensor_intrin(c.op, _pixel_call(name), binds={a: a_buf, b: b_buf, c: c_buf})
+    name = name or micro_kernel_name(rows, kw * channels, kh, dilation)
+    return te.decl_tensor_intrin(c.op, _pixel_call(name, border), binds={a: a_buf, b: b_buf, c: c_buf})
 
 
-def depthwise_compute(data: te.Tensor, weight: te.Tensor, strides) -> te.Tensor:
-    """The unpadded, undilated ``NHWC`` depthwise convolution (multiplier 1) of ``data`` with
-    ``HWOI`` ``weight`` (``kh x kw x C x 1``) in int32."""
+def depthwise_compute(data: te.Tensor, weight: te.Tensor, strides, padding: Padding | None = None) -> te.Tensor:
+    """The undilated ``NHWC`` depthwise convolution (multiplier 1) of ``data`` with ``HWOI``
+    ``weight`` (``kh x kw x C x 1``) in int32; ``padding`` as for :func:`conv_compute`."""
     n, height, width, channels = get_const_tuple(data.shape)
     kh, kw, _, _ = get_const_tuple(weight.shape)
     sh, sw = strides
+    pad = padding or Padding(0, 0, 0, 0, 0)
+    height, width = height + pad.top + pad.bottom, width + pad.left + pad.right
     oh, ow = (height - kh) // sh + 1, (width - kw) // sw + 1
     rh, rw = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw")
     return te.compute(
         (n, oh, ow, channels),
         lambda b, y, x, c: te.sum(
-            data[b, y * sh + rh, x * sw + rw, c].astype("int32") * weight[rh, rw, c, 0].astype("int32"),
+            data[b, y * sh + rh - pad.top, x * sw + rw - pad.left, c].astype("int32")
+            * weight[rh, rw, c, 0].astype("int32"),
             axis=[rh, rw],
         ),
         name="depthwise",
         tag=DEPTHWISE_TAG,
+        attrs={"strides": [sh, sw], **(padding.attrs() if padding else {})},
     )
 
 
-def _depthwise_intrinsic(channels: int, kh: int, kw: int) -> te.TensorIntrin:
-    """All channels of one output pixel: one call of the depthwise micro-kernel."""
+def _depthwise_intrinsic(channels: int, kh: int, kw: int, border: _Border | None = None) -> te.TensorIntrin:
+    """All channels of one output pixel: one call of the depthwise micro-kernel (``border`` as
+    for :func:`_pixel_call`)."""
     a = te.placeholder((1, kh, kw, channels), name="a", dtype="int8")
     b = te.placeholder((kh, kw, channels, 1), name="b", dtype="int8")
     rh, rw = te.reduce_axis((0, kh), "rh"), te.reduce_axis((0, kw), "rw")
@@ -362,7 +568,7 @@ def _depthwise_intrinsic(channels: int, kh: int, kw: int) -> te.TensorIntrin:
         c.shape, c.dtype, name="C", offset_factor=1, strides=[te.var("c_n"), te.var("c_h"), te.var("c_w"), 1]
     )
     name = depthwise_kernel_name(channels, kh, kw)
-    return te.decl_tensor_intrin(c.op, _pixel_call(name), binds={a: a_buf, b: b_buf, c: c_buf})
+    return te.decl_tensor_intrin(c.op, _pixel_call(name, border), binds={a: a_buf, b: b_buf, c: c_buf})
 
 
 def dense_schedule(outs) -> te.Schedule:
@@ -380,9 +586,22 @@ def dense_schedule(outs) -> te.Schedule:
     if anchor.op.tag == DEPTHWISE_TAG:
         # one call per output pixel, all its channels; the fused operators after it per pixel
         kh, kw, channels, _ = get_const_tuple(weight.shape)
+        border = _Border.of(s, anchor, kh, kw)
         *_, k = s[anchor].op.axis
-        s[anchor].tensorize(k, _depthwise_intrinsic(channels, kh, kw))
-        s[anchor].pragma(s[anchor].op.axis[2], "import_c", depthwise_kernel_c(channels, kh, kw))
+        s[anchor].tensorize(k, _depthwise_intrinsic(channels, kh, kw, border))
+        s[anchor].pragma(s[anchor].op.axis[2], "import_c", depthwise_kernel_c(channels, kh, kw, border is not None))
+        if not last.op.same_as(anchor.op):
+            s[anchor].compute_at(s[last], s[last].op.axis[2])
+        return s
+    if anchor.op.tag == CONV_TAG and Padding.of(anchor.op) is not None:
+        # a convolution that does its padding: one call per output pixel, all its filters
+        # (:func:`conv_pixel_c`: a window leaving the image is copied once for all of them)
+        filters, kh, kw, channels = get_const_tuple(weight.shape)
+        border = _Border.of(s, anchor, kh, kw)
+        *_, j = s[anchor].op.axis
+        name = conv_pixel_name(filters, rows, kh, kw, channels)
+        s[anchor].tensorize(j, _conv_intrinsic(filters, kh, kw, channels, 1, name, border))
+        s[anchor].pragma(s[anchor].op.axis[2], "import_c", conv_pixel_c(filters, rows, kh, kw, channels))
         if not last.op.same_as(anchor.op):
             s[anchor].compute_at(s[last], s[last].op.axis[2])
         return s
@@ -464,8 +683,10 @@ def _dense_strategy(attrs, inputs, out_type, target):
 
 def _conv2d_compute(attrs, inputs, out_type):
     strides = tuple(int(v) for v in attrs.strides)
-    conv = conv_compute(inputs[0], inputs[1], strides, int(attrs.dilation[0]))
-    return [conv]
+    data, padding = padded_input(inputs[0]) or (inputs[0], None)
+    if int(attrs.dilation[0]) != 1:
+        data, padding = inputs[0], None  # the window copy of conv_pixel_c is undilated
+    return [conv_compute(data, inputs[1], strides, int(attrs.dilation[0]), padding)]
 
 
 def depthwise_applies(attrs, inputs, out_type, target) -> bool:
@@ -491,7 +712,8 @@ def depthwise_applies(attrs, inputs, out_type, target) -> bool:
 
 
 def _depthwise_compute(attrs, inputs, out_type):
-    return [depthwise_compute(inputs[0], inputs[1], tuple(int(v) for v in attrs.strides))]
+    data, padding = padded_input(inputs[0]) or (inputs[0], None)
+    return [depthwise_compute(data, inputs[1], tuple(int(v) for v in attrs.strides), padding)]
 
 
 def _conv2d_strategy(attrs, inputs, out_type, target):
@@ -571,7 +793,13 @@ def pad_compute(data: te.Tensor, value: te.Tensor, pad_width) -> te.Tensor:
             return source
         return tvm.tir.if_then_else(tvm.tir.all(*conditions), source, value().astype(data.dtype))
 
-    return te.compute(shape, element, name="T_pad", tag=PAD_TAG)
+    return te.compute(
+        shape,
+        element,
+        name="T_pad",
+        tag=PAD_TAG,
+        attrs={"pad_before": [b for b, _ in widths], "pad_after": [a for _, a in widths]},
+    )
 
 
 def _pad_compute(attrs, inputs, out_type):
@@ -603,8 +831,8 @@ def partitioning(ops, target: tvm.target.Target) -> contextlib.AbstractContextMa
     PassContext with TVM's loop partitioning of ``likely`` conditions (what :func:`pad_compute`
     writes); otherwise nothing. Only the pad's kernel: elsewhere ``likely`` marks split tails,
     whose partitioning would change kernels this does not mean to."""
-    if "nn.pad" not in ops or not target.features.has_dsp:
-        return contextlib.nullcontext()
+    if "nn.pad" not in ops or "nn.conv2d" in ops or not target.features.has_dsp:
+        return contextlib.nullcontext()  # a convolution that does its padding reads no pad's loops
     current = tvm.transform.PassContext.current()
     config = dict(current.config)
     config["tir.LoopPartition"] = {"partition_const_loop": True}

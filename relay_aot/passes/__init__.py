@@ -300,6 +300,12 @@ def _integer_qdq_regions() -> tvm.transform.Pass:
     return _where_it_applies(relay.transform.FakeQuantizationToInteger())
 
 
+@tvm.transform.module_pass(opt_level=0, name="PadsIntoConvolutions")
+def pads_into_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`arm_dsp.pads_into_convolutions` as a pass, for the current target (see there)."""
+    return arm_dsp.pads_into_convolutions(mod, tvm.target.Target.current(allow_none=True))
+
+
 @tvm.transform.module_pass(opt_level=0, name="NarrowMultipliers")
 def narrow_multipliers(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:func:`arm_dsp.narrow_multipliers` as a pass, for the current target (see there)."""
@@ -546,9 +552,11 @@ def prepare_with_extents(
     if dsp:
         # after the last constant folding, which would fold the int32 constants' casts again
         sequence.append(narrow_multipliers)
+    sequence += [slices_end_kernels, relay.transform.FuseOps(fuse_level)]
+    if dsp:
+        # a pad's kernel merged into the convolution's that reads it, which then pads itself
+        sequence += [relay.transform.InferType(), pads_into_convolutions]
     sequence += [
-        slices_end_kernels,
-        relay.transform.FuseOps(fuse_level),
         symbolic.erase_pass,
         relay.transform.InferType(),
         relay.transform.ToANormalForm(),

@@ -28,6 +28,10 @@ dropped: it kept x86's convolution schedules from computing each stage of the re
 a loop of its own; relay_aot's DSP kernels apply the fused operators to each block of four
 sums right after the micro-kernel, and the int32 tensor between them is not stored. The sums
 are the same int32 sums, the requantization the same operators.
+
+After FuseOps, :func:`pads_into_convolutions` merges the kernel of a pad (the importer's, with the
+input's zero point) into the kernel of the one convolution of these forms that reads it: the
+convolution then pads its input itself and no padded copy is stored.
 """
 
 from __future__ import annotations
@@ -157,6 +161,8 @@ class _Rewrite(CallRewriter):
         super().__init__()
         #: a reshape made here -> its 2-D input, the channels, whether a stop_fusion may be dropped
         self.flat: dict[relay.Expr, tuple[relay.Expr, int, bool]] = {}
+        #: those of them past a kept stop_fusion (the second after the dense)
+        self.sealed: set[relay.Expr] = set()
         #: an OHWI convolution, and the elementwise operators of it up to its first stop_fusion
         self.open: set[relay.Expr] = set()
 
@@ -176,6 +182,10 @@ class _Rewrite(CallRewriter):
             rows = relay.reshape(new.args[0], [n * h * w, c])
             product = relay.nn.dense(rows, relay.const(weights), out_dtype="int32")
             return self._flat(product, [n, h, w, weights.shape[0]], weights.shape[0], True)
+        if call.op.name == "nn.pad" and new.args[0] in self.flat:
+            # the reshape a kernel of its own (it moves nothing), the pad alone in its kernel,
+            # which pads_into_convolutions can merge into the convolution reading it
+            return relay.Call(new.op, [relay.annotation.stop_fusion(new.args[0]), *new.args[1:]], new.attrs)
         if any(arg in self.open for arg in new.args):
             return self._after_convolution(call, new)
         return self._sink(call, new)
@@ -209,6 +219,12 @@ class _Rewrite(CallRewriter):
         if not found or shape is None or len({channels for _, channels, _ in found}) != 1:
             return None
         channels, open_ = found[0][1], all(o for _, _, o in found)
+        if all(arg in self.sealed for arg in new.args if arg in self.flat):
+            # past the kept stop_fusion nothing fuses into a dense's kernel; moved inside the
+            # reshape, a cast before a reduction (an average pool's sum) would fuse with the
+            # reshape instead of the sum (FuseOps fuses no injective group into a reduction)
+            # and store its int32 tensor
+            return None
         if call.op.name == _STOP_FUSION and open_:
             return self._flat(found[0][0], shape, channels, False)
         args = []
@@ -222,7 +238,10 @@ class _Rewrite(CallRewriter):
             if operand is None:
                 return None
             args.append(operand)
-        return self._flat(relay.Call(new.op, args, new.attrs), shape, channels, open_)
+        out = self._flat(relay.Call(new.op, args, new.attrs), shape, channels, open_)
+        if call.op.name == _STOP_FUSION:
+            self.sealed.add(out)
+        return out
 
 
 def rewrite(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
@@ -471,3 +490,118 @@ def requantizations(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.
     if not _dsp(target):
         return mod
     return rewrite_functions(mod, lambda func: _Requantize() if calls_any(func, {"right_shift"}) else None)
+
+
+def _primitive(expr: relay.Expr) -> relay.Function | None:
+    """The fused function ``expr`` calls, if it is a call of one."""
+    if isinstance(expr, relay.Call) and isinstance(expr.op, relay.Function):
+        attrs = expr.op.attrs
+        if attrs is not None and "Primitive" in attrs and int(attrs["Primitive"]) == 1:
+            return expr.op
+    return None
+
+
+def _takes_padding(conv: relay.Call) -> bool:
+    """Whether ``conv`` is a convolution relay_aot's DSP kernels compute and can pad the input
+    of: int8 ``NHWC`` data of a batch of one, into int32, no padding of its own, no dilation,
+    ``OHWI`` weights (:func:`_ohwi`'s) or depthwise ``HWOI`` ones of multiplier 1."""
+    attrs = conv.attrs
+    data, weight = conv.args
+    shape, kernel = _shape(data), _shape(weight)
+    if shape is None or kernel is None or len(shape) != 4 or shape[0] != 1 or len(kernel) != 4:
+        return False
+    if (
+        attrs.data_layout != "NHWC"
+        or str(attrs.out_layout) not in ("", "NHWC")
+        or any(int(p) != 0 for p in attrs.padding)
+        or any(int(d) != 1 for d in attrs.dilation)
+        or data.checked_type.dtype != "int8"
+        or weight.checked_type.dtype != "int8"
+        or conv.checked_type.dtype != "int32"
+    ):
+        return False
+    if attrs.kernel_layout == "OHWI":
+        return int(attrs.groups) == 1
+    return attrs.kernel_layout == "HWOI" and int(attrs.groups) == shape[3] == kernel[2] > 1 and kernel[3] == 1
+
+
+def _only_pad(call: relay.Expr) -> relay.Call | None:
+    """The pad of a fused function that only pads (``fn (x, v) { nn.pad(x, v) }``), called with a
+    constant value, on the rows and columns of an ``NHWC`` image; else None."""
+    func = _primitive(call)
+    if func is None or len(func.params) != 2 or _name(func.body) != "nn.pad":
+        return None
+    pad = func.body
+    if not (pad.args[0].same_as(func.params[0]) and pad.args[1].same_as(func.params[1])):
+        return None
+    widths = [[int(v) for v in w] for w in pad.attrs.pad_width]
+    if pad.attrs.pad_mode != "constant" or len(widths) != 4 or any(widths[0] + widths[3]):
+        return None
+    if not isinstance(call.args[1], relay.Constant):
+        return None
+    return pad
+
+
+class _PadsIntoConvolutions(relay.ExprMutator):
+    def __init__(self, uses: dict) -> None:
+        super().__init__()
+        self.uses = uses
+        self.changed = False
+
+    def visit_call(self, call: relay.Call) -> relay.Expr:
+        new = super().visit_call(call)
+        func = _primitive(new)
+        if func is None:
+            return new
+        convs = [n for n in _calls(func.body) if _name(n) == "nn.conv2d"]
+        if len(convs) != 1 or not _takes_padding(convs[0]):
+            return new
+        data = convs[0].args[0]
+        index = next((i for i, p in enumerate(func.params) if p.same_as(data)), None)
+        if index is None or self.uses.get(call.args[index], 0) != 1:
+            return new
+        pad = _only_pad(new.args[index])
+        if pad is None:
+            return new
+        image, value = new.args[index].args
+        param = relay.var(func.params[index].name_hint, new.args[index].op.params[0].type_annotation)
+        padded = relay.Call(pad.op, [param, value], pad.attrs)
+        body = relay.bind(func.body, {func.params[index]: padded})
+        params = [*func.params[:index], param, *func.params[index + 1 :]]
+        merged = relay.Function(params, body, func.ret_type, func.type_params, func.attrs)
+        self.changed = True
+        return relay.Call(merged, [*new.args[:index], image, *new.args[index + 1 :]], new.attrs, new.type_args)
+
+
+def _calls(expr: relay.Expr) -> list:
+    found: list = []
+    relay.analysis.post_order_visit(expr, lambda n: found.append(n) if isinstance(n, relay.Call) else None)
+    return found
+
+
+def _use_counts(func: relay.Function) -> dict:
+    """How many times each call of ``func`` (a dataflow graph) is an argument of another."""
+    counts: dict = {}
+    for call in _calls(func):
+        for arg in call.args:
+            counts[arg] = counts.get(arg, 0) + 1
+    if isinstance(func.body, relay.Call):
+        counts[func.body] = counts.get(func.body, 0) + 1
+    return counts
+
+
+def pads_into_convolutions(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
+    """``mod`` (after FuseOps, type-checked) with each kernel that only pads the input of one convolution
+    relay_aot's DSP kernels compute merged into that convolution's kernel (on targets with the
+    DSP extension; ``mod`` elsewhere).
+
+    The importer pads a convolution's input explicitly, with the input's zero point, which its
+    sums skip (the zero point is folded into the bias); a kernel of its own, the pad wrote a
+    padded copy of every such activation, which the convolution then read: the copy's bytes
+    beside the activation's (VWW: 38 KB of its 94 KB) and the instructions to write it. Merged,
+    the convolution's kernel reads the activation itself and the pad value where a window
+    leaves the image (``kernels/arm_dsp.py``'s ``_border`` functions), as CMSIS-NN's do.
+    """
+    if not _dsp(target):
+        return mod
+    return rewrite_functions(mod, lambda func: _PadsIntoConvolutions(_use_counts(func)))

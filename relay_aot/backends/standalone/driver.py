@@ -5,7 +5,8 @@ The request is lowered once, into the same control IR as every backend, with the
 output setting (``Config.standalone``: serial kernels with TVM's unpacked signature, built by
 LLVM for the package's target). The package holds:
 
-* ``tvmgen_<name>.h`` -- the host C API's header, plus the memory-sizing declarations;
+* ``tvmgen_<name>.h`` -- the host C API's header, plus the memory-sizing declarations (with
+  ``kernels.c``, when the target's GCC is installed, the stack a run needs: :mod:`.stack`);
 * ``program.h``, ``unit<N>.cc``, ``constants.cc``, ``entry.cc`` -- the generated C++
   (:mod:`.emit`), and ``relay_aot_standalone.h``, its runtime (copied);
 * TVM's kernels (none if the program has no kernel to build): ``kernels.o``, an object file
@@ -37,6 +38,7 @@ from ...version import __version__
 from ..cpp.capi import CApi, c_api, header_text
 from .emit import RUNTIME_HEADER, StandaloneEmitter, check_supported, standalone_header_extra
 from .plan import straight_line
+from .stack import measure as measure_stack
 from .targets import DEFAULT_WORKSPACE_SIZE, StandaloneTarget, resolve
 
 #: The flags every package's C++ needs, whatever the caller's CXXFLAGS: no exceptions, RTTI or
@@ -73,6 +75,8 @@ class Package:
     planned_size: int  #: bytes of storage planned at compile time
     files: tuple[str, ...]
     api: CApi  #: the C API: the fields of the input and output structs
+    #: bytes of stack a run needs, measured by the target's GCC (``stack.py``; None: not measured)
+    stack_size: int | None = None
 
     @property
     def library(self) -> Path:
@@ -193,11 +197,18 @@ def export_standalone(
     files["Makefile"] = makefile(name, units + ["constants.cc", "entry.cc"], kernel_file)
     contents.update(files)
     contents[RUNTIME_HEADER] = runtime_include_dir() / "standalone" / RUNTIME_HEADER
+    # the stack a run needs, measured by the target's GCC when it is installed (C kernels only)
+    stack = measure_stack(
+        contents, row, names.c_api(name, "run"), (*PACKAGE_CXXFLAGS, "-I."), (*PACKAGE_CFLAGS, f"-I{TVM_HEADERS_DIR}")
+    )
+    if stack is not None:
+        extra = standalone_header_extra(api, size, emitter.plan, (stack, " ".join([row.tool("gcc"), *row.cflags])))
+        files[api.header_name] = contents[api.header_name] = header_text(api, usage, tuple(extra))
     # the other kernel file of an earlier package in this directory would be linked too
     stale = [out / other for other in ("kernels.o", "kernels.c") if other != kernel_file]
     _write_package(out, contents, stale)
     written = tuple(sorted([*files, RUNTIME_HEADER] + ([kernel_file] if kernel_file else [])))
-    return Package(out, name, row, size, emitter.plan.size if emitter.plan else 0, written, api)
+    return Package(out, name, row, size, emitter.plan.size if emitter.plan else 0, written, api, stack)
 
 
 #: Where a package with C kernels keeps the three headers of TVM's C runtime API they include.

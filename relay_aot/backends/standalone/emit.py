@@ -393,6 +393,10 @@ class StandaloneEmitter(CppEmitter):
         single = isinstance(kernel.result, ir.TensorType)
         outputs = [var(v)] if single else [f"{var(v)}_{j}" for j in range(len(kernel.outputs))]
         e.comment(note)
+        if self.plan is not None and v.id in self.plan.views:
+            assert isinstance(v.type, ir.TensorType)  # a view's kernel makes one static tensor
+            e.line(f"Value {var(v)} = {var(self.plan.views[v.id])};", comment=f"{v.type.shape}: its input's bytes")
+            return
         if kernel.shape_func is not None:
             self.shape_function_call(kernel, per_param, outputs)
         out_args, allocated = [], False
@@ -767,15 +771,29 @@ def _words(c: np.ndarray) -> list[str]:
     return [f"0x{w:08x}" for w in np.frombuffer(raw, dtype="<u4")]
 
 
-def standalone_header_extra(api: CApi, workspace_size: int, plan: StoragePlan | None) -> list[str]:
-    """The declarations a standalone package's header adds to the host C API's."""
+def standalone_header_extra(
+    api: CApi, workspace_size: int, plan: StoragePlan | None, stack: tuple[int, str] | None = None
+) -> list[str]:
+    """The declarations a standalone package's header adds to the host C API's; ``stack``: the
+    bytes of stack a run needs and the compiler command that measured it (``stack.py``)."""
     macro, c = names.c_api_macro, names.c_api
     planned = plan.size if plan is not None else 0
+    measured = []
+    if stack is not None:
+        measured = [
+            "/* Bytes of stack a run needs: the deepest chain of calls (the entry, a kernel, the function it",
+            " * calls), each function's frame as GCC's -fstack-usage gave it when the package was written,",
+            f" * compiled with {stack[1]}",
+            " * (another compiler or other flags need another measure; the C library's memcpy and memset",
+            " * not counted). */",
+            f"#define {macro(api.model, 'STACK_SIZE')} {stack[0]}",
+        ]
     return [
         "/* Standalone package: memory. The arena serves the tensors, tuples, ADT cells, closures and",
         " * references a run makes (reset at the start of each run) and the kernels' scratch memory. */",
         f"#define {macro(api.model, 'WORKSPACE_SIZE')} {workspace_size} /* bytes of the built-in arena */",
         f"#define {macro(api.model, 'PLANNED_SIZE')} {planned} /* bytes of storage planned at compile time */",
+        *measured,
         "",
         "/* The most arena bytes the last run used (size a workspace with it). */",
         f"uint32_t {c(api.model, 'workspace_peak')}(void);",
