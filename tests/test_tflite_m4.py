@@ -70,6 +70,8 @@ def _check_on_the_cortex_m4(model: Path, tmp_path: Path) -> None:
     sa.skip_without_tools(M4)
     assert M4.cflags == FLAGS
     package = _command_line_package(model, tmp_path / "pkg")
+    header = (tmp_path / "pkg" / "tvmgen_m.h").read_text()
+    assert "relay_aot's own micro-kernels" in header and "STACK_SIZE" in header, "the header tells what it holds"
     sa.make_package(package)
     assert not sa.disallowed(sa.undefined_symbols(package))
     reference = Reference(model)

@@ -59,6 +59,15 @@ DENSE_TAG = "relay_aot_dense_s8_dsp"
 CONV_TAG = "relay_aot_conv2d_s8_dsp"
 DEPTHWISE_TAG = "relay_aot_depthwise_s8_dsp"
 
+#: How the micro-kernels' C functions are named (dense, convolution, depthwise).
+MICRO_KERNEL_PREFIXES = ("relay_aot_dot_s8_", "relay_aot_conv_s8_", "relay_aot_dw_s8_")
+
+
+def uses_micro_kernels(c_source: str) -> bool:
+    """Whether kernels printed as C (``c_source``) call any of relay_aot's micro-kernels."""
+    return any(prefix in c_source for prefix in MICRO_KERNEL_PREFIXES)
+
+
 #: Most rows of weights one micro-kernel call computes (its accumulators stay in registers).
 MAX_ROWS = 4
 

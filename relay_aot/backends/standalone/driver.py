@@ -33,6 +33,7 @@ from ...builder.cache import check_replaceable, file_kind, write_atomic
 from ...builder.toolchain import runtime_include_dir, tvm_include_dirs
 from ...errors import CompileError, UnsupportedError
 from ...ir.signature import Signature
+from ...kernels import arm_dsp
 from ...request import Request
 from ...version import __version__
 from ..cpp.capi import CApi, c_api, header_text
@@ -192,6 +193,12 @@ def export_standalone(
             f" * printed by its C code generator ({row.kernel_c_target}), compiled by the toolchain",
             " * and CFLAGS the Makefile is given (no check of the CPU at run time).",
         )
+        if kernel_file == "kernels.c" and arm_dsp.uses_micro_kernels(str(contents[kernel_file])):
+            usage += (
+                " * Its int8 products are relay_aot's own micro-kernels, in kernels.c too: Arm's DSP",
+                " * instructions (SMLAD, SXTB16) where the compiler targets a core that has them",
+                " * (__ARM_FEATURE_DSP), a plain C loop elsewhere.",
+            )
         api = dataclasses.replace(api, target="")
     files[api.header_name] = header_text(api, usage, tuple(standalone_header_extra(api, size, emitter.plan)))
     files["Makefile"] = makefile(name, units + ["constants.cc", "entry.cc"], kernel_file)
