@@ -50,7 +50,7 @@ from .gradient_cleanup import cleanup
 from .layout_cost import LAYOUT_TRANSFORM_SHARE, _multiply_accumulates, _runtime_transform_elements
 from .nchw import nchw_convolutions
 from .te_compiler_speed import faster_te_compiler, warm_error_backtraces
-from .walk import ChainMutator, nodes_where
+from .walk import ChainMutator, nodes_where, operator_calls
 
 
 def reachable_globals(mod: tvm.IRModule, root: str = "main") -> list[relay.GlobalVar]:
@@ -369,12 +369,7 @@ def _fold_movement(mod: tvm.IRModule) -> tvm.IRModule:
 
 def _has_qdq(mod: tvm.IRModule) -> bool:
     """Whether a function of ``mod`` calls ``qnn.dequantize`` (the rewrite's cost is then paid)."""
-    dequantize = relay.op.get("qnn.dequantize")
-    return any(
-        nodes_where(mod[g], lambda node: isinstance(node, relay.Call) and node.op == dequantize)
-        for g in mod.get_global_vars()
-        if isinstance(mod[g], relay.Function)
-    )
+    return any(node.op.name == "qnn.dequantize" for node in operator_calls(mod))
 
 
 def _function_by_function(inner: tvm.transform.Pass) -> tvm.transform.Pass:

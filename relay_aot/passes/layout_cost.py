@@ -10,6 +10,7 @@ from tvm import relay
 
 from .gradient_cleanup import static_tensor
 from .layouts import preserves_order
+from .walk import operator_calls
 
 
 def _runtime_transform_elements(mod: tvm.IRModule) -> int:
@@ -20,22 +21,14 @@ def _runtime_transform_elements(mod: tvm.IRModule) -> int:
     extent counts as 1: the shape is not known, and the rule below should not take a risk on it.
     """
     total = 0
-
-    def visit(node):
-        nonlocal total
+    for node in operator_calls(mod):
         if (
-            isinstance(node, relay.Call)
-            and isinstance(node.op, tvm.ir.Op)
-            and node.op.name == "layout_transform"
+            node.op.name == "layout_transform"
             and not isinstance(node.args[0], relay.Constant)
             and not preserves_order(node)  # it moves nothing (an image's NCHW as NCHW1c)
         ):
             extents = [int(d) if isinstance(d, tvm.tir.IntImm) else 1 for d in node.args[0].checked_type.shape]
             total += int(np.prod(extents, dtype=np.int64))
-
-    for func in mod.functions.values():
-        if isinstance(func, relay.Function):
-            relay.analysis.post_order_visit(func, visit)
     return total
 
 
@@ -47,22 +40,12 @@ def _multiply_accumulates(mod: tvm.IRModule) -> int:
     ``kernel_size``, as the Legalize of ``conv2d_backward_weight`` makes; an N-d ``dense``).
     A call with a ``?`` extent counts nothing: there is no evidence that a layout change pays.
     """
-    total = 0
-
-    def visit(node):
-        nonlocal total
-        if (
-            isinstance(node, relay.Call)
-            and isinstance(node.op, tvm.ir.Op)
-            and node.op.get_attr("FMacCount") is not None
-            and all(static_tensor(arg.checked_type) for arg in [*node.args, node])
-        ):
-            total += _call_macs(node)
-
-    for func in mod.functions.values():
-        if isinstance(func, relay.Function):
-            relay.analysis.post_order_visit(func, visit)
-    return total
+    return sum(
+        _call_macs(node)
+        for node in operator_calls(mod)
+        if node.op.get_attr("FMacCount") is not None
+        and all(static_tensor(arg.checked_type) for arg in [*node.args, node])
+    )
 
 
 def _call_macs(call: relay.Call) -> int:

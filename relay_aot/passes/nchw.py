@@ -9,6 +9,7 @@ import tvm
 from tvm import relay
 
 from .layout_cost import LAYOUT_TRANSFORM_SHARE, _multiply_accumulates, _runtime_transform_elements
+from .walk import operator_calls
 
 #: The layouts NHWC operators are converted to on x86 (:func:`nchw_convolutions`): convolutions
 #: (depthwise and grouped ones too) with their weights in TVM's default layout for NCHW (OIHW),
@@ -40,22 +41,7 @@ def is_x86(target: tvm.target.Target | None) -> bool:
 
 
 def _nhwc_convolutions(mod: tvm.IRModule) -> bool:
-    found = False
-
-    def visit(node):
-        nonlocal found
-        if (
-            isinstance(node, relay.Call)
-            and isinstance(node.op, tvm.ir.Op)
-            and node.op.name == "nn.conv2d"
-            and str(node.attrs.data_layout) == "NHWC"
-        ):
-            found = True
-
-    for func in mod.functions.values():
-        if isinstance(func, relay.Function):
-            relay.analysis.post_order_visit(func, visit)
-    return found
+    return any(node.op.name == "nn.conv2d" and str(node.attrs.data_layout) == "NHWC" for node in operator_calls(mod))
 
 
 @tvm.transform.module_pass(opt_level=0, name="NchwConvolutions")

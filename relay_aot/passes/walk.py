@@ -107,6 +107,17 @@ def nodes_where(expr: relay.Expr, wanted: Callable[[relay.Expr], bool]) -> list:
     return found
 
 
+def operator_calls(mod: tvm.IRModule) -> list:
+    """The calls of operators (not of functions) in each Relay function of ``mod``, in
+    post-order, each node once per function."""
+    return [
+        node
+        for func in mod.functions.values()
+        if isinstance(func, relay.Function)
+        for node in nodes_where(func, lambda node: op_name(node) is not None)
+    ]
+
+
 def calls_any(func: relay.Function, operators: set) -> bool:
     """Whether ``func`` calls any of the ``operators`` (by name): a cheap test before a rewrite."""
     found = False
