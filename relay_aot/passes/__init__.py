@@ -32,8 +32,10 @@ from . import (
     constant_movement,
     dense_transposes,
     global_pools,
+    int8_boundaries,
     invariants,
     pooled_pointwise,
+    requantization,
     symbolic,
     vector_math,
     winograd,
@@ -300,6 +302,27 @@ def _integer_qdq_regions() -> tvm.transform.Pass:
     return _where_it_applies(relay.transform.FakeQuantizationToInteger())
 
 
+@tvm.transform.module_pass(opt_level=0, name="SingleRoundingRequantizations")
+def single_rounding_requantizations(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`requantization.single_rounding` as a pass, except on targets with Arm's DSP
+    extension, whose requantizations are relay_aot's C function (:mod:`.arm_dsp`)."""
+    if arm_dsp.has_dsp(tvm.target.Target.current(allow_none=True)):
+        return mod
+    return requantization.single_rounding(mod)
+
+
+@tvm.transform.module_pass(opt_level=0, name="RequantizationsIntoConvolutions")
+def requantizations_into_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`int8_boundaries.requantizations_into_convolutions` as a pass."""
+    return int8_boundaries.requantizations_into_convolutions(mod)
+
+
+@tvm.transform.module_pass(opt_level=0, name="ShiftsIntoProducers")
+def shifts_into_producers(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`int8_boundaries.shifts_into_producers` as a pass."""
+    return int8_boundaries.shifts_into_producers(mod)
+
+
 @tvm.transform.module_pass(opt_level=0, name="PadsIntoConvolutions")
 def pads_into_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:func:`arm_dsp.pads_into_convolutions` as a pass, for the current target (see there)."""
@@ -506,6 +529,8 @@ def prepare_with_extents(
     if dsp:
         # before the legalizations, which widen an int8 convolution's operands on arm_cpu
         sequence += [arm_dsp_convolutions, relay.transform.InferType()]
+    if opt_level >= 1:
+        sequence += [single_rounding_requantizations, relay.transform.InferType()]
     sequence += [
         *_legalizations(),
         relay.transform.InferType(),
@@ -535,7 +560,7 @@ def prepare_with_extents(
     if until_layouts:
         return _run_sequence(sequence, mod, opt_level, target), extents
     if alters_layout:
-        sequence += [alter_layout, relay.transform.InferType()]
+        sequence += [alter_layout, relay.transform.InferType(), requantizations_into_convolutions]
         if winograd:
             sequence += [winograd_convolutions, relay.transform.InferType()]
     sequence += [relay.transform.ToANormalForm(), inline_pure_lets, relay.transform.InferType()]
@@ -547,7 +572,7 @@ def prepare_with_extents(
     if dsp:
         # after the last constant folding, which would fold the int32 constants' casts again
         sequence.append(narrow_multipliers)
-    sequence += [slices_end_kernels, relay.transform.FuseOps(fuse_level)]
+    sequence += [shifts_into_producers, slices_end_kernels, relay.transform.FuseOps(fuse_level)]
     if dsp:
         # a pad's kernel merged into the convolution's that reads it, which then pads itself
         sequence += [relay.transform.InferType(), pads_into_convolutions]

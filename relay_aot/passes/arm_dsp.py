@@ -41,12 +41,14 @@ import tvm
 from tvm import relay
 
 from .gradient_cleanup import static_tensor
+from .requantization import match as _requantization
+from .requantization import op_name as _name
 from .walk import CallRewriter, calls_any, rewrite_functions
 
 _STOP_FUSION = "annotation.stop_fusion"
 
 
-def _dsp(target: tvm.target.Target | None) -> bool:
+def has_dsp(target: tvm.target.Target | None) -> bool:
     """Whether ``target`` has Arm's M-profile DSP extension (the kernel's instructions)."""
     return target is not None and target.kind.name in ("llvm", "c") and bool(target.features.has_dsp)
 
@@ -247,7 +249,7 @@ class _Rewrite(CallRewriter):
 def rewrite(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
     """``mod`` with its int8 convolutions in the forms of relay_aot's DSP kernels (module
     docstring), on targets with the DSP extension; ``mod`` elsewhere."""
-    if not _dsp(target):
+    if not has_dsp(target):
         return mod
     mod = rewrite_functions(mod, lambda func: _Rewrite() if calls_any(func, {"nn.conv2d"}) else None)
     return requantizations(mod, target)
@@ -279,7 +281,7 @@ def narrow_multipliers(mod: tvm.IRModule, target: tvm.target.Target | None) -> t
     the last constant folding (which would fold the cast again), the cast is fused into the
     kernel with the constant's int32 array. The values are the same.
     """
-    if not _dsp(target):
+    if not has_dsp(target):
         return mod
     return rewrite_functions(mod, lambda func: _NarrowMultipliers() if calls_any(func, {"multiply"}) else None)
 
@@ -316,136 +318,10 @@ def _register_requantize() -> tvm.ir.Op:
 _REQUANTIZE_OP = _register_requantize()
 
 
-def _constant(expr: relay.Expr) -> np.ndarray | None:
-    """The value of a constant, or of casts and reshapes of one (before constant folding)."""
-    if isinstance(expr, relay.Constant):
-        return expr.data.numpy()
-    if _name(expr) == "cast":
-        inner = _constant(expr.args[0])
-        return None if inner is None else inner.astype(str(expr.attrs.dtype))
-    if _name(expr) == "reshape":
-        return _constant(expr.args[0])
-    return None
-
-
-def _name(expr: relay.Expr) -> str | None:
-    return expr.op.name if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) else None
-
-
-def _is(expr: relay.Expr, name: str, dtype: str | None = None) -> bool:
-    return _name(expr) == name and (dtype is None or str(expr.attrs.dtype) == dtype)
-
-
-def _equals(expr: relay.Expr, value: int) -> bool:
-    found = _constant(expr)
-    return found is not None and found.size == 1 and int(found.reshape(-1)[0]) == value
-
-
-def _power_of_two(values: np.ndarray) -> np.ndarray | None:
-    values = values.astype(np.int64).reshape(-1)
-    if np.any(values <= 0) or np.any(values & (values - 1)):
-        return None
-    return np.log2(values).astype(np.int64)
-
-
-def _high_mul(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray] | None:
-    """``x``, the multipliers and the left shifts of the importer's
-    ``cast((cast(x * 2^left, int64) * M + 2^30) >> 31, int32)``."""
-    if not _is(expr, "cast", "int32") or not _is(expr.args[0], "right_shift"):
-        return None
-    shifted = expr.args[0]
-    if (
-        not _equals(shifted.args[1], 31)
-        or not _is(shifted.args[0], "add")
-        or not _equals(shifted.args[0].args[1], 1 << 30)
-    ):
-        return None
-    product = shifted.args[0].args[0]
-    if not _is(product, "multiply") or not _is(product.args[0], "cast", "int64"):
-        return None
-    multipliers = _constant(product.args[1])
-    if multipliers is None or multipliers.min() < 0 or multipliers.max() > 2**31 - 1:
-        return None
-    x, left = product.args[0].args[0], np.zeros(1, np.int64)
-    factors = _constant(x.args[1]) if _is(x, "multiply") else None
-    if factors is not None:
-        found = _power_of_two(factors)
-        if found is None or found.max() > 30:
-            return None
-        x, left = x.args[0], found
-    return x, multipliers.reshape(-1), left
-
-
-def _requantization(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray, np.ndarray] | None:
-    """``(x, multipliers, left shifts, right shifts)`` where ``expr`` is the importer's
-    ``MultiplyByQuantizedMultiplier`` of ``x`` (``frontends/tflite_exact.py``: the high product,
-    then the rounding division by a power of two in its three forms: none, one shift, or
-    per-channel exponents scaled to one shift in int64); else None."""
-    high = _high_mul(expr)
-    if high is not None:
-        return (*high, np.zeros(1, np.int64))
-    if _is(expr, "add") and _is(expr.args[0], "right_shift") and _is(expr.args[1], "cast", "int32"):
-        # one shift, in int32: (h >> e) + ((h & mask) > (mask >> 1) + (h < 0)), gemmlowp's form
-        quotient, carry = expr.args
-        h, shift = quotient.args[0], _constant(quotient.args[1])
-        high = _high_mul(h)
-        if high is None or shift is None or shift.size != 1 or not 0 < int(shift.reshape(-1)[0]) < 31:
-            return None
-        e = int(shift.reshape(-1)[0])
-        mask = (1 << e) - 1
-        greater = carry.args[0]
-        if not _is(greater, "greater"):
-            return None
-        remainder, threshold = greater.args
-        if not (_is(remainder, "bitwise_and") and remainder.args[0].same_as(h) and _equals(remainder.args[1], mask)):
-            return None
-        if not (_is(threshold, "add") and _equals(threshold.args[0], mask >> 1)):
-            return None
-        if not _negative_of(threshold.args[1], h, "int32"):
-            return None
-        return (*high, np.array([e]))
-    if _is(expr, "cast", "int32") and _is(expr.args[0], "right_shift"):  # per-channel, in int64
-        shifted = expr.args[0]
-        top = _constant(shifted.args[1])
-        if top is None or top.size != 1 or not _is(shifted.args[0], "subtract"):
-            return None
-        t = int(top.reshape(-1)[0])
-        rounded, negative = shifted.args[0].args
-        if (
-            not _is(rounded, "add")
-            or not _equals(rounded.args[1], 1 << (t - 1))
-            or not _is(rounded.args[0], "multiply")
-        ):
-            return None
-        scaled, scales = rounded.args[0].args
-        factors = _constant(scales)
-        if not _is(scaled, "cast", "int64") or factors is None:
-            return None
-        high = _high_mul(scaled.args[0])
-        exponents = _power_of_two(factors)
-        if high is None or exponents is None or not _negative_of(negative, scaled.args[0], "int64"):
-            return None
-        right = t - exponents
-        if right.min() < 0 or right.max() > 31:
-            return None
-        return (*high, right)
-    return None
-
-
-def _negative_of(expr: relay.Expr, value: relay.Expr, dtype: str) -> bool:
-    """Whether ``expr`` is ``cast(less(value, 0), dtype)``."""
-    return (
-        _is(expr, "cast", dtype)
-        and _is(expr.args[0], "less")
-        and expr.args[0].args[0].same_as(value)
-        and _equals(expr.args[0].args[1], 0)
-    )
-
-
 def _sums_of_ours(x: relay.Expr) -> bool:
     """Whether ``x`` is the bias added to the sums of a convolution or dense this module gave
     relay_aot's kernels (in their kernel, after the dropped ``stop_fusion``)."""
-    if not _is(x, "add"):
+    if _name(x) != "add":
         return False
     anchor = x.args[0]
     if _name(anchor) == "nn.dense":
@@ -487,7 +363,7 @@ def requantizations(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.
     30 to 40 instructions per output on the Cortex-M4. The C function is gemmlowp's arithmetic:
     one ``smull``, the rounding, an arithmetic shift and a comparison with the channel's mask.
     """
-    if not _dsp(target):
+    if not has_dsp(target):
         return mod
     return rewrite_functions(mod, lambda func: _Requantize() if calls_any(func, {"right_shift"}) else None)
 
@@ -602,6 +478,6 @@ def pads_into_convolutions(mod: tvm.IRModule, target: tvm.target.Target | None) 
     the convolution's kernel reads the activation itself and the pad value where a window
     leaves the image (``kernels/arm_dsp.py``'s ``_border`` functions), as CMSIS-NN's do.
     """
-    if not _dsp(target):
+    if not has_dsp(target):
         return mod
     return rewrite_functions(mod, lambda func: _PadsIntoConvolutions(_use_counts(func)))

@@ -1,0 +1,201 @@
+"""TFLite's requantization (``MultiplyByQuantizedMultiplier``) as relay_aot's TFLite importer
+writes it, recognised, and in a cheaper exact form for host CPUs.
+
+The importer (``frontends/tflite_exact.py``) follows gemmlowp step by step: the high half of an
+int64 product rounded (``SaturatingRoundingDoublingHighMul``), then a rounding division by a
+power of two (``RoundingDivideByPOT``), per channel in int64 when the channels' exponents
+differ. :func:`match` finds that expression; ``arm_dsp`` gives it to a C function on cores with
+the DSP extension, and :func:`single_rounding` rewrites it for every other target.
+
+The two roundings compose into one. With ``h = (x*m + 2^30) >> 31`` and an exponent ``e >= 1``,
+gemmlowp's division rounds half away from zero: ``(h + 2^(e-1) - [h < 0]) >> e``, and a floor
+of a floor by powers of two is one floor, so the result is
+``(x*m + 2^30 + 2^(30+e) - [x < 0] * 2^31) >> (31 + e)`` (``h < 0`` only where ``x < 0``, and
+where ``x < 0`` but ``h = 0`` both forms give 0). That is one int64 product of two int32 (one
+``vpmuldq`` per eight lanes on x86, ``smull`` on Arm), an addition, a select and one shift, where
+the importer's form computes a second int64 product, shift and comparison per channel: about
+half the work of every requantized kernel's epilogue.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relay
+
+from .walk import CallRewriter, calls_any, rewrite_functions
+
+
+def _constant(expr: relay.Expr) -> np.ndarray | None:
+    """The value of a constant, or of casts and reshapes of one (before constant folding)."""
+    if isinstance(expr, relay.Constant):
+        return expr.data.numpy()
+    if op_name(expr) == "cast":
+        inner = _constant(expr.args[0])
+        return None if inner is None else inner.astype(str(expr.attrs.dtype))
+    if op_name(expr) == "reshape":
+        return _constant(expr.args[0])
+    return None
+
+
+def op_name(expr: relay.Expr) -> str | None:
+    """The name of the operator ``expr`` calls, if it is a call of one."""
+    return expr.op.name if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) else None
+
+
+def _is(expr: relay.Expr, name: str, dtype: str | None = None) -> bool:
+    return op_name(expr) == name and (dtype is None or str(expr.attrs.dtype) == dtype)
+
+
+def _equals(expr: relay.Expr, value: int) -> bool:
+    found = _constant(expr)
+    return found is not None and found.size == 1 and int(found.reshape(-1)[0]) == value
+
+
+def _power_of_two(values: np.ndarray) -> np.ndarray | None:
+    values = values.astype(np.int64).reshape(-1)
+    if np.any(values <= 0) or np.any(values & (values - 1)):
+        return None
+    return np.log2(values).astype(np.int64)
+
+
+def _high_mul(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray] | None:
+    """``x``, the multipliers and the left shifts of the importer's
+    ``cast((cast(x * 2^left, int64) * M + 2^30) >> 31, int32)``."""
+    if not _is(expr, "cast", "int32") or not _is(expr.args[0], "right_shift"):
+        return None
+    shifted = expr.args[0]
+    if (
+        not _equals(shifted.args[1], 31)
+        or not _is(shifted.args[0], "add")
+        or not _equals(shifted.args[0].args[1], 1 << 30)
+    ):
+        return None
+    product = shifted.args[0].args[0]
+    if not _is(product, "multiply") or not _is(product.args[0], "cast", "int64"):
+        return None
+    multipliers = _constant(product.args[1])
+    if multipliers is None or multipliers.min() < 0 or multipliers.max() > 2**31 - 1:
+        return None
+    x, left = product.args[0].args[0], np.zeros(1, np.int64)
+    factors = _constant(x.args[1]) if _is(x, "multiply") else None
+    if factors is not None:
+        found = _power_of_two(factors)
+        if found is None or found.max() > 30:
+            return None
+        x, left = x.args[0], found
+    return x, multipliers.reshape(-1), left
+
+
+def match(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(x, multipliers, left shifts, right shifts)`` where ``expr`` is the importer's
+    ``MultiplyByQuantizedMultiplier`` of ``x`` (``frontends/tflite_exact.py``: the high product,
+    then the rounding division by a power of two in its three forms: none, one shift, or
+    per-channel exponents scaled to one shift in int64); else None."""
+    high = _high_mul(expr)
+    if high is not None:
+        return (*high, np.zeros(1, np.int64))
+    if _is(expr, "add") and _is(expr.args[0], "right_shift") and _is(expr.args[1], "cast", "int32"):
+        # one shift, in int32: (h >> e) + ((h & mask) > (mask >> 1) + (h < 0)), gemmlowp's form
+        quotient, carry = expr.args
+        h, shift = quotient.args[0], _constant(quotient.args[1])
+        high = _high_mul(h)
+        if high is None or shift is None or shift.size != 1 or not 0 < int(shift.reshape(-1)[0]) < 31:
+            return None
+        e = int(shift.reshape(-1)[0])
+        mask = (1 << e) - 1
+        greater = carry.args[0]
+        if not _is(greater, "greater"):
+            return None
+        remainder, threshold = greater.args
+        if not (_is(remainder, "bitwise_and") and remainder.args[0].same_as(h) and _equals(remainder.args[1], mask)):
+            return None
+        if not (_is(threshold, "add") and _equals(threshold.args[0], mask >> 1)):
+            return None
+        if not _negative_of(threshold.args[1], h, "int32"):
+            return None
+        return (*high, np.array([e]))
+    if _is(expr, "cast", "int32") and _is(expr.args[0], "right_shift"):  # per-channel, in int64
+        shifted = expr.args[0]
+        top = _constant(shifted.args[1])
+        if top is None or top.size != 1 or not _is(shifted.args[0], "subtract"):
+            return None
+        t = int(top.reshape(-1)[0])
+        rounded, negative = shifted.args[0].args
+        if (
+            not _is(rounded, "add")
+            or not _equals(rounded.args[1], 1 << (t - 1))
+            or not _is(rounded.args[0], "multiply")
+        ):
+            return None
+        scaled, scales = rounded.args[0].args
+        factors = _constant(scales)
+        if not _is(scaled, "cast", "int64") or factors is None:
+            return None
+        high = _high_mul(scaled.args[0])
+        exponents = _power_of_two(factors)
+        if high is None or exponents is None or not _negative_of(negative, scaled.args[0], "int64"):
+            return None
+        right = t - exponents
+        if right.min() < 0 or right.max() > 31:
+            return None
+        return (*high, right)
+    return None
+
+
+def _negative_of(expr: relay.Expr, value: relay.Expr, dtype: str) -> bool:
+    """Whether ``expr`` is ``cast(less(value, 0), dtype)``."""
+    return (
+        _is(expr, "cast", dtype)
+        and _is(expr.args[0], "less")
+        and expr.args[0].args[0].same_as(value)
+        and _equals(expr.args[0].args[1], 0)
+    )
+
+
+def _const(values: np.ndarray, dtype: str) -> relay.Expr:
+    """A scalar constant if every channel's value is the same, else the vector (broadcast along
+    the last axis, as the importer's are)."""
+    values = np.asarray(values).reshape(-1)
+    if values.size == 1 or np.all(values == values[0]):
+        return relay.const(np.asarray(values[0], dtype=dtype), dtype=dtype)
+    return relay.const(values.astype(dtype), dtype=dtype)
+
+
+def single_rounding_form(x: relay.Expr, multipliers: np.ndarray, left: np.ndarray, right: np.ndarray) -> relay.Expr:
+    """``MultiplyByQuantizedMultiplier`` of int32 ``x`` with one rounding (module docstring):
+    ``(x' * m + a - [x' < 0] * b) >> (31 + e)`` in int64, ``x' = x * 2^left`` in int32 as
+    TFLite computes it; the same int32 result as gemmlowp's two roundings, for every ``x``."""
+    channels = max(multipliers.size, left.size, right.size)
+    m, left, e = (np.broadcast_to(np.asarray(v, np.int64).reshape(-1), (channels,)) for v in (multipliers, left, right))
+    if np.any(left > 0):
+        x = x * _const(np.int64(1) << left, "int32")
+    rounding = np.where(e > 0, (np.int64(1) << 30) + (np.int64(1) << (30 + e)), np.int64(1) << 30)
+    away = np.where(e > 0, np.int64(1) << 31, 0)  # half away from zero below zero
+    # the multipliers as int32, widened in the kernel: a product of two sign-extended int32 is
+    # one vpmuldq / smull, where LLVM multiplies an int64 array's values as full 64-bit ones
+    product = relay.cast(x, "int64") * relay.cast(_const(m, "int32"), "int64")
+    product = product + _const(rounding, "int64")
+    if np.any(away):
+        # a product by the 0/1 of the sign rather than a where: ConvertLayout carries binary
+        # operators (and the NCHW layout past them), not where
+        negative = relay.cast(relay.less(x, relay.const(0, "int32")), "int64")
+        product = product - negative * _const(away, "int64")
+    return relay.cast(relay.right_shift(product, _const(31 + e, "int64")), "int32")
+
+
+class _SingleRounding(CallRewriter):
+    def rewrite_call(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
+        if op_name(call) not in ("cast", "add"):
+            return None
+        found = match(call)  # the typed original; its operand as rewritten is visit(x)
+        if found is None:
+            return None
+        x, multipliers, left, right = found
+        return single_rounding_form(self.visit(x), multipliers, left, right)
+
+
+def single_rounding(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with the importer's requantizations (:func:`match`) in the single-rounding form
+    (:func:`single_rounding_form`): the same values, about half the instructions."""
+    return rewrite_functions(mod, lambda func: _SingleRounding() if calls_any(func, {"right_shift"}) else None)
