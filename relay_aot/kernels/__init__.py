@@ -34,6 +34,7 @@ from . import (  # noqa: F401 (winograd: its strategy)
     arm_dsp,
     c_intrinsics,
     conv_epilogue,
+    dense_int8,
     extents,
     grouped_pointwise,
     isolated,
@@ -281,6 +282,7 @@ class KernelTable:
             faster_te_compiler(),
             conv_epilogue.building(),
             vnni.building(),
+            dense_int8.building(),
             grouped_pointwise.building(),
             arm_dsp.building() if self.config.c_kernels else contextlib.nullcontext(),
         ):
