@@ -80,8 +80,10 @@ void* handle_of(const py::handle& obj) {
 
 /*! \brief The Python classes of TVM's FFI that hold objects (see fastcall.KINDS). */
 struct Kinds {
-  py::handle ndarray, packed_func, object, numpy_generic;
-  explicit Kinds(const py::tuple& kinds) : ndarray(kinds[0]), packed_func(kinds[1]), object(kinds[2]), numpy_generic(kinds[3]) {}
+  py::handle ndarray, packed_func, object, numpy_generic, excluded;
+  explicit Kinds(const py::tuple& kinds)
+      : ndarray(kinds[0]), packed_func(kinds[1]), object(kinds[2]), numpy_generic(kinds[3]),
+        excluded(kinds.size() > 4 ? kinds[4] : py::handle(py::tuple())) {}
 };
 
 /*! \brief A new reference to the object a Python TVM object holds; null for None. */
@@ -139,9 +141,21 @@ struct Packed {
   std::vector<py::object> keep_alive;  // numpy arrays made from numpy scalars, while in use
 };
 
-/*! \brief Pack \p args into \p packed; false if one cannot be passed directly. */
-bool pack_args(const py::tuple& args, const Kinds& kinds, Packed& packed) {
+/*! \brief A dtype as one number (code, bits, lanes), as fastcall.expected_dtypes encodes them. */
+int64_t dtype_key(DLDataType dtype) {
+  return static_cast<int64_t>(dtype.code) | (static_cast<int64_t>(dtype.bits) << 8) | (static_cast<int64_t>(dtype.lanes) << 16);
+}
+
+/*!
+ * \brief Pack \p args into \p packed; false if one cannot be passed directly: a value of a class
+ *        in kinds.excluded, or an array (numpy or TVM) whose dtype is not \p expected's entry
+ *        for it (a dtype_key; -1 or a missing entry: any dtype).
+ */
+bool pack_args(const py::tuple& args, const Kinds& kinds, Packed& packed, const std::vector<int64_t>& expected = {}) {
   const size_t count = args.size();
+  auto unexpected = [&expected](size_t i, DLDataType dtype) {
+    return i < expected.size() && expected[i] >= 0 && expected[i] != dtype_key(dtype);
+  };
   packed.values.resize(count);
   packed.codes.resize(count);
   packed.tensors.reserve(count);
@@ -158,13 +172,17 @@ bool pack_args(const py::tuple& args, const Kinds& kinds, Packed& packed) {
         packed.keep_alive.push_back(array);
       }
       DLDataType dtype;
-      if (!array || !dtype_of(array, &dtype) || !(array.flags() & py::array::c_style)) return false;
+      if (!array || !dtype_of(array, &dtype) || !(array.flags() & py::array::c_style) || unexpected(i, dtype)) {
+        return false;
+      }
       packed.shapes.emplace_back(array.shape(), array.shape() + array.ndim());
       packed.tensors.push_back(DLTensor{const_cast<void*>(array.data()), DLDevice{kDLCPU, 0},
                                         static_cast<int32_t>(array.ndim()), dtype, packed.shapes.back().data(),
                                         nullptr, 0});
       value.v_handle = &packed.tensors.back();
       code = kTVMDLTensorHandle;
+    } else if (PyObject_IsInstance(arg.ptr(), kinds.excluded.ptr()) == 1) {
+      return false;  // converted in Python (the interpreter's values)
     } else if (PyBool_Check(arg.ptr())) {
       value.v_int64 = arg.ptr() == Py_True ? 1 : 0;
       code = kTVMArgBool;
@@ -179,6 +197,7 @@ bool pack_args(const py::tuple& args, const Kinds& kinds, Packed& packed) {
       code = kDLFloat;
     } else if (py::isinstance(arg, kinds.ndarray)) {
       value.v_handle = handle_of(arg);
+      if (unexpected(i, static_cast<DLTensor*>(value.v_handle)->dtype)) return false;
       code = py::bool_(arg.attr("is_view")) ? kTVMDLTensorHandle : kTVMNDArrayHandle;
     } else if (py::isinstance(arg, kinds.packed_func)) {
       value.v_handle = handle_of(arg);
@@ -208,9 +227,9 @@ py::object finish(int status, TVMValue ret, int ret_code, const py::object& make
  */
 template <typename Invoke>
 py::object call_with(const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
-                     const py::object& raise_error, Invoke invoke) {
+                     const py::object& raise_error, Invoke invoke, const std::vector<int64_t>& expected = {}) {
   Packed packed;
-  if (!pack_args(args, Kinds(kinds), packed)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  if (!pack_args(args, Kinds(kinds), packed, expected)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
   TVMValue ret;
   ret.v_int64 = 0;
   int ret_code = kTVMNullptr;
@@ -229,15 +248,18 @@ py::object call_with(const py::tuple& args, const py::tuple& kinds, const py::ob
  * \param kinds Python classes (NDArray, PackedFunc, Object) of TVM's FFI, and numpy's scalar base.
  * \param make_result A function (type_code, value_bits) -> Python object (TVM's return converters).
  * \param raise_error A function raising the Python exception for TVM's last error.
+ * \param expected Per argument, the dtype_key its array must have to go straight in (-1: any).
  * \return The result, or NotImplemented if an argument cannot be passed directly.
  */
 py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
-                const py::object& raise_error) {
+                const py::object& raise_error, const std::vector<int64_t>& expected) {
   auto entry = reinterpret_cast<TVMBackendPackedCFunc>(address);
-  return call_with(args, kinds, make_result, raise_error,
-                   [entry](TVMValue* values, int* codes, int count, TVMValue* ret, int* ret_code) {
-                     return entry(values, codes, count, ret, ret_code, nullptr);
-                   });
+  return call_with(
+      args, kinds, make_result, raise_error,
+      [entry](TVMValue* values, int* codes, int count, TVMValue* ret, int* ret_code) {
+        return entry(values, codes, count, ret, ret_code, nullptr);
+      },
+      expected);
 }
 
 /*! \brief Call a TVM PackedFunc (by its handle) through TVM's C API: the Python backend's kernel calls. */
@@ -492,7 +514,7 @@ PYBIND11_MODULE(_fastcall, m) {
   });
   m.def("set_error_maker", [](py::object maker) { make_error = new py::object(std::move(maker)); });
   m.def("call", &call, py::arg("address"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
-        py::arg("raise_error"));
+        py::arg("raise_error"), py::arg("expected") = std::vector<int64_t>{});
   m.def("call_packed", &call_packed, py::arg("handle"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
         py::arg("raise_error"));
   m.def("empty", &empty, py::arg("shape"), py::arg("code"), py::arg("bits"), py::arg("make_result"));

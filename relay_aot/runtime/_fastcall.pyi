@@ -9,7 +9,12 @@ _RaiseError = Callable[[], None]
 
 def set_error_maker(maker: Callable[[str, str], BaseException], /) -> None: ...
 def call(
-    address: int, args: tuple[Any, ...], kinds: tuple[type, ...], make_result: _MakeResult, raise_error: _RaiseError
+    address: int,
+    args: tuple[Any, ...],
+    kinds: tuple[Any, ...],
+    make_result: _MakeResult,
+    raise_error: _RaiseError,
+    expected: Sequence[int] = ...,
 ) -> Any: ...
 def call_packed(
     handle: int, args: tuple[Any, ...], kinds: tuple[type, ...], make_result: _MakeResult, raise_error: _RaiseError

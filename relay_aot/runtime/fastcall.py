@@ -92,9 +92,16 @@ def _make_error(kind: str, message: str) -> Exception:
 _fastcall.set_error_maker(_make_error)
 
 
-def call_entry(address: int, args):
-    """Call a library's packed entry point; NotImplemented if an argument needs Python conversion."""
-    return _fastcall.call(address, args, KINDS, make_result, raise_last_error)
+def call_entry(address: int, args, expected: tuple[int, ...] = (), kinds: tuple = KINDS):
+    """Call a library's packed entry point; NotImplemented if an argument needs Python conversion:
+    an array whose dtype is not its entry of ``expected`` (:func:`dtype_key`; -1: any), a value of
+    the classes ``kinds[4]`` names (if given)."""
+    return _fastcall.call(address, args, kinds, make_result, raise_last_error, expected)
+
+
+def dtype_key(code: int, bits: int, lanes: int) -> int:
+    """A dtype as the one number :func:`call_entry`'s ``expected`` holds."""
+    return code | bits << 8 | lanes << 16
 
 
 def call_packed(func: tvm.runtime.PackedFunc, args):
