@@ -586,9 +586,25 @@ namespace relay_aot {
 
 namespace {
 
-/*! \brief How messages name parameter \p i: "argument 0 (%x)". */
-inline std::string argument_name(const EntrySignature& signature, int i) {
-  return "argument " + std::to_string(i) + " (%" + signature.names[i] + ")";
+/*!
+ * \brief How messages name parameter \p i: "argument 0 (%x)". The checks take the name on every
+ *        call and use it only in a message: the names of the last signature asked about are
+ *        kept (per thread), so that a call builds no string.
+ */
+inline const std::string& argument_name(const EntrySignature& signature, int i) {
+  thread_local const EntrySignature* cached = nullptr;
+  thread_local std::vector<std::string> params, names;  // the parameters' names, the messages'
+  // the text compared too: another library's signature may be loaded where an unloaded one was
+  if (cached != &signature || static_cast<int>(params.size()) != signature.arity || params[i] != signature.names[i]) {
+    params.clear();
+    names.clear();
+    for (int k = 0; k < signature.arity; ++k) {
+      params.emplace_back(signature.names[k]);
+      names.push_back("argument " + std::to_string(k) + " (%" + params.back() + ")");
+    }
+    cached = &signature;
+  }
+  return names[i];
 }
 
 }  // namespace
