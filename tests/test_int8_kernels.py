@@ -384,3 +384,44 @@ def test_nhwc_stays_for_other_targets_and_where_it_does_not_pay():
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
     with tvm.transform.PassContext(opt_level=3), HOST:
         assert nchw.nchw_convolutions(mod).astext().count("NHWC") == mod.astext().count("NHWC")
+
+
+def test_int8_convolution_of_eight_filters_is_not_padded_to_sixteen_and_is_exact():
+    """An image's first layer (three channels, eight filters, stride 2) then a 3x3 layer, as the
+    exact TFLite import writes them: the first widened to int16 rather than padded to TVM's
+    blocks of sixteen filters and sliced through a transform to NCHW; its requantization then
+    ends the convolution's kernel."""
+    rng = np.random.default_rng(9)
+    x = relay.var("x", shape=(1, 33, 32, 3), dtype="int8")
+    w1, w2 = _extremes(rng, (3, 3, 3, 8), "int8"), _extremes(rng, (3, 3, 8, 32), "int8")
+
+    def layer(y, w, strides):
+        y = relay.nn.conv2d(
+            y,
+            relay.const(w),
+            strides=strides,
+            channels=w.shape[3],
+            kernel_size=(3, 3),
+            data_layout="NHWC",
+            kernel_layout="HWIO",
+            out_dtype="int32",
+        )
+        y = relay.annotation.stop_fusion(y)
+        return relay.cast(relay.clip(relay.right_shift(y, relay.const(9, "int32")), -128, 127), "int8")
+
+    y = layer(layer(x, w1, (2, 2)), w2, (1, 1))
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+
+    def reference(xv):
+        a = xv.transpose(0, 3, 1, 2)
+        for w, strides in ((w1, (2, 2)), (w2, (1, 1))):
+            a = _conv2d_reference(a, w.transpose(3, 2, 0, 1), strides, (0, 0), (1, 1), 1)
+            a = np.clip(a >> 9, -128, 127)
+        return a.astype(np.int8).transpose(0, 2, 3, 1)
+
+    xv = _extremes(np.random.default_rng(10), (1, 33, 32, 3), "int8")
+    np.testing.assert_array_equal(relay_aot.compile(mod)(xv).numpy(), reference(xv))
+    if HOST_VNNI:
+        names = list(_lowered(mod))
+        assert not any("strided_slice" in n for n in names), names
+        assert sum("conv2d_NCHWc" in n and "right_shi" in n for n in names) == 2, names  # (names are cut)

@@ -47,7 +47,7 @@ from .bounds import (
     unpacked_dynamic_dense,
     zero_reshapes_kept,
 )
-from .exact_int8 import exact_int8_products
+from .exact_int8 import exact_int8_products, small_int8_convolutions
 from .gradient_cleanup import cleanup
 from .layout_cost import LAYOUT_TRANSFORM_SHARE, _multiply_accumulates, _runtime_transform_elements
 from .nchw import nchw_convolutions
@@ -531,6 +531,8 @@ def prepare_with_extents(
         sequence += [arm_dsp_convolutions, relay.transform.InferType()]
     if opt_level >= 1:
         sequence += [single_rounding_requantizations, relay.transform.InferType()]
+        # before the legalizations, which would pad the channels
+        sequence += [small_int8_convolutions, relay.transform.InferType()]
     sequence += [
         *_legalizations(),
         relay.transform.InferType(),

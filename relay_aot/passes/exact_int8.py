@@ -99,3 +99,48 @@ def exact_int8_products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         _is_u8_by_s8 if everywhere else _unblocked_convolution,
         lambda: _Widen(everywhere),
     )
+
+
+def _small_int8_convolution(call: relay.Call) -> bool:
+    """Whether ``call`` is an int8 x int8 ``conv2d`` (one group, into int32) whose filters TVM's
+    x86 legalization would pad to sixteen for its int8 kernel (eight filters: the first layer of
+    MLPerf Tiny's visual wake words model)."""
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "nn.conv2d" and int(call.attrs.groups) == 1):
+        return False
+    data, weight = (arg.checked_type for arg in call.args[:2])
+    if not (data.dtype == weight.dtype == "int8" and str(call.attrs.out_dtype) == "int32"):
+        return False
+    data_layout, kernel_layout = str(call.attrs.data_layout), str(call.attrs.kernel_layout)
+    if "C" not in data_layout or "O" not in kernel_layout:
+        return False
+    channels = data.shape[data_layout.index("C")]
+    filters = weight.shape[kernel_layout.index("O")]
+    if not all(isinstance(d, tvm.tir.IntImm) for d in (channels, filters)):
+        return False
+    return int(filters) % 16 != 0
+
+
+class _WidenSmall(relay.ExprMutator):
+    def visit_call(self, call):
+        wanted = _small_int8_convolution(call)
+        call = super().visit_call(call)
+        if not wanted:
+            return call
+        data, weight = (relay.cast(arg, "int16") for arg in call.args[:2])
+        return relay.Call(call.op, [data, weight, *call.args[2:]], call.attrs, call.type_args, call.span)
+
+
+@tvm.transform.module_pass(opt_level=0, name="SmallInt8Convolutions")
+def small_int8_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """On x86 with VNNI, int8 convolutions whose filters TVM's int8 kernel cannot block
+    (:func:`_small_int8_convolution`) with their operands widened to int16, before the
+    legalizations: TVM's would pad the filters to sixteen, then slice the padded outputs off the
+    int32 sums through a layout transform to NCHW, which kept the requantization out of the
+    convolution's kernel and stored the sums twice (on the visual wake words model, a fifth of
+    the time). Widened, the convolution is an ordinary ``NCHWc`` one of the filters it has.
+    Input channels are left to the legalization: padding them to four is cheap, and the int8
+    kernel then faster than the widened one (MLPerf Tiny's ResNet-8 and keyword spotting)."""
+    target = tvm.target.Target.current(allow_none=True)
+    if target is None or target.kind.name != "llvm" or not has_vnni(target):
+        return mod
+    return rewrite_functions(mod, _small_int8_convolution, _WidenSmall)
