@@ -388,9 +388,10 @@ def test_nhwc_stays_for_other_targets_and_where_it_does_not_pay():
 
 def test_int8_convolution_of_eight_filters_is_not_padded_to_sixteen_and_is_exact():
     """An image's first layer (three channels, eight filters, stride 2) then a 3x3 layer, as the
-    exact TFLite import writes them: the first widened to int16 rather than padded to TVM's
-    blocks of sixteen filters and sliced through a transform to NCHW; its requantization then
-    ends the convolution's kernel."""
+    exact TFLite import writes them: the first computed in float32 (27 products per output:
+    exact) rather than padded to TVM's blocks of sixteen filters and sliced through a transform
+    to NCHW; its requantization then ends the convolution's kernel. Full-range values: the sums
+    are the largest the float form must hold exactly."""
     rng = np.random.default_rng(9)
     x = relay.var("x", shape=(1, 33, 32, 3), dtype="int8")
     w1, w2 = _extremes(rng, (3, 3, 3, 8), "int8"), _extremes(rng, (3, 3, 8, 32), "int8")
@@ -425,3 +426,18 @@ def test_int8_convolution_of_eight_filters_is_not_padded_to_sixteen_and_is_exact
         names = list(_lowered(mod))
         assert not any("strided_slice" in n for n in names), names
         assert sum("conv2d_NCHWc" in n and "right_shi" in n for n in names) == 2, names  # (names are cut)
+
+
+def test_int8_convolution_of_eight_filters_and_many_products_is_widened_and_exact():
+    """Eight filters over 128 channels (1152 products per output: more than float32 holds
+    exactly at the extremes): widened to int16 instead, exact on full-range values."""
+    rng = np.random.default_rng(11)
+    x = relay.var("x", shape=(1, 6, 6, 128), dtype="int8")
+    w = _extremes(rng, (3, 3, 128, 8), "int8")
+    y = relay.nn.conv2d(
+        x, relay.const(w), channels=8, kernel_size=(3, 3), data_layout="NHWC", kernel_layout="HWIO", out_dtype="int32"
+    )
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+    xv = _extremes(np.random.default_rng(12), (1, 6, 6, 128), "int8")
+    expected = _conv2d_reference(xv.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), (1, 1), (0, 0), (1, 1), 1)
+    np.testing.assert_array_equal(relay_aot.compile(mod)(xv).numpy(), expected.transpose(0, 2, 3, 1))

@@ -24,6 +24,7 @@ then failed with an ``IndexError``).
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relay
 from tvm.target.codegen import target_has_features
@@ -120,12 +121,26 @@ def _small_int8_convolution(call: relay.Call) -> bool:
     return int(filters) % 16 != 0
 
 
+def _float_exact(call: relay.Call) -> bool:
+    """Whether every partial sum of ``call``'s int8 products is an integer of at most 2^24 (exact
+    in float32): at most 1024 products per output."""
+    kernel_layout = str(call.attrs.kernel_layout)
+    shape = [int(d) for d in call.args[1].checked_type.shape]
+    terms = int(np.prod([d for axis, d in zip(kernel_layout, shape) if axis != "O"]))
+    return terms * 128 * 128 <= 1 << 24
+
+
 class _WidenSmall(relay.ExprMutator):
     def visit_call(self, call):
         wanted = _small_int8_convolution(call)
         call = super().visit_call(call)
         if not wanted:
             return call
+        if _float_exact(call):
+            data, weight = (relay.cast(arg, "float32") for arg in call.args[:2])
+            attrs = {key: call.attrs[key] for key in call.attrs.keys()}
+            attrs["out_dtype"] = "float32"
+            return relay.cast(relay.nn.conv2d(data, weight, **attrs), "int32")
         data, weight = (relay.cast(arg, "int16") for arg in call.args[:2])
         return relay.Call(call.op, [data, weight, *call.args[2:]], call.attrs, call.type_args, call.span)
 
@@ -133,13 +148,16 @@ class _WidenSmall(relay.ExprMutator):
 @tvm.transform.module_pass(opt_level=0, name="SmallInt8Convolutions")
 def small_int8_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """On x86 with VNNI, int8 convolutions whose filters TVM's int8 kernel cannot block
-    (:func:`_small_int8_convolution`) with their operands widened to int16, before the
-    legalizations: TVM's would pad the filters to sixteen, then slice the padded outputs off the
-    int32 sums through a layout transform to NCHW, which kept the requantization out of the
-    convolution's kernel and stored the sums twice (on the visual wake words model, a fifth of
-    the time). Widened, the convolution is an ordinary ``NCHWc`` one of the filters it has.
-    Input channels are left to the legalization: padding them to four is cheap, and the int8
-    kernel then faster than the widened one (MLPerf Tiny's ResNet-8 and keyword spotting)."""
+    (:func:`_small_int8_convolution`) computed in float32 where that is exact
+    (:func:`_float_exact`: at most 1024 products per output, an image's first layer), else with
+    their operands widened to int16, before the legalizations. TVM's would pad the filters to
+    sixteen, then slice the padded outputs off the int32 sums through a layout transform to
+    NCHW, which kept the requantization out of the convolution's kernel and stored the sums
+    twice (on the visual wake words model, a fifth of the time). Either way the convolution is
+    an ordinary ``NCHWc`` one of the filters it has; TVM's float32 kernel is its fastest (the
+    int16 one took 3x as long on that layer). Input channels are left to the legalization:
+    padding them to four is cheap, and the int8 kernel then faster than the float one
+    (MLPerf Tiny's ResNet-8, 5%)."""
     target = tvm.target.Target.current(allow_none=True)
     if target is None or target.kind.name != "llvm" or not has_vnni(target):
         return mod

@@ -30,6 +30,9 @@ def _packed_convolution_sums(expr: relay.Expr) -> bool:
     for the input it shifted to uint8)."""
     while op_name(expr) in ("add", "subtract") and isinstance(expr.args[1], relay.Constant):
         expr = expr.args[0]
+    if op_name(expr) == "cast" and str(expr.attrs.dtype) == "int32":
+        expr = expr.args[0]  # exact_int8's float32 form of a small int8 convolution
+        return op_name(expr) == "nn.contrib_conv2d_NCHWc" and str(expr.attrs.out_dtype) == "float32"
     return op_name(expr) == "nn.contrib_conv2d_NCHWc" and str(expr.attrs.out_dtype) == "int32"
 
 
