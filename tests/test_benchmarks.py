@@ -355,3 +355,46 @@ def test_tflm_sources_are_checked(tmp_path):
     subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "other"], check=True)
     with pytest.raises(ValueError, match="ruy is at [0-9a-f]{40}, not d37128311b"):
         tflm.check_sources(tmp_path / "ok")
+
+
+def test_a_worker_crashing_on_many_pairs_is_restarted_until_every_workload_is_measured(monkeypatch, tmp_path):
+    """Each crash leaves its pair out of the next worker: seven crashing pairs (more than the
+    five restarts the harness once allowed, after which the workloads left were silently not
+    measured) end as seven "crashed" records and the other pairs' results."""
+    from benchmarks import cli
+
+    pairs = [[f"w{i}", e] for i in range(4) for e in ("vm", "relay_aot_cpp")]
+    crashing = [p for p in pairs if p[1] == "vm"] + [
+        ["w0", "relay_aot_cpp"],
+        ["w1", "relay_aot_cpp"],
+        ["w2", "relay_aot_cpp"],
+    ]
+
+    class Worker:
+        def __init__(self, command, **kwargs):
+            self.command = command
+
+    def run_watched(worker, out):
+        command = worker.command
+        skip = json.loads(command[command.index("--skip") + 1])
+        exclude = json.loads(command[command.index("--exclude") + 1])
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"setting": {"label": "1 thread"}}) + "\n")
+            for pair in pairs:
+                if pair in skip or pair in exclude:
+                    continue
+                f.write(json.dumps({"started": pair}) + "\n")
+                if pair in crashing:
+                    return -6, False
+                f.write(json.dumps({"workload": pair[0], "executor": pair[1], "status": "ok"}) + "\n")
+        return 0, False
+
+    monkeypatch.setattr(cli.subprocess, "Popen", Worker)
+    monkeypatch.setattr(cli, "_run_watched", run_watched)
+    monkeypatch.setattr(cli.report, "add_ratios", lambda records: None)
+    args = argparse.Namespace(
+        workload_list=[f"w{i}" for i in range(4)], executor_list=["vm", "relay_aot_cpp"], no_kernels=True
+    )
+    result = cli.run_setting("1", args, Options(), {}, tmp_path)
+    statuses = {(r["workload"], r["executor"]): r["status"] for r in result["records"]}
+    assert statuses == {tuple(p): ("crashed" if p in crashing else "ok") for p in pairs}
