@@ -49,3 +49,23 @@ def test_a_python_exception_inside_tvms_lowering_is_what_the_error_names(backend
         r"AssertionError: linear is not supported$",
     ):
         relay_aot.compile(GRID_SAMPLE_LINEAR, backend=backend)
+
+
+@pytest.mark.parametrize("op", ["divide", "floor_divide", "trunc_divide", "floor_mod", "mod", "trunc_mod"])
+@pytest.mark.parametrize("shape", [(4,), ()], ids=["tensor", "scalar"])
+def test_a_float_division_by_a_constant_zero_is_ieees(op, shape, backend):
+    """The dynamic campaign (seed 10532) found ``divide(x, 0f)`` failing to compile from
+    ``opt_level`` 2: the zero, a constant by then, became an immediate of the kernel, and TVM's
+    constant folding refuses a division by an immediate 0. Infinities and NaN, as at
+    ``opt_level`` 0 and as numpy computes them."""
+    values = np.array([1.0, -1.0, 0.0, np.nan], "float32").reshape(-1)[: int(np.prod(shape, dtype=int))]
+    values = values.reshape(shape)
+    x = tvm.relay.var("x", shape=shape, dtype="float32")
+    y = getattr(tvm.relay, op)(x, tvm.relay.const(0.0, "float32"))
+    mod = tvm.IRModule.from_expr(tvm.relay.Function([x], y))
+    expected = {"divide": np.divide, "floor_divide": np.floor_divide, "trunc_divide": np.divide}.get(op)
+    with np.errstate(all="ignore"):
+        want = expected(values, np.float32(0)) if expected else np.full(shape, np.nan, "float32")
+    for opt_level in (0, 3):
+        got = relay_aot.compile(mod, backend=backend, opt_level=opt_level)(values).numpy()
+        np.testing.assert_array_equal(got, want)

@@ -48,9 +48,10 @@ from .bounds import (
     zero_reshapes_kept,
 )
 from .exact_int8 import exact_int8_products, small_int8_convolutions
+from .float_divisors import zero_divisors_loaded
 from .gradient_cleanup import cleanup
 from .layout_cost import LAYOUT_TRANSFORM_SHARE, _multiply_accumulates, _runtime_transform_elements
-from .nchw import nchw_convolutions
+from .nchw import is_x86, nchw_convolutions
 from .te_compiler_speed import faster_te_compiler, warm_error_backtraces
 from .walk import ChainMutator, nodes_where, operator_calls
 
@@ -313,13 +314,18 @@ def single_rounding_requantizations(mod: tvm.IRModule, ctx) -> tvm.IRModule:
 
 @tvm.transform.module_pass(opt_level=0, name="RequantizationsIntoConvolutions")
 def requantizations_into_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """:func:`int8_boundaries.requantizations_into_convolutions` as a pass."""
+    """:func:`int8_boundaries.requantizations_into_convolutions` as a pass, on x86 targets."""
+    if not is_x86(tvm.target.Target.current(allow_none=True)):
+        return mod
     return int8_boundaries.requantizations_into_convolutions(mod)
 
 
 @tvm.transform.module_pass(opt_level=0, name="ShiftsIntoProducers")
 def shifts_into_producers(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """:func:`int8_boundaries.shifts_into_producers` as a pass."""
+    """:func:`int8_boundaries.shifts_into_producers` as a pass, on x86 targets (whose
+    legalization makes the shifts; elsewhere the kernels stay as measured)."""
+    if not is_x86(tvm.target.Target.current(allow_none=True)):
+        return mod
     return int8_boundaries.shifts_into_producers(mod)
 
 
@@ -574,7 +580,12 @@ def prepare_with_extents(
     if dsp:
         # after the last constant folding, which would fold the int32 constants' casts again
         sequence.append(narrow_multipliers)
-    sequence += [shifts_into_producers, slices_end_kernels, relay.transform.FuseOps(fuse_level)]
+    sequence += [
+        shifts_into_producers,
+        zero_divisors_loaded,
+        slices_end_kernels,
+        relay.transform.FuseOps(fuse_level),
+    ]
     if dsp:
         # a pad's kernel merged into the convolution's that reads it, which then pads itself
         sequence += [relay.transform.InferType(), pads_into_convolutions]
