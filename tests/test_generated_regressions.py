@@ -69,3 +69,18 @@ def test_a_float_division_by_a_constant_zero_is_ieees(op, shape, backend):
     for opt_level in (0, 3):
         got = relay_aot.compile(mod, backend=backend, opt_level=opt_level)(values).numpy()
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("divisor", [1e-45, -1e-45, 2e-39])
+def test_a_float_division_by_a_denormal_constant_is_ieees(divisor, backend):
+    """The same campaign, on: TVM rewrites a division by a constant into a product by its
+    reciprocal, which for these denormals is past float32's largest value, and the kernel did
+    not build ("Literal value 7.13624e+44 exceeds maximum of float32")."""
+    values = np.array([1.0, -1.0, 0.0, 1e-40], "float32")
+    x = tvm.relay.var("x", shape=(4,), dtype="float32")
+    mod = tvm.IRModule.from_expr(tvm.relay.Function([x], tvm.relay.divide(x, tvm.relay.const(np.float32(divisor)))))
+    with np.errstate(all="ignore"):
+        want = values / np.float32(divisor)
+    for opt_level in (0, 3):
+        got = relay_aot.compile(mod, backend=backend, opt_level=opt_level)(values).numpy()
+        np.testing.assert_array_equal(got, want)
