@@ -498,7 +498,13 @@ def prepare_with_extents(
 
     From ``opt_level`` 1, the legalizations of ``relay.build`` run first (QNN, then the
     target's: see :func:`_legalizations`), as in TVM's executors; before them, float operators
-    between ``qnn.dequantize`` and ``qnn.quantize`` become integer ones (:func:`_integer_qdq_regions`).
+    between ``qnn.dequantize`` and ``qnn.quantize`` become integer ones (:func:`_integer_qdq_regions`),
+    TFLite's requantizations take their one-rounding form (:mod:`.requantization`; not on cores
+    with Arm's DSP extension, whose C function computes them) and, on x86 with VNNI, int8
+    convolutions of few filters their float32 or int16 form (:mod:`.exact_int8`). On x86, the
+    int8 importer's kernel boundaries that cost a stored tensor are dropped (after the layout
+    choice and before FuseOps: :mod:`.int8_boundaries`); on every target, float divisors with no
+    finite reciprocal are loaded by their kernels (:mod:`.float_divisors`).
     At ``opt_level`` 2 and up, the dataflow simplifications of ``relay.build`` run too; at 3,
     ``AlterOpLayout`` picks the target's preferred data layouts (packed weights for ``dense``,
     ``NCHWc`` convolutions on x86, as ``relay.build`` does) when their run-time cost is small
