@@ -42,8 +42,8 @@ from tvm import relay
 
 from .gradient_cleanup import static_tensor
 from .requantization import match as _requantization
-from .requantization import op_name as _name
 from .walk import CallRewriter, calls_any, rewrite_functions
+from .walk import op_name as _name
 
 _STOP_FUSION = "annotation.stop_fusion"
 

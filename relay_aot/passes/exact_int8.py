@@ -70,18 +70,25 @@ def _unblocked_convolution(call: relay.Call) -> bool:
 
 
 class _Widen(relay.ExprMutator):
-    """Widens every uint8 x int8 product (``everywhere``) or only the convolutions TVM's int8
-    kernel cannot block."""
+    """Widens the operands of the products ``wanted(call)`` picks to int16; with ``floats``, a
+    convolution whose sums float32 holds exactly (:func:`_float_exact`) is computed in float32
+    instead."""
 
-    def __init__(self, everywhere: bool) -> None:
+    def __init__(self, wanted, floats: bool = False) -> None:
         super().__init__()
-        self.everywhere = everywhere
+        self.wanted = wanted
+        self.floats = floats
 
     def visit_call(self, call):
-        wanted = _is_u8_by_s8(call) if self.everywhere else _unblocked_convolution(call)
+        wanted = self.wanted(call)
         call = super().visit_call(call)
         if not wanted:
             return call
+        if self.floats and _float_exact(call):
+            data, weight = (relay.cast(arg, "float32") for arg in call.args[:2])
+            attrs = {key: call.attrs[key] for key in call.attrs.keys()}
+            attrs["out_dtype"] = "float32"
+            return relay.cast(relay.nn.conv2d(data, weight, **attrs), "int32")
         data, weight = (relay.cast(arg, "int16") for arg in call.args[:2])
         return relay.Call(call.op, [data, weight, *call.args[2:]], call.attrs, call.type_args, call.span)
 
@@ -94,12 +101,8 @@ def exact_int8_products(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     target = tvm.target.Target.current(allow_none=True)
     if target is None or target.kind.name != "llvm" or not target_has_features("sse4.2", target):
         return mod
-    everywhere = _needs_widening(target)
-    return rewrite_functions(
-        mod,
-        _is_u8_by_s8 if everywhere else _unblocked_convolution,
-        lambda: _Widen(everywhere),
-    )
+    wanted = _is_u8_by_s8 if _needs_widening(target) else _unblocked_convolution
+    return rewrite_functions(mod, wanted, lambda: _Widen(wanted))
 
 
 def _small_int8_convolution(call: relay.Call) -> bool:
@@ -130,21 +133,6 @@ def _float_exact(call: relay.Call) -> bool:
     return terms * 128 * 128 <= 1 << 24
 
 
-class _WidenSmall(relay.ExprMutator):
-    def visit_call(self, call):
-        wanted = _small_int8_convolution(call)
-        call = super().visit_call(call)
-        if not wanted:
-            return call
-        if _float_exact(call):
-            data, weight = (relay.cast(arg, "float32") for arg in call.args[:2])
-            attrs = {key: call.attrs[key] for key in call.attrs.keys()}
-            attrs["out_dtype"] = "float32"
-            return relay.cast(relay.nn.conv2d(data, weight, **attrs), "int32")
-        data, weight = (relay.cast(arg, "int16") for arg in call.args[:2])
-        return relay.Call(call.op, [data, weight, *call.args[2:]], call.attrs, call.type_args, call.span)
-
-
 @tvm.transform.module_pass(opt_level=0, name="SmallInt8Convolutions")
 def small_int8_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """On x86 with VNNI, int8 convolutions whose filters TVM's int8 kernel cannot block
@@ -161,4 +149,4 @@ def small_int8_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     target = tvm.target.Target.current(allow_none=True)
     if target is None or target.kind.name != "llvm" or not has_vnni(target):
         return mod
-    return rewrite_functions(mod, _small_int8_convolution, _WidenSmall)
+    return rewrite_functions(mod, _small_int8_convolution, lambda: _Widen(_small_int8_convolution, floats=True))

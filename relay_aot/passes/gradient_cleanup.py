@@ -66,7 +66,8 @@ def static_tensor(ty: relay.Type) -> bool:
     return isinstance(ty, relay.TensorType) and all(isinstance(d, tvm.tir.IntImm) for d in ty.shape)
 
 
-def _same_static_type(a: relay.Type, b: relay.Type) -> bool:
+def same_static_type(a: relay.Type, b: relay.Type) -> bool:
+    """Whether ``a`` and ``b`` are the same tensor type, every extent known."""
     return static_tensor(a) and static_tensor(b) and tvm.ir.structural_equal(a, b)
 
 
@@ -78,7 +79,7 @@ class _IdentityCollapseSums(relay.ExprMutator):
         if (
             isinstance(call.op, tvm.ir.Op)
             and call.op.name == "collapse_sum_like"
-            and _same_static_type(call.args[0].checked_type, call.args[1].checked_type)
+            and same_static_type(call.args[0].checked_type, call.args[1].checked_type)
         ):
             return new.args[0]
         return new

@@ -18,8 +18,9 @@ from __future__ import annotations
 import tvm
 from tvm import relay
 
-from .requantization import op_name
-from .walk import CallRewriter, calls_any, rewrite_functions
+from .gradient_cleanup import same_static_type
+from .requantization import constant_equals
+from .walk import CallRewriter, calls_any, op_name, rewrite_functions
 
 _STOP_FUSION = "annotation.stop_fusion"
 
@@ -57,26 +58,13 @@ def requantizations_into_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_functions(mod, lambda func: _Unsealed() if calls_any(func, {_STOP_FUSION}) else None)
 
 
-def _static_shape(expr: relay.Expr) -> tuple[int, ...] | None:
-    ty = expr.checked_type
-    if not isinstance(ty, relay.TensorType) or not all(isinstance(d, tvm.tir.IntImm) for d in ty.shape):
-        return None
-    return tuple(int(d) for d in ty.shape)
-
-
-def _constant_int(expr: relay.Expr) -> int | None:
-    if isinstance(expr, relay.Constant) and expr.data.numpy().size == 1:
-        return int(expr.data.numpy().reshape(-1)[0])
-    return None
-
-
 def _shift_source(call: relay.Call) -> relay.Expr | None:
     """``x`` where ``call`` is TVM's int8 shift ``cast(cast(x, int32) + 128, uint8)`` (or -128
     into int8) of ``x = stop_fusion(y)`` or of a reshape of one; else None."""
     if op_name(call) != "cast" or str(call.attrs.dtype) not in ("uint8", "int8"):
         return None
     added = call.args[0]
-    if op_name(added) != "add" or _constant_int(added.args[1]) not in (128, -128):
+    if op_name(added) != "add" or not any(constant_equals(added.args[1], shift) for shift in (128, -128)):
         return None
     widened = added.args[0]
     if op_name(widened) != "cast" or str(widened.attrs.dtype) != "int32":
@@ -98,7 +86,7 @@ class _ShiftsUnsealed(CallRewriter):
             # the importer's reshape of a matrix product's input to the shape it has already:
             # not an operator any more, so that the shift fuses into the producing product's
             # kernel (FuseOps fuses no reshape into one)
-            same = _static_shape(source) == _static_shape(source.args[0]) is not None
+            same = same_static_type(source.checked_type, source.args[0].checked_type)
             unsealed = value if same else relay.Call(unsealed.op, [value], unsealed.attrs)
         else:
             unsealed = unsealed.args[0]

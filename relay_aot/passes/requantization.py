@@ -23,7 +23,7 @@ import numpy as np
 import tvm
 from tvm import relay
 
-from .walk import CallRewriter, calls_any, rewrite_functions
+from .walk import CallRewriter, calls_any, op_name, rewrite_functions
 
 
 def _constant(expr: relay.Expr) -> np.ndarray | None:
@@ -38,16 +38,12 @@ def _constant(expr: relay.Expr) -> np.ndarray | None:
     return None
 
 
-def op_name(expr: relay.Expr) -> str | None:
-    """The name of the operator ``expr`` calls, if it is a call of one."""
-    return expr.op.name if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) else None
-
-
 def _is(expr: relay.Expr, name: str, dtype: str | None = None) -> bool:
     return op_name(expr) == name and (dtype is None or str(expr.attrs.dtype) == dtype)
 
 
-def _equals(expr: relay.Expr, value: int) -> bool:
+def constant_equals(expr: relay.Expr, value: int) -> bool:
+    """Whether ``expr`` is a one-element constant (or a cast or reshape of one) equal to ``value``."""
     found = _constant(expr)
     return found is not None and found.size == 1 and int(found.reshape(-1)[0]) == value
 
@@ -66,9 +62,9 @@ def _high_mul(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray] | N
         return None
     shifted = expr.args[0]
     if (
-        not _equals(shifted.args[1], 31)
+        not constant_equals(shifted.args[1], 31)
         or not _is(shifted.args[0], "add")
-        or not _equals(shifted.args[0].args[1], 1 << 30)
+        or not constant_equals(shifted.args[0].args[1], 1 << 30)
     ):
         return None
     product = shifted.args[0].args[0]
@@ -108,9 +104,11 @@ def match(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray, np.ndar
         if not _is(greater, "greater"):
             return None
         remainder, threshold = greater.args
-        if not (_is(remainder, "bitwise_and") and remainder.args[0].same_as(h) and _equals(remainder.args[1], mask)):
+        if not (
+            _is(remainder, "bitwise_and") and remainder.args[0].same_as(h) and constant_equals(remainder.args[1], mask)
+        ):
             return None
-        if not (_is(threshold, "add") and _equals(threshold.args[0], mask >> 1)):
+        if not (_is(threshold, "add") and constant_equals(threshold.args[0], mask >> 1)):
             return None
         if not _negative_of(threshold.args[1], h, "int32"):
             return None
@@ -124,7 +122,7 @@ def match(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray, np.ndar
         rounded, negative = shifted.args[0].args
         if (
             not _is(rounded, "add")
-            or not _equals(rounded.args[1], 1 << (t - 1))
+            or not constant_equals(rounded.args[1], 1 << (t - 1))
             or not _is(rounded.args[0], "multiply")
         ):
             return None
@@ -149,7 +147,7 @@ def _negative_of(expr: relay.Expr, value: relay.Expr, dtype: str) -> bool:
         _is(expr, "cast", dtype)
         and _is(expr.args[0], "less")
         and expr.args[0].args[0].same_as(value)
-        and _equals(expr.args[0].args[1], 0)
+        and constant_equals(expr.args[0].args[1], 0)
     )
 
 

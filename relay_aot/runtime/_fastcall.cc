@@ -141,7 +141,7 @@ struct Packed {
   std::vector<py::object> keep_alive;  // numpy arrays made from numpy scalars, while in use
 };
 
-/*! \brief A dtype as one number (code, bits, lanes), as fastcall.expected_dtypes encodes them. */
+/*! \brief A dtype as one number (code, bits, lanes), as fastcall.dtype_key encodes them. */
 int64_t dtype_key(DLDataType dtype) {
   return static_cast<int64_t>(dtype.code) | (static_cast<int64_t>(dtype.bits) << 8) | (static_cast<int64_t>(dtype.lanes) << 16);
 }
