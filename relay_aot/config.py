@@ -139,7 +139,7 @@ class Config:
         lambda environ: str(os.cpu_count() or 1),
         _count("RELAY_AOT_JOBS"),
         False,
-        "parallel C++ compile jobs",
+        "parallel compile jobs: C++ units, and processes lowering and building kernels",
     )
     cache_dir: Path = setting("RELAY_AOT_CACHE_DIR", _default_cache_dir, _cache_dir, False, "the build cache")
     lock_timeout: float = setting(

@@ -380,17 +380,19 @@ def test_integer_division_by_zero_is_an_exception():
 KERNEL_BUILD_DRIVER = """
 import json, os, signal, threading, tvm, relay_aot
 from tvm import relay
+from relay_aot import kernels
 from relay_aot.kernels import isolated
 x = relay.var("x", shape=(3,), dtype="float32")
 h = relay.var("h", shape=(10, 4), dtype="float16")
 mod = tvm.IRModule.from_expr(relay.Function([x, h], relay.Tuple([relay.exp(x), relay.erf(h)])))
-real_build = tvm.build
+real_build = kernels._build_lowered  # the kernel build's call into TVM
 def build_with(fail):
     def build(mod, *args, **kwargs):
         if any("erf" in gvar.name_hint for gvar in mod.get_global_vars()):
             fail()
         return real_build(mod, *args, **kwargs)
     return build
+seen = []  # what a setup records
 {setup}
 out = []
 for backend in ("cpp", "python"):
@@ -399,7 +401,7 @@ for backend in ("cpp", "python"):
         out.append("compiled")
     except relay_aot.CompileError as err:
         out.append(str(err).splitlines()[0].split("; the sources and build.ninja are kept in")[0])
-print(json.dumps(out))
+print(json.dumps(out + seen))
 """
 
 
@@ -422,7 +424,7 @@ def test_a_kernel_build_that_aborts_is_a_compile_error_naming_the_kernel():
 
 
 def test_a_kernel_build_that_crashes_is_a_compile_error_naming_the_kernel():
-    messages = _kernel_build("tvm.build = build_with(lambda: os.kill(os.getpid(), signal.SIGSEGV))")
+    messages = _kernel_build("kernels._build_lowered = build_with(lambda: os.kill(os.getpid(), signal.SIGSEGV))")
     for message in messages:
         assert message.startswith(
             "TVM crashed (SIGSEGV) building the fused kernel of cast, erf (default_k1_fused_cast_erf"
@@ -431,16 +433,46 @@ def test_a_kernel_build_that_crashes_is_a_compile_error_naming_the_kernel():
 
 def test_a_kernel_build_that_raises_is_a_compile_error_with_its_message():
     messages = _kernel_build(
-        "def fail(): raise tvm.error.TVMError('no lowering for this intrinsic')\ntvm.build = build_with(fail)"
+        "def fail(): raise tvm.error.TVMError('no lowering for this intrinsic')\nkernels._build_lowered = build_with(fail)"
     )
     for message in messages:
         assert message.startswith("TVM failed to build the fused kernel of cast, erf"), message
         assert message.endswith("TVMError: no lowering for this intrinsic"), message
 
 
+#: A setup: the module gets more kernels, two of them worth a process of their own here, and
+#: the parts' builds are recorded (how many children each build ran in).
+IN_PARTS = """
+os.environ["RELAY_AOT_JOBS"] = "2"
+kernels.SHARE_COST = 2
+mod = tvm.IRModule.from_expr(relay.Function([x, h], relay.Tuple(
+    [relay.exp(x), relay.erf(h), relay.tanh(relay.const(2.0) * x), relay.sigmoid(relay.sqrt(x))])))
+real_run_all = isolated.run_all
+def run_all(builds, *args):
+    seen.append(len(builds))
+    return real_run_all(builds, *args)
+isolated.run_all = run_all
+"""
+
+
+def test_kernels_are_built_in_parts_at_once():
+    # Config.jobs children, each lowering and building a share of the kernels (the C++ backend's
+    # object file; the Python backend builds its kernels into memory, in one piece)
+    out = _kernel_build(IN_PARTS)
+    assert out[:2] == ["compiled", "compiled"], out
+    assert 2 in out[2:], out
+
+
+def test_a_part_that_fails_is_built_again_in_one_piece_naming_the_kernel():
+    out = _kernel_build(IN_PARTS + "kernels._build_lowered = build_with(lambda: os.kill(os.getpid(), signal.SIGSEGV))")
+    for message in out[:2]:
+        assert message.startswith("TVM crashed (SIGSEGV) building the fused kernel of cast, erf"), message
+    assert 2 in out[2:], out  # the parts were tried first
+
+
 def test_a_kernel_build_that_hangs_is_stopped():
     # A deadlocked child uses no CPU time: it is killed after isolated.STALL_SECONDS.
-    messages = _kernel_build("isolated.STALL_SECONDS = 2\ntvm.build = build_with(threading.Event().wait)")
+    messages = _kernel_build("isolated.STALL_SECONDS = 2\nkernels._build_lowered = build_with(threading.Event().wait)")
     assert messages == ["TVM made no progress (no CPU time for 2 s, killed) building the kernels"] * 2
 
 

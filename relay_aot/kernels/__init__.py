@@ -17,8 +17,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
+import platform
 import re
+import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable
 
@@ -173,6 +177,8 @@ class KernelTable:
         self._by_hash: dict[int, list[tuple[relay.Function, ir.Kernel]]] = {}
         #: the AutoTVM records in scope now, while the program is lowered: they pick schedules
         self.tuning = tuning.fingerprint()
+        #: the workloads the last lowering found no tuning records for (:meth:`lower_all`)
+        self.untuned_workloads: set[str] = set()
 
     def add(self, func: relay.Function) -> ir.Kernel:
         """The kernel computing primitive function ``func``, lowering it on first sight."""
@@ -264,11 +270,18 @@ class KernelTable:
             return False
         return all(tvm.ir.structural_equal(a, b) for a, b in zip(saved, funcs))
 
-    def lower_all(self, progress: Callable[[int, int], None] | None = None, report: bool = True) -> tvm.IRModule:
-        """TE-lower every kernel into one module of PrimFuncs named by kernel symbols.
+    def lower_all(
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        report: bool = True,
+        only: frozenset[int] | None = None,
+    ) -> tvm.IRModule:
+        """TE-lower every kernel (or those whose index is in ``only``) into one module of
+        PrimFuncs named by kernel symbols.
 
         ``progress(done, total)`` is called after each kernel (builds show it on a terminal);
-        ``report``: say in one line how many kernels have no tuning records.
+        ``report``: say in one line how many kernels have no tuning records (the workloads are
+        left in :attr:`untuned_workloads` either way).
         """
         global _lowered_with_c_kernels
         if _lowered_with_c_kernels not in (None, self.config.c_kernels):
@@ -286,15 +299,20 @@ class KernelTable:
             grouped_pointwise.building(),
             arm_dsp.building() if self.config.c_kernels else contextlib.nullcontext(),
         ):
-            merged = self._lower_all(progress, untuned)
+            merged = self._lower_all(progress, untuned, only)
+        self.untuned_workloads = set(untuned.workloads)
         if report:
             untuned.report()
         return merged
 
-    def _lower_all(self, progress: Callable[[int, int], None] | None, untuned: tuning.Untuned) -> tvm.IRModule:
+    def _lower_all(
+        self, progress: Callable[[int, int], None] | None, untuned: tuning.Untuned, only: frozenset[int] | None
+    ) -> tvm.IRModule:
         merged = tvm.IRModule()
         for done, (kernel, func) in enumerate(zip(self.kernels, self._funcs), 1):
             if kernel.scalar is not None:  # computed natively by both emitters: never called
+                continue
+            if only is not None and kernel.index not in only:
                 continue
             what = _fused_kernel(kernel.ops)
             try:
@@ -370,11 +388,58 @@ class KernelTable:
 
     def _build_file(self, path: str, progress: Callable[[int, int], None] | None, scratch_params: bool = False) -> None:
         """Lower the kernels here, build them into ``path`` in a child (its suffix picks the
-        format: ``.o`` an object file, ``.bc`` LLVM bitcode)."""
+        format: ``.o`` an object file, ``.bc`` LLVM bitcode) -- or, for an object file of
+        several kernels, lower and build them in parts at once (:meth:`_build_in_parts`)."""
+        if path.endswith(".o") and not scratch_params and not self.config.standalone:
+            if self._build_in_parts(path, progress):
+                return
         merged = for_llvm(self.lowered(None, progress, scratch_params)[0], self.target)
         if self.config.standalone:
             merged = merged.with_attr("executor", _UNPACKED)
         self._build_isolated(merged, path, self.target)
+
+    def _build_in_parts(self, path: str, progress: Callable[[int, int], None] | None) -> bool:
+        """Lower and build the kernels in up to ``Config.jobs`` forked children at once, each a
+        share of them into an object file of its own, joined into ``path`` by ``ld -r``; False
+        (nothing written) where that cannot be done here or any part fails: the build in one
+        piece then says which kernel fails, and how.
+
+        Lowering and LLVM's code generation take one CPU each, and most of a conv net's first
+        compile (relay.testing's SqueezeNet: 8.5 s of 10.3 on a Zen 5, its Winograd kernels most
+        of it). The shares are balanced by :func:`_cost`. The children lower with this process's
+        tuning records and rules in scope (forked, they see its state); the workloads they find
+        untuned are reported here, in one line as a lowering here would."""
+        built = [k for k in self.kernels if k.scalar is None]
+        shares = _shares(built, self.config.jobs)
+        linker = shutil.which("ld")
+        if len(shares) < 2 or linker is None or not isolated.available() or not _host_objects(self.target):
+            return False
+        with tempfile.TemporaryDirectory(prefix="relay_aot-kernels-") as tmp:
+            parts = [os.path.join(tmp, f"part{i}.o") for i in range(len(shares))]
+            found = [os.path.join(tmp, f"untuned{i}.json") for i in range(len(shares))]
+            try:
+                isolated.run_all([functools.partial(self._build_share, *job) for job in zip(shares, parts, found)])
+                subprocess.run([linker, "-r", "-o", path, *parts], check=True, capture_output=True)
+            except (isolated.ChildFailure, subprocess.CalledProcessError, OSError):
+                return False
+            workloads: set[str] = set()
+            for name in found:
+                with open(name) as file:
+                    workloads.update(json.load(file))
+        untuned = tuning.Untuned("", str(self.target))
+        untuned.workloads = workloads
+        untuned.report()
+        if progress is not None:
+            progress(len(built), len(built))
+        return True
+
+    def _build_share(self, share: frozenset[int], path: str, untuned_path: str) -> None:
+        """In a child of :meth:`_build_in_parts`: lower the kernels of ``share``, build them into
+        ``path``, write the workloads they found untuned into ``untuned_path``."""
+        merged = for_llvm(self.lowered(only=share)[0], self.target)
+        with open(untuned_path, "w") as file:
+            json.dump(sorted(self.untuned_workloads), file)
+        _build_in_child(merged, path, self.target)
 
     def build_c(self, target: str, scratch_params: bool = False) -> str | None:
         """The kernels as C source from TVM's ``c`` target ``target``, unpacked (a standalone
@@ -411,18 +476,25 @@ class KernelTable:
             return {}
         return self.lowered(c_target, None, True)[1]
 
-    def lowered(self, c_target: str | None = None, progress=None, scratch_params: bool = False):
-        """The lowered kernels as they are built (for TVM's ``c`` target ``c_target``, or LLVM);
+    def lowered(
+        self,
+        c_target: str | None = None,
+        progress=None,
+        scratch_params: bool = False,
+        only: frozenset[int] | None = None,
+    ):
+        """The lowered kernels as they are built (for TVM's ``c`` target ``c_target``, or LLVM;
+        ``only``: those of these indices, as :meth:`lower_all`);
         what :mod:`.scratch` did to them (nothing unless ``scratch_params``); and, for a
         standalone package, per kernel or shape function symbol over ``?`` dimensions, its
         extent parameters (:mod:`.extents`: (buffer index, dimension, dtype) each)."""
         # A PassContext of our own: the caller's (its TIR options, MetaSchedule) is not part of
         # the cache key, so it must not change what is built.
         # Vectors of custom datatypes are not lowered by TVM (its BYODT framework says so); loops
-        # left serial here stay serial when tvm.build lowers the kernels again.
+        # left serial here stay serial (the build does not lower the kernels again).
         scalar_only = bool(c_target) or self._custom_datatypes()
         with tvm.transform.PassContext(config={"tir.disable_vectorize": True} if scalar_only else {}):
-            merged = self.lower_all(progress)
+            merged = self.lower_all(progress, report=only is None, only=only)
         extent_params: dict = {}
         if self.config.standalone:  # unpacked kernels over ? dimensions take their extents as parameters
             built = [k for k in self.kernels if k.scalar is None]
@@ -479,15 +551,48 @@ class KernelTable:
         return str(failure)
 
 
+def _cost(kernel: ir.Kernel) -> int:
+    """About how long ``kernel`` takes to lower and build, in units of an elementwise kernel's
+    (measured on SqueezeNet: a Winograd convolution's unrolled transforms 1-2 s, a packed
+    convolution's 0.1-0.2 s, a layout transform's 0.07 s)."""
+    if any("winograd" in op for op in kernel.ops):
+        return 20
+    return 2 if any("conv" in op or "dense" in op for op in kernel.ops) else 1
+
+
+#: The least :func:`_cost` worth a process of its own (about 1.5 s of lowering and building): a
+#: fork and the join cost more than smaller shares save, and a loaded machine (a test suite on
+#: every CPU) gains nothing from them.
+SHARE_COST = 20
+
+
+def _shares(kernels: list[ir.Kernel], jobs: int) -> list[frozenset[int]]:
+    """``kernels``' indices in at most ``jobs`` shares of about equal :func:`_cost` (the costliest
+    first, each to the share with the least so far), none below :data:`SHARE_COST`."""
+    total = sum(_cost(k) for k in kernels)
+    count = max(1, min(jobs, total // SHARE_COST))
+    loads = [0] * count
+    shares: list[set[int]] = [set() for _ in range(count)]
+    for kernel in sorted(kernels, key=lambda k: (-_cost(k), k.index)):
+        least = loads.index(min(loads))
+        shares[least].add(kernel.index)
+        loads[least] += _cost(kernel)
+    return [frozenset(share) for share in shares if share]
+
+
+def _host_objects(target: tvm.target.Target) -> bool:
+    """Whether ``target``'s object files are this machine's (``ld`` here can join them)."""
+    triple = str(target.attrs.get("mtriple", ""))
+    return not triple or triple.split("-")[0] == platform.machine()
+
+
 #: TVM's AOT executor's convention for kernels called from C: one ``void*`` per buffer.
 _UNPACKED = relay.backend.Executor("aot", {"unpacked-api": True, "interface-api": "c"})
 
 
 def _build_in_child(merged: tvm.IRModule, path: str, target) -> None:
     """``tvm.build`` of lowered kernels into ``path`` (``.c``: their C source), in the child."""
-    vectorize = not str(target).startswith("c")
-    with _relowering(vectorize):
-        module = tvm.build(merged, target=target)
+    module = _build_lowered(merged, target)
     if path.endswith(".c"):
         with open(path, "w") as out:
             out.write(module.get_source())
@@ -495,18 +600,19 @@ def _build_in_child(merged: tvm.IRModule, path: str, target) -> None:
         module.save(path)
 
 
-def _relowering(vectorize: bool = True) -> tvm.transform.PassContext:
-    """The PassContext of ``tvm.build`` on lowered kernels, which it lowers again.
+def _build_lowered(merged: tvm.IRModule, target) -> tvm.runtime.Module:
+    """``tvm.build`` of kernels the TE compiler lowered already, without lowering them again.
 
-    Its storage rewrite would now merge an allocation of a loop ``serialize_if_small`` made
-    serial with one outside it, giving a float32 buffer a float32x2 allocation (which TVM then
-    refuses: ``conv2d_transpose``'s kernel); its common subexpression elimination would bind
-    floats again (``llvm_debug_info.py``). Both ran in the first lowering.
+    ``tvm.build`` runs TVM's whole lowering pipeline on whatever it is given, lowered or not
+    (SqueezeNet's Winograd kernels: half the build's time), and its storage rewrite and common
+    subexpression elimination would undo what was done to the lowered kernels here (a loop made
+    serial merged into a vector allocation; floats bound again, ``llvm_debug_info.py``).
+    ``relay.build`` gives TVM's TE compiler output to ``tir_to_runtime`` (the host and device
+    passes, then code generation) directly, and so does this.
     """
-    config = {"tir.disable_storage_rewrite": True, "tir.disable_cse_tir": True}
-    if not vectorize:
-        config["tir.disable_vectorize"] = True
-    return tvm.transform.PassContext(config=config)
+    target = tvm.target.Target(target)
+    annotated, host = tvm.target.Target.canon_target_map_and_host({target: merged.with_attr("runtime", None)}, target)
+    return tvm.driver._ffi_api.tir_to_runtime(annotated, host)
 
 
 def _fused_kernel(ops) -> str:

@@ -75,41 +75,59 @@ def run(build: Callable[[], None], doing: str = "building") -> None:
     (TVM's warnings are not lost). Raises :class:`ChildFailure` when it raised, crashed or
     stalled; ``KeyboardInterrupt`` and other exceptions in the parent kill the child first.
     """
+    run_all([build], doing)
+
+
+def run_all(builds: list[Callable[[], None]], doing: str = "building") -> None:
+    """:func:`run` of each of ``builds``, all at once, each in a child of its own; return when
+    every one succeeded, else raise the :class:`ChildFailure` of the first that failed (in the
+    order given) once all have ended."""
     if not available():
-        try:
-            build()
-        except Exception as err:  # noqa: BLE001 - reported as the child's would be
-            raise ChildFailure("failed to build", last_line(_error_text(err)), _error_text(err), raised=True) from None
+        for build in builds:
+            try:
+                build()
+            except Exception as err:  # noqa: BLE001 - reported as the child's would be
+                text = _error_text(err)
+                raise ChildFailure("failed to build", last_line(text), text, raised=True) from None
         return
     join_background_threads()
     sys.stdout.flush()
     sys.stderr.flush()
-    read_end, write_end = os.pipe()
-    with warnings.catch_warnings():
-        # Python 3.12 warns on any fork of a process with threads (the ninja reader's is one);
-        # what the child may touch is limited as this module's docstring says.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # the child: never returns
-        os.close(read_end)
-        _child(build, write_end)
-    os.close(write_end)
-    status = None
+    children: dict[int, int] = {}  # pid -> the read end of its stderr
+    statuses: dict[int, int] = {}
     try:
-        output = _collect(pid, read_end)
-        if output is not None:
-            _, status = os.waitpid(pid, 0)
+        for build in builds:
+            read_end, write_end = os.pipe()
+            with warnings.catch_warnings():
+                # Python 3.12 warns on any fork of a process with threads (the ninja reader's is
+                # one); what the child may touch is limited as this module's docstring says.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the child: never returns
+                os.close(read_end)
+                for fd in children.values():  # its siblings' pipes are not its own
+                    os.close(fd)
+                _child(build, write_end)
+            os.close(write_end)
+            children[pid] = read_end
+        outputs = _collect(children)
+        for pid, output in outputs.items():
+            if output is not None:
+                statuses[pid] = os.waitpid(pid, 0)[1]
     finally:
-        os.close(read_end)
-        if status is None:  # stalled, or this process was interrupted: the child must not outlive it
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    if output is None:
-        raise ChildFailure(
-            f"made no progress (no CPU time for {STALL_SECONDS:g} s, killed) {doing}", "", "", stalled=True
-        )
-    assert status is not None  # the child closed its pipe, and was waited for
-    _judge(status, output, doing)
+        for fd in children.values():
+            os.close(fd)
+        for pid in children:
+            if pid not in statuses:  # stalled, or this process was interrupted: no child outlives it
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    for pid in children:
+        output = outputs[pid]
+        if output is None:
+            raise ChildFailure(
+                f"made no progress (no CPU time for {STALL_SECONDS:g} s, killed) {doing}", "", "", stalled=True
+            )
+        _judge(statuses[pid], output, doing)
 
 
 def _child(build: Callable[[], None], stderr_fd: int) -> None:
@@ -153,24 +171,34 @@ def _cpu_ticks(pid: int) -> int | None:
         return None
 
 
-def _collect(pid: int, fd: int) -> bytes | None:
-    """Everything the child writes to ``fd`` until it closes it; None once it has used no CPU
-    time for :data:`STALL_SECONDS` (it is still running then)."""
-    chunks: list[bytes] = []
-    ticks, since = _cpu_ticks(pid), time.monotonic()
-    while True:
-        ready, _, _ = select.select([fd], [], [], 1.0)
-        if ready:
+def _collect(children: dict[int, int]) -> dict[int, bytes | None]:
+    """Per child (pid -> the read end of its stderr), everything it writes there until it closes
+    it; None for a child that has used no CPU time for :data:`STALL_SECONDS` (it is still
+    running then). Returns when every child has closed its pipe or stalled."""
+    chunks: dict[int, list[bytes]] = {pid: [] for pid in children}
+    outputs: dict[int, bytes | None] = {}
+    progress = {pid: (_cpu_ticks(pid), time.monotonic()) for pid in children}
+    while len(outputs) < len(children):
+        waiting = {fd: pid for pid, fd in children.items() if pid not in outputs}
+        ready, _, _ = select.select(list(waiting), [], [], 1.0)
+        for fd in ready:
+            pid = waiting[fd]
             data = os.read(fd, 65536)
-            if not data:
-                return b"".join(chunks)
-            chunks.append(data)
-            continue
-        now_ticks = _cpu_ticks(pid)
-        if now_ticks is None or now_ticks != ticks:
-            ticks, since = now_ticks, time.monotonic()
-        elif time.monotonic() - since > STALL_SECONDS:
-            return None
+            if data:
+                chunks[pid].append(data)
+            else:
+                outputs[pid] = b"".join(chunks[pid])
+        now = time.monotonic()
+        for pid in waiting.values():
+            if pid in outputs:
+                continue
+            ticks, since = progress[pid]
+            now_ticks = _cpu_ticks(pid)
+            if now_ticks is None or now_ticks != ticks:
+                progress[pid] = (now_ticks, now)
+            elif now - since > STALL_SECONDS:
+                outputs[pid] = None
+    return outputs
 
 
 def _judge(status: int, output: bytes, doing: str) -> None:

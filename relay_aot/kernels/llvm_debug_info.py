@@ -8,8 +8,9 @@ subexpression elimination binds them, ``cse_var_1: float32x16``) or a vector of 
 ``?`` dimensions, ``dft`` and ``floor_mod`` did, on TVM's VM too. :func:`for_llvm` substitutes
 such values into their uses (after lowering custom datatypes and then TVM's intrinsics, which is
 where ``floor_mod``'s let comes from); LLVM's own value numbering finds the common subexpressions again. Kernels printed as
-C are not touched: C has no debug declarations, and LLVM's intrinsics cannot be printed as C. ``KernelTable.build`` then keeps TVM's second lowering (``tvm.build``
-lowers the already lowered kernels again) from binding new ones.
+C are not touched: C has no debug declarations, and LLVM's intrinsics cannot be printed as C. The
+kernels are then built without lowering them again (``kernels._build_lowered``), so nothing binds
+new ones.
 """
 
 from __future__ import annotations
