@@ -8,6 +8,7 @@ import platform
 import tvm
 from tvm import relay
 
+from . import constant_movement
 from .layout_cost import LAYOUT_TRANSFORM_SHARE, _multiply_accumulates, _runtime_transform_elements
 from .walk import operator_calls
 
@@ -63,8 +64,9 @@ def nchw_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         for gvar, func in converted.functions.items():
             if isinstance(func, relay.Function):
                 converted[gvar] = _FreePools().visit(func)
-        # The weights' transforms are of constants: folded here, never run.
-        converted = relay.transform.FoldConstant()(relay.transform.InferType()(converted))
+        # The weights' transforms are of constants: folded here (by numpy where they only move
+        # bytes: FoldConstant builds each with LLVM), never run.
+        converted = relay.transform.FoldConstant()(constant_movement.fold(converted))
     except Exception:  # noqa: BLE001 - like AlterOpLayout, ConvertLayout fails on some closures
         return mod
     added = _runtime_transform_elements(converted) - _runtime_transform_elements(mod)
