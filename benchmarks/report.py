@@ -304,7 +304,7 @@ def compile_time_table(table_result: dict, markdown: bool = False, only: list[st
     """The compile-time table: wall seconds (CPU seconds in brackets) of each measure and the
     ratios of medians to the VM's compile and ``relay.build``'s, one row per program."""
     programs = {name: t for name, t in table_result["programs"].items() if only is None or name in only}
-    measured = lambda key: any(key in t for t in programs.values())  # noqa: E731
+    measured = lambda key: any(key in t or f"{key}_error" in t for t in programs.values())  # noqa: E731
     columns = [c for c in COMPILE_COLUMNS if measured(c[0])]
     ratios = [c for c in COMPILE_RATIOS if measured(c[0])]
     header = ["program"] + [label for _, label in columns + ratios] + ["load"]
@@ -315,7 +315,9 @@ def compile_time_table(table_result: dict, markdown: bool = False, only: list[st
             continue
         row = [name]
         for key, _ in columns:
-            row.append(f"{t[key]:.2f} s ({t[key + '_cpu']:.2f})" if key in t else "-")
+            row.append(
+                f"{t[key]:.2f} s ({t[key + '_cpu']:.2f})" if key in t else "failed" if key + "_error" in t else "-"
+            )
         for key, _ in ratios:
             row.append(f"{t[key]:.2f} ({t[key.replace('/', '_cpu/') + '_cpu']:.2f})" if key in t else "-")
         row.append(f"{t['load']:.1f}")
