@@ -202,7 +202,11 @@ def run_setting(
     # A crash leaves its (workload, executor) out of the next worker, so every restart makes
     # progress and the loop ends: it restarts as often as pairs crash (the int8 models' VM,
     # graph executor and kernel floor abort on VNNI CPUs: six restarts for two models), never
-    # leaving the workloads after them silently unmeasured.
+    # leaving the workloads after them silently unmeasured. A worker reports a workload's records
+    # when it is done with it, so those before the crash are done: the next worker starts at the
+    # crashed one (from the start, it ran every earlier workload's VM again for the checks:
+    # minutes per restart).
+    remaining = list(args.workload_list)
     for attempt in itertools.count():
         out = work_dir / f"records-{name}-{attempt}.jsonl"
         command = [
@@ -212,7 +216,7 @@ def run_setting(
             "--out",
             str(out),
             "--workloads",
-            ",".join(args.workload_list),
+            ",".join(remaining),
             "--executors",
             ",".join(args.executor_list),
             "--options",
@@ -262,6 +266,7 @@ def run_setting(
             }
         )
         crashed.append(current)
+        remaining = remaining[remaining.index(workload) :] if workload in remaining else remaining
     setting["wall_s"] = time.perf_counter() - start
     if not setting.get("label"):  # the worker died before it could say
         setting.update(label=setting_label(value), TVM_NUM_THREADS=value)

@@ -365,8 +365,11 @@ def test_tflm_sources_are_checked(tmp_path):
 def test_a_worker_crashing_on_many_pairs_is_restarted_until_every_workload_is_measured(monkeypatch, tmp_path):
     """Each crash leaves its pair out of the next worker: seven crashing pairs (more than the
     five restarts the harness once allowed, after which the workloads left were silently not
-    measured) end as seven "crashed" records and the other pairs' results."""
+    measured) end as seven "crashed" records and the other pairs' results; a restarted worker
+    starts at the workload it crashed on, not at the first."""
     from benchmarks import cli
+
+    started_with = []
 
     pairs = [[f"w{i}", e] for i in range(4) for e in ("vm", "relay_aot_cpp")]
     crashing = [p for p in pairs if p[1] == "vm"] + [
@@ -383,10 +386,12 @@ def test_a_worker_crashing_on_many_pairs_is_restarted_until_every_workload_is_me
         command = worker.command
         skip = json.loads(command[command.index("--skip") + 1])
         exclude = json.loads(command[command.index("--exclude") + 1])
+        chosen = command[command.index("--workloads") + 1].split(",")
+        started_with.append(chosen[0])
         with open(out, "w", encoding="utf-8") as f:
             f.write(json.dumps({"setting": {"label": "1 thread"}}) + "\n")
             for pair in pairs:
-                if pair in skip or pair in exclude:
+                if pair in skip or pair in exclude or pair[0] not in chosen:
                     continue
                 f.write(json.dumps({"started": pair}) + "\n")
                 if pair in crashing:
@@ -403,3 +408,4 @@ def test_a_worker_crashing_on_many_pairs_is_restarted_until_every_workload_is_me
     result = cli.run_setting("1", args, Options(), {}, tmp_path)
     statuses = {(r["workload"], r["executor"]): r["status"] for r in result["records"]}
     assert statuses == {tuple(p): ("crashed" if p in crashing else "ok") for p in pairs}
+    assert started_with == ["w0", "w0", "w0", "w1", "w1", "w2", "w2", "w3"]
