@@ -192,12 +192,6 @@ def run_child(program: str, what: str, cache: Path, cxxflags: str = "", **settin
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _failure(err: RuntimeError) -> str:
-    """What a failed child said last (TVM's error, or LLVM's assertion)."""
-    lines = [line for line in str(err).splitlines() if line.strip()]
-    return lines[-1][-300:] if lines else "failed"
-
-
 def _forget_builds(cache: Path) -> None:
     """Remove the built libraries and kernels, keeping the precompiled header: a cold build."""
     for name in ("lib", "index", "kernels"):
@@ -230,7 +224,9 @@ def measure(program: str, repeat: int = 1, cxxflags: str = "", cold: bool = Fals
                     except RuntimeError as err:
                         # TVM's own compile can fail where relay_aot's does not (its int8 kernels
                         # abort in LLVM on VNNI CPUs): the peer's column says so, the row stays
-                        failures[what] = _failure(err)
+                        from relay_aot.kernels.isolated import last_line  # TVM: only on a failure
+
+                        failures[what] = last_line(str(err))[-300:] or "failed"
                         continue
                 else:
                     run = run_child(program, "compile" if what in ("first", "cold", "hit") else what, cache, cxxflags)

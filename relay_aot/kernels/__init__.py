@@ -596,7 +596,8 @@ _UNPACKED = relay.backend.Executor("aot", {"unpacked-api": True, "interface-api"
 
 
 def _build_in_child(merged: tvm.IRModule, path: str, target) -> None:
-    """``tvm.build`` of lowered kernels into ``path`` (``.c``: their C source), in the child."""
+    """TVM's code generation of lowered kernels (:func:`_build_lowered`) into ``path`` (``.c``:
+    their C source), in the child."""
     module = _build_lowered(merged, target)
     if path.endswith(".c"):
         with open(path, "w") as out:
