@@ -461,3 +461,28 @@ def test_every_error_of_a_call_is_a_tvm_error_and_the_builtin_one(backend):
         with pytest.raises(tvm.error.TVMError) as info:
             compiled(*args)
         assert isinstance(info.value, cls) and isinstance(info.value, builtin), (index, info.value)
+
+
+@pytest.mark.parametrize(
+    "dims,expected,message",
+    [
+        ([2, 3], None, None),
+        ([2, 3], [2, 3], None),
+        ([0, 2**62, 2**62], None, None),  # no elements: any other extent is representable
+        ([2, -1], None, "kernel k9 would make a tensor of shape (2, -1)"),
+        ([2, 3], [2, 4], "kernel k9 would make a tensor of shape (2, 3) where its type says (2, 4)"),
+        ([2**40, 2**40], None, "(1099511627776, 1099511627776), whose number of elements does not fit in 64 bits"),
+    ],
+)
+def test_shapes_computed_at_run_time_are_checked_with_a_message_naming_the_kernel(dims, expected, message):
+    """Every shape a shape function computes goes through one check (both backends), at every
+    step of a loop: its message is made only when it fails."""
+    from relay_aot import errors
+    from relay_aot.runtime import fastcall
+
+    if message is None:
+        fastcall.check_computed_shape("k9", dims, expected)
+        return
+    with pytest.raises(errors.ShapeError) as info:
+        fastcall.check_computed_shape("k9", dims, expected)
+    assert message in str(info.value)

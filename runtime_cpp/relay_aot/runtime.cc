@@ -1288,12 +1288,15 @@ RELAY_AOT_RUNTIME_LINKAGE void check_computed_shape(const char* kernel, const in
     empty = empty || dims[i] == 0;
     if (dims[i] > 0) overflow = overflow || __builtin_mul_overflow(elements, static_cast<uint64_t>(dims[i]), &elements);
   }
-  const std::string made = std::string("kernel ") + kernel + " would make a tensor of shape " + detail::shape_text(dims, rank);
+  // the message is made only for an error: this check runs at every step of a loop
+  auto made = [&] {
+    return std::string("kernel ") + kernel + " would make a tensor of shape " + detail::shape_text(dims, rank);
+  };
   if (bad) {
-    throw Error("ShapeError", made + (expected != nullptr ? " where its type says " + detail::shape_text(expected, rank) : ""));
+    throw Error("ShapeError", made() + (expected != nullptr ? " where its type says " + detail::shape_text(expected, rank) : ""));
   }
   if (!empty && (overflow || elements > static_cast<uint64_t>(INT64_MAX))) {
-    throw Error("ShapeError", made + ", whose number of elements does not fit in 64 bits");
+    throw Error("ShapeError", made() + ", whose number of elements does not fit in 64 bits");
   }
 }
 
