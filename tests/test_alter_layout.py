@@ -18,7 +18,7 @@ from tvm.contrib import graph_executor
 
 import relay_aot
 from relay_aot import passes
-from relay_aot.passes import global_pools, pooled_pointwise, vector_math
+from relay_aot.passes import depthwise_nchw, global_pools, pooled_pointwise, vector_math
 
 TARGET = tvm.target.Target("llvm")
 
@@ -77,9 +77,11 @@ def _same_kernels_as_relay_build(make):
     with tvm.transform.PassContext(opt_level=3):
         built, _ = relay.optimize(mod, target=TARGET, params={k: tvm.nd.array(v) for k, v in params.items()})
     mod, params = make()  # relay.optimize binds the weights into the module it was given
-    # relay_aot's own rewrites around global pools (test_pools) and of tanh, exp, sigmoid
-    # (test_vector_math) aside
+    # relay_aot's own rewrites around global pools (test_pools), of tanh, exp, sigmoid
+    # (test_vector_math) and of depthwise convolutions between grouped ones (test_depthwise_nchw)
+    # aside
     with (
+        mock.patch.object(depthwise_nchw, "mark", lambda m, lanes: m),
         mock.patch.object(pooled_pointwise, "rewrite", lambda m: m),
         mock.patch.object(global_pools, "rewrite", lambda m: m),
         mock.patch.object(vector_math, "rewrite", lambda m: m),

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "relay_aot"
 #: Pipeline order: passes -> kernels -> control IR -> backends -> build -> runtime, then the
 #: drivers that run the stages, the public API, and the tools on top.
 RANKS = [
-    ("shared leaves", ["version", "config", "errors", "names", "dispatch", "recursion", "cpu"]),
+    ("shared leaves", ["version", "config", "errors", "names", "dispatch", "recursion", "cpu", "gate"]),
     ("control IR vocabulary", ["ir"]),
     ("0 frontends", ["frontends"]),
     ("1 passes", ["passes"]),

@@ -50,8 +50,8 @@ from tvm.relay.op.strategy import generic as _generic
 from tvm.target import override_native_generic_func
 from tvm.topi.utils import get_const_tuple
 
+from ..gate import Gate
 from ..passes.arm_dsp import REQUANTIZE
-from .gate import Gate
 from .te_stages import find_tagged, inline_between
 
 #: The tags of relay_aot's dense and convolution: the schedule finds the stage by them.

@@ -29,7 +29,7 @@ import re
 import tvm
 from tvm import tir
 
-from .gate import Gate
+from ..gate import Gate
 
 
 def _math(name: str):

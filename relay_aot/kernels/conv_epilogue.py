@@ -34,7 +34,7 @@ from collections.abc import Callable
 from tvm import te
 from tvm.topi.x86 import conv2d_avx_1x1, conv2d_avx_common
 
-from .gate import Gate
+from ..gate import Gate
 
 
 def _fused_output(

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from tvm import te
 from tvm.topi.x86 import dense
 
+from ..gate import Gate
 from . import vnni
-from .gate import Gate
 
 #: Blocks of sixteen outputs whose sums are in flight together (eight zmm registers of 32).
 BLOCKS = (8, 4, 2, 1)

@@ -36,7 +36,9 @@ while relay_aot lowers its kernels, a float32 grouped (not depthwise) 1x1 convol
 1 without padding or dilation, in ``NCHW``/``OIHW`` with static shapes, whose rows have a run of
 :data:`MIN_RUN` values, gets this kernel; everything else, and every call outside
 :func:`building` (``relay.build``, TVM's executors and AutoTVM in the same process), TVM's
-strategy as before. ``AlterOpLayout`` leaves these convolutions in ``NCHW`` either way.
+strategy as before. ``AlterOpLayout`` leaves these convolutions in ``NCHW`` either way. The same
+wrapper gives the depthwise convolutions kept in ``NCHW`` between them their kernel
+(:mod:`.depthwise_nchw`).
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ from tvm.relay.op.strategy import generic as _generic
 from tvm.relay.op.strategy import x86 as _x86
 from tvm.topi.utils import get_const_tuple
 
-from .gate import Gate
-from .te_stages import find_tagged, inline_between
+from ..gate import Gate
+from . import depthwise_nchw
+from .te_stages import anchored_schedule
 
 #: The kernel's tag: the schedule finds the convolution's stage by it.
 TAG = "relay_aot_grouped_pointwise"
@@ -193,15 +196,7 @@ def schedule(outs) -> te.Schedule:
     docstring): per register block of :func:`blocking`, the loop over the group's input
     channels outside, the block's filters unrolled and its columns vectorised inside, then the
     fused operators on the accumulators and one store."""
-    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
-    s = te.create_schedule([o.op for o in outs])
-    conv = find_tagged(outs[0].op, (TAG,))
-    assert conv is not None, "relay_aot's grouped pointwise strategy without its convolution"
-    last = outs[0]
-    if len(outs) != 1 or get_const_tuple(last.shape) != get_const_tuple(conv.shape):
-        last = conv  # not FuseOps' out-elementwise pattern: the other stages keep TVM's default
-    elif not last.op.same_as(conv.op):
-        inline_between(s, conv.op, last.op)  # everything between them is elementwise
+    s, conv, last = anchored_schedule(outs, TAG, "grouped pointwise")
     lanes, registers = _vector_registers(tvm.target.Target.current())
     _, filters, height, width = get_const_tuple(conv.shape)
     per_group = filters // int(conv.op.attrs["groups"])
@@ -332,11 +327,17 @@ _TVM_CPU_STRATEGY = _x86.conv2d_strategy_cpu
 
 
 def _cpu_strategy(attrs, inputs, out_type, target):
-    if not (_GATE.active() and applies(attrs, inputs[0], inputs[1], target)):
-        return _TVM_CPU_STRATEGY(attrs, inputs, out_type, target)
-    strategy = _op.OpStrategy()
-    strategy.add_implementation(_compute_for(target), _schedule, name="grouped_pointwise_nchw.relay_aot", plevel=20)
-    return strategy
+    if _GATE.active() and applies(attrs, inputs[0], inputs[1], target):
+        strategy = _op.OpStrategy()
+        strategy.add_implementation(_compute_for(target), _schedule, name="grouped_pointwise_nchw.relay_aot", plevel=20)
+        return strategy
+    if _GATE.active() and depthwise_nchw.applies(attrs, inputs[0], inputs[1], target):
+        strategy = _op.OpStrategy()
+        strategy.add_implementation(
+            depthwise_nchw.compute_for, depthwise_nchw.schedule_for, name="depthwise_nchw.relay_aot", plevel=20
+        )
+        return strategy
+    return _TVM_CPU_STRATEGY(attrs, inputs, out_type, target)
 
 
 def _install() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from tvm import te
+from tvm.topi.utils import get_const_tuple
 
 
 def find_tagged(op: te.Operation, tags: Collection[str]) -> te.Tensor | None:
@@ -34,3 +35,20 @@ def inline_between(s: te.Schedule, anchor: te.Operation, last: te.Operation) -> 
             inline(t.op)
 
     inline(last)
+
+
+def anchored_schedule(outs, tag: str, what: str) -> tuple[te.Schedule, te.Tensor, te.Tensor]:
+    """The schedule of a fused kernel's ``outs``, its stage tagged ``tag`` (``what`` names the
+    strategy in the assertion) and the stage whose loop stores the result: the last one when
+    FuseOps put elementwise operators after the anchor (those between them inlined), else the
+    anchor itself (the other stages keep TVM's default)."""
+    outs = [outs] if isinstance(outs, te.Tensor) else list(outs)
+    s = te.create_schedule([o.op for o in outs])
+    anchor = find_tagged(outs[0].op, (tag,))
+    assert anchor is not None, f"relay_aot's {what} strategy without its stage"
+    last = outs[0]
+    if len(outs) != 1 or get_const_tuple(last.shape) != get_const_tuple(anchor.shape):
+        last = anchor  # not FuseOps' out-elementwise pattern
+    elif not last.op.same_as(anchor.op):
+        inline_between(s, anchor.op, last.op)  # everything between them is elementwise
+    return s, anchor, last

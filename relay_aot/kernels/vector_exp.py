@@ -31,7 +31,7 @@ from collections.abc import Callable
 import tvm
 from tvm import tir
 
-from .gate import Gate
+from ..gate import Gate
 
 #: Cephes' expf: log2(e), ln 2 in two parts (the first exact in few bits), the polynomial's
 #: coefficients from the highest degree.

@@ -32,7 +32,7 @@ from tvm.target.x86 import get_simd_32bit_lanes
 from tvm.topi.x86 import conv2d_avx_1x1, conv2d_avx_common, dense, tensor_intrin
 
 from ..cpu import has_vnni
-from .gate import Gate
+from ..gate import Gate
 
 #: The modules of ``topi.x86`` that import TVM's intrinsic by name (their schedules call it).
 _USERS = (conv2d_avx_1x1, conv2d_avx_common, dense)

@@ -31,6 +31,7 @@ from . import (
     arm_dsp,
     constant_movement,
     dense_transposes,
+    depthwise_nchw,
     global_pools,
     int8_boundaries,
     invariants,
@@ -252,7 +253,9 @@ def alter_layout(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     the change when they are at most :data:`LAYOUT_TRANSFORM_SHARE` of them.
     """
     try:
-        with faster_te_compiler():  # AlterOpLayout asks the TE compiler for each operator's strategy
+        # AlterOpLayout asks the TE compiler for each operator's strategy; the depthwise
+        # convolutions depthwise_nchw.mark kept in NCHW stay there
+        with faster_te_compiler(), depthwise_nchw.kept():
             altered = relay.transform.AlterOpLayout()(mod)
             altered = _function_by_function(_simplify_post_alter_op())(altered)
             altered = relay.transform.FoldConstant()(_fold_movement(altered))
@@ -278,6 +281,17 @@ def _dense_of_transposes(pack: bool) -> tvm.transform.Pass:
             return dense_transposes.rewrite(mod, pack)
 
     return tvm.transform.module_pass(apply, opt_level=0, name="DenseOfTransposes")
+
+
+@tvm.transform.module_pass(opt_level=0, name="DepthwiseBetweenGrouped")
+def depthwise_between_grouped(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    """:func:`depthwise_nchw.mark` as a pass, on x86 targets (see that module)."""
+    target = tvm.target.Target.current(allow_none=True)
+    if not is_x86(target):
+        return mod
+    with target:
+        lanes = tvm.target.x86.get_simd_32bit_lanes()
+    return depthwise_nchw.mark(mod, lanes)
 
 
 @tvm.transform.module_pass(opt_level=0, name="WinogradConvolutions")
@@ -574,7 +588,8 @@ def prepare_with_extents(
     if until_layouts:
         return _run_sequence(sequence, mod, opt_level, target), extents
     if alters_layout:
-        sequence += [alter_layout, relay.transform.InferType(), requantizations_into_convolutions]
+        sequence += [depthwise_between_grouped, alter_layout, relay.transform.InferType()]
+        sequence += [requantizations_into_convolutions]
         if winograd:
             sequence += [winograd_convolutions, relay.transform.InferType()]
     sequence += [relay.transform.ToANormalForm(), inline_pure_lets, relay.transform.InferType()]

@@ -1,7 +1,7 @@
-"""Changes to TVM's kernel building in force only while relay_aot builds its own kernels.
+"""Changes to TVM's kernel building (and layout choice) in force only while relay_aot uses them.
 
 relay_aot replaces a few of TVM's process-wide hooks (an intrinsic's lowering rule, a TOPI
-schedule function) with dispatchers. A :class:`Gate` installs such a dispatcher the first time
+schedule function, x86's convolution layout choice) with dispatchers. A :class:`Gate` installs such a dispatcher the first time
 it is entered and tells it whether the calling thread is inside :meth:`Gate.building`; outside,
 the dispatcher does what TVM did, so ``relay.build``, TVM's executors and AutoTVM in the same
 process are unchanged.
