@@ -1193,6 +1193,58 @@ def _grouped_pointwise(c: Choices) -> Built:
     return Built("nn.conv2d (grouped 1x1)", params, body, reference, draw, "float32", relative=True)
 
 
+def _shuffle_unit(c: Choices) -> Built:
+    """ShuffleNet's unit: a grouped 1x1 convolution with relu, the channel shuffle, a 3x3
+    depthwise convolution with a shift, a grouped 1x1 convolution, constant weights: relay_aot's
+    NCHW depthwise kernel between its grouped pointwise ones (on AVX-512; rows of 7 and strides of
+    2 stay packed). Every weight row sums to at most 1 in magnitude, so no stage overflows
+    where the reference does not."""
+    groups, per_group = c.choose([2, 4]), c.choose([4, 9, 16])
+    size, stride = c.choose([8, 14, 10, 7]), c.choose([1, 1, 2])
+    channels = groups * per_group
+    rng = np.random.default_rng(c.integers(0, 2**31 - 1))
+    first = (rng.uniform(-1, 1, (channels, per_group)) / per_group).astype("float32")
+    depthwise = (rng.uniform(-1, 1, (channels, 3, 3)) / 9).astype("float32")
+    shift = rng.uniform(-1, 1, channels).astype("float32")
+    last = (rng.uniform(-1, 1, (channels, per_group)) / per_group).astype("float32")
+    out_size = (size - 1) // stride + 1
+    x = relay.var("x", shape=(1, channels, size, size), dtype="float32")
+
+    def pointwise(y, weight):
+        return relay.nn.conv2d(y, relay.const(weight[:, :, None, None]), groups=groups, channels=channels)
+
+    y = relay.nn.relu(pointwise(x, first))
+    y = relay.reshape(y, (1, groups, per_group, size, size))
+    y = relay.reshape(relay.transpose(y, (0, 2, 1, 3, 4)), (1, channels, size, size))
+    y = relay.nn.conv2d(y, relay.const(depthwise[:, None]), strides=stride, padding=1, groups=channels)
+    body = pointwise(y + relay.const(shift.reshape(channels, 1, 1)), last)
+
+    def grouped(data, weight):
+        out = np.zeros_like(data, dtype="float64")
+        for o in range(channels):
+            g = o // per_group
+            out[o] = np.einsum("k,khw->hw", weight[o].astype("float64"), data[g * per_group : (g + 1) * per_group])
+        return out.astype("float32")
+
+    def reference(data):
+        with np.errstate(all="ignore"):
+            y = _relu_as_tvm(grouped(data[0].astype("float64"), first))
+            y = y.reshape(groups, per_group, size, size).transpose(1, 0, 2, 3).reshape(channels, size, size)
+            padded = np.pad(y.astype("float64"), ((0, 0), (1, 1), (1, 1)))
+            z = np.zeros((channels, out_size, out_size), "float64")
+            for r in range(3):
+                for s in range(3):
+                    window = padded[:, r : r + stride * out_size : stride, s : s + stride * out_size : stride]
+                    z += window * depthwise[:, r, s, None, None].astype("float64")
+            z = z.astype("float32") + shift.reshape(channels, 1, 1)
+            return grouped(z.astype("float64"), last)[None]
+
+    def draw(args: _Args):
+        return (_float_data(args, (1, channels, size, size), 1e37),)
+
+    return Built("ShuffleNet unit (NCHW depthwise)", [x], body, reference, draw, "float32", relative=True)
+
+
 def _int8_product(c: Choices) -> Built:
     """An int8 or uint8 by int8 product into int32 (dense or 1x1/3x3 convolution) with constant
     weights: the exact int8 kernels (uint8 x int8 on x86 without VNNI's saturation)."""
@@ -1305,6 +1357,7 @@ OPERATORS: dict[str, Callable[[Choices], Built]] = {
     "dense_pack": _packed_dense,
     "int8_product": _int8_product,
     "grouped_pointwise": _grouped_pointwise,
+    "shuffle_unit": _shuffle_unit,
 }
 
 
