@@ -233,9 +233,11 @@ HEADLINE = [
         "graph",
         ["resnet18", "mobilenet", "squeezenet", "dcgan", "inception_v3"],
     ),
-    ("ONNX SqueezeNet (untuned, tuned)", "onnxruntime", ["onnx_squeezenet", "onnx_squeezenet_tuned"]),
-    ("ONNX ResNet-50", "onnxruntime", ["onnx_resnet50"]),
-    ("ONNX ShuffleNet", "onnxruntime", ["onnx_shufflenet"]),
+    (
+        "ONNX vision models (SqueezeNet untuned and tuned, ResNet-50, ShuffleNet)",
+        "onnxruntime",
+        ["onnx_squeezenet", "onnx_squeezenet_tuned", "onnx_resnet50", "onnx_shufflenet"],
+    ),
     ("ONNX MLP batch 64, quantized conv net", "onnxruntime", ["onnx_mlp_b64", "onnx_qconv_net"]),
     (
         "ONNX QDQ int8 (SqueezeNet, ResNet-50, Inception-v1)",
