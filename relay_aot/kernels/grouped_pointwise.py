@@ -327,17 +327,17 @@ _TVM_CPU_STRATEGY = _x86.conv2d_strategy_cpu
 
 
 def _cpu_strategy(attrs, inputs, out_type, target):
-    if _GATE.active() and applies(attrs, inputs[0], inputs[1], target):
-        strategy = _op.OpStrategy()
-        strategy.add_implementation(_compute_for(target), _schedule, name="grouped_pointwise_nchw.relay_aot", plevel=20)
-        return strategy
-    if _GATE.active() and depthwise_nchw.applies(attrs, inputs[0], inputs[1], target):
-        strategy = _op.OpStrategy()
-        strategy.add_implementation(
-            depthwise_nchw.compute_for, depthwise_nchw.schedule_for, name="depthwise_nchw.relay_aot", plevel=20
-        )
-        return strategy
-    return _TVM_CPU_STRATEGY(attrs, inputs, out_type, target)
+    if not _GATE.active():
+        return _TVM_CPU_STRATEGY(attrs, inputs, out_type, target)
+    if applies(attrs, inputs[0], inputs[1], target):
+        ours = (_compute_for(target), _schedule, "grouped_pointwise_nchw.relay_aot")
+    elif depthwise_nchw.applies(attrs, inputs[0], inputs[1], target):
+        ours = (depthwise_nchw.compute_for, depthwise_nchw.schedule_for, "depthwise_nchw.relay_aot")
+    else:
+        return _TVM_CPU_STRATEGY(attrs, inputs, out_type, target)
+    strategy = _op.OpStrategy()
+    strategy.add_implementation(ours[0], ours[1], name=ours[2], plevel=20)
+    return strategy
 
 
 def _install() -> None:

@@ -40,7 +40,7 @@ import numpy as np
 import tvm
 from tvm import relay
 
-from .gradient_cleanup import static_tensor
+from .gradient_cleanup import static_shape
 from .requantization import match as _requantization
 from .walk import CallRewriter, calls_any, rewrite_functions
 from .walk import op_name as _name
@@ -53,17 +53,12 @@ def has_dsp(target: tvm.target.Target | None) -> bool:
     return target is not None and target.kind.name in ("llvm", "c") and bool(target.features.has_dsp)
 
 
-def _shape(expr: relay.Expr) -> list[int] | None:
-    ty = expr.checked_type
-    return [int(d) for d in ty.shape] if static_tensor(ty) else None
-
-
 def _pointwise_weights(call: relay.Call) -> np.ndarray | None:
     """The filters (``O x C``, int8) of an int8 1x1 ``NHWC`` convolution into int32 with unit
     strides, no padding, one group and constant ``HWIO`` weights; else None."""
     attrs = call.attrs
     data, weight = call.args
-    shape = _shape(data)
+    shape = static_shape(data)
     if (
         not isinstance(weight, relay.Constant)
         or shape is None
@@ -91,7 +86,7 @@ def _ohwi(call: relay.Call, new: relay.Call) -> relay.Expr | None:
     data, weight = call.args
     if (
         not isinstance(weight, relay.Constant)
-        or _shape(data) is None
+        or static_shape(data) is None
         or attrs.data_layout != "NHWC"
         or attrs.kernel_layout != "HWIO"
         or str(attrs.out_layout) not in ("", "NHWC")
@@ -124,7 +119,7 @@ def _depthwise(call: relay.Call) -> bool:
     DSP kernel computes (``HWOI`` weights of multiplier 1, no padding, no dilation)."""
     attrs = call.attrs
     data, weight = call.args
-    shape, kernel = _shape(data), _shape(weight)
+    shape, kernel = static_shape(data), static_shape(weight)
     return (
         shape is not None
         and kernel is not None
@@ -148,7 +143,7 @@ def _along_channels(original: relay.Expr, arg: relay.Expr, channels: int) -> rel
     """An operand beside the convolution's result (``original``, rewritten ``arg``) as an
     operand of its 2-D form: a scalar as it is, a tensor constant along every axis but the last
     (``[1, 1, 1, O]``) reshaped to ``[1, O]``; None for anything else."""
-    shape = _shape(original)
+    shape = static_shape(original)
     if shape is None:
         return None
     if not shape:
@@ -180,7 +175,7 @@ class _Rewrite(CallRewriter):
                 elif _depthwise(call):
                     self.open.add(new)
                 return conv
-            n, h, w, c = _shape(call.args[0]) or []
+            n, h, w, c = static_shape(call.args[0]) or []
             rows = relay.reshape(new.args[0], [n * h * w, c])
             product = relay.nn.dense(rows, relay.const(weights), out_dtype="int32")
             return self._flat(product, [n, h, w, weights.shape[0]], weights.shape[0], True)
@@ -216,7 +211,7 @@ class _Rewrite(CallRewriter):
         pattern = call.op.get_attr("TOpPattern")
         if call.op.name != _STOP_FUSION and (pattern is None or int(pattern) > 1):
             return None
-        shape = _shape(call)
+        shape = static_shape(call)
         found = [self.flat[arg] for arg in new.args if arg in self.flat]
         if not found or shape is None or len({channels for _, channels, _ in found}) != 1:
             return None
@@ -232,7 +227,7 @@ class _Rewrite(CallRewriter):
         args = []
         for original, arg in zip(call.args, new.args):
             if arg in self.flat:
-                if _shape(original) != shape:  # broadcast against a smaller tensor
+                if static_shape(original) != shape:  # broadcast against a smaller tensor
                     return None
                 args.append(self.flat[arg][0])
                 continue
@@ -341,7 +336,7 @@ class _Requantize(CallRewriter):
         if found is None:
             return None
         x, multipliers, left, right = found
-        shape = _shape(x)
+        shape = static_shape(x)
         if shape is None or not shape or not _sums_of_ours(x):
             return None
         x = self.visit(x)
@@ -383,7 +378,7 @@ def _takes_padding(conv: relay.Call) -> bool:
     ``OHWI`` weights (:func:`_ohwi`'s) or depthwise ``HWOI`` ones of multiplier 1."""
     attrs = conv.attrs
     data, weight = conv.args
-    shape, kernel = _shape(data), _shape(weight)
+    shape, kernel = static_shape(data), static_shape(weight)
     if shape is None or kernel is None or len(shape) != 4 or shape[0] != 1 or len(kernel) != 4:
         return False
     if (

@@ -18,6 +18,7 @@ import numpy as np
 import tvm
 from tvm import relay
 
+from .gradient_cleanup import static_shape
 from .walk import CallRewriter, op_name, rewrite_functions
 
 _AXIS = re.compile(r"(\d*)([A-Za-z])")
@@ -64,15 +65,9 @@ def layout_transform(data: np.ndarray, src: str, dst: str) -> np.ndarray | None:
     return np.ascontiguousarray(data.reshape(shape).transpose(order))
 
 
-def _static_shape(call: relay.Call) -> list[int] | None:
-    """The shape of ``call``'s result, if static."""
-    shape = call.checked_type.shape
-    return [int(d) for d in shape] if all(isinstance(d, tvm.tir.IntImm) for d in shape) else None
-
-
 def _reshaped(data: np.ndarray, call: relay.Call) -> np.ndarray | None:
     """``data`` in the shape of ``call``'s result (an operator that only reshapes), if static."""
-    shape = _static_shape(call)
+    shape = static_shape(call)
     return None if shape is None else data.reshape(shape)
 
 
@@ -111,7 +106,7 @@ class _Folder(CallRewriter):
         if fold is None or len(new.args) != 1 or not isinstance(new.args[0], relay.Constant):
             return None
         value = fold(new.args[0].data.numpy(), call)
-        if value is None or list(value.shape) != _static_shape(call):
+        if value is None or list(value.shape) != static_shape(call):
             return None  # the type checker's shape is the operator's: anything else is not it
         return relay.const(value, dtype=str(value.dtype))
 

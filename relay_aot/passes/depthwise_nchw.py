@@ -23,7 +23,7 @@ from tvm import relay
 from tvm.topi.nn.utils import get_pad_tuple
 
 from ..gate import Gate
-from .gradient_cleanup import static_tensor
+from .gradient_cleanup import static_shape
 from .walk import op_name, rewrite_functions
 
 #: Operators a channel's values pass through on their own (or that only relabel channels):
@@ -47,11 +47,6 @@ _CHANNEL_WISE = {
 MIN_RUN = 8
 
 
-def _shape(expr: relay.Expr) -> list[int] | None:
-    ty = expr.checked_type
-    return [int(d) for d in ty.shape] if static_tensor(ty) else None
-
-
 def run_width(width: int, lanes: int) -> int:
     """The widest run of an output row of ``width`` values that divides it and fits a vector of
     ``lanes``: the kernel's register blocks are runs of that many values."""
@@ -70,8 +65,8 @@ def shape_fits(data: list[int], weight: list[int], strides, dilation, padding, l
     if any(int(d) != 1 for d in dilation) or any(int(s) != 1 for s in strides):
         return False
     top, left, bottom, right = get_pad_tuple([int(p) for p in padding], (weight[2], weight[3]))
-    out_width = (data[3] + left + right - weight[3]) // int(strides[1]) + 1
-    out_height = (data[2] + top + bottom - weight[2]) // int(strides[0]) + 1
+    out_width = data[3] + left + right - weight[3] + 1
+    out_height = data[2] + top + bottom - weight[2] + 1
     if out_width < 1 or out_height < 1:
         return False
     return run_width(out_width, lanes) >= MIN_RUN
@@ -81,7 +76,7 @@ def _depthwise(call: relay.Expr) -> bool:
     if op_name(call) != "nn.conv2d":
         return False
     attrs = call.attrs
-    data, weight = _shape(call.args[0]), _shape(call.args[1])
+    data, weight = static_shape(call.args[0]), static_shape(call.args[1])
     return (
         data is not None
         and weight is not None
@@ -165,7 +160,7 @@ class _Mark(relay.ExprMutator):
         if not (_depthwise(call) and str(call.attrs.out_layout) == ""):
             return new
         attrs = call.attrs
-        data, weight = _shape(call.args[0]), _shape(call.args[1])
+        data, weight = static_shape(call.args[0]), static_shape(call.args[1])
         assert data is not None and weight is not None  # _depthwise's
         fits = shape_fits(data, weight, attrs.strides, attrs.dilation, attrs.padding, self.lanes)
         if not (fits and _comes_from_grouped(call.args[0]) and _leads_to_grouped(call, self.readers, self.func)):

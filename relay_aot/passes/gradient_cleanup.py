@@ -66,6 +66,12 @@ def static_tensor(ty: relay.Type) -> bool:
     return isinstance(ty, relay.TensorType) and all(isinstance(d, tvm.tir.IntImm) for d in ty.shape)
 
 
+def static_shape(expr: relay.Expr) -> list[int] | None:
+    """The extents of ``expr``'s (type-checked) tensor type, if every one is known; else None."""
+    ty = expr.checked_type
+    return [int(d) for d in ty.shape] if static_tensor(ty) else None
+
+
 def same_static_type(a: relay.Type, b: relay.Type) -> bool:
     """Whether ``a`` and ``b`` are the same tensor type, every extent known."""
     return static_tensor(a) and static_tensor(b) and tvm.ir.structural_equal(a, b)

@@ -32,7 +32,7 @@ import numpy as np
 import tvm
 from tvm import relay
 
-from .gradient_cleanup import static_tensor
+from .gradient_cleanup import static_shape
 from .walk import calls_any, op_name, rewrite_functions
 
 _POOLS = ("nn.global_avg_pool2d", "nn.global_max_pool2d")
@@ -43,15 +43,10 @@ _BINARY = ("add", "subtract", "multiply", "maximum", "minimum")
 PADDING_SHARE = 1 / 8
 
 
-def _shape(expr: relay.Expr) -> list[int] | None:
-    ty = expr.checked_type
-    return [int(d) for d in ty.shape] if static_tensor(ty) else None
-
-
 def _pointwise(conv: relay.Call) -> bool:
     """Whether ``conv`` is a 1x1 convolution with unit strides, no padding, static shapes."""
     attrs = conv.attrs
-    data, weight, out = _shape(conv.args[0]), _shape(conv.args[1]), _shape(conv)
+    data, weight, out = static_shape(conv.args[0]), static_shape(conv.args[1]), static_shape(conv)
     return (
         data is not None
         and weight is not None
@@ -83,7 +78,7 @@ def _operand_kind(operand: relay.Expr, out: list[int]) -> str | None:
     """How a non-chain operand of an elementwise operator over the convolution's output
     (``out``: n, c, h, w) broadcasts: ``"full"`` (its own shape), ``"channel"`` (one value per
     channel), ``"scalar"``; None where flattening the pixels would change its meaning."""
-    shape = _shape(operand)
+    shape = static_shape(operand)
     if shape is None or len(shape) > 4:
         return None
     if shape == out:
@@ -136,7 +131,7 @@ class _Rewriter(relay.ExprMutator):
 
     def _chain(self, expr: relay.Expr, out: list[int]) -> list[relay.Call] | None:
         """The calls from ``expr`` down to the pointwise convolution, or None."""
-        if self.uses.get(expr, 0) != 1 or _shape(expr) != out:
+        if self.uses.get(expr, 0) != 1 or static_shape(expr) != out:
             return None
         name = op_name(expr)
         if name == "nn.conv2d":
@@ -157,7 +152,7 @@ class _Rewriter(relay.ExprMutator):
         return None if below is None else [expr, *below]
 
     def _pooled(self, pool: relay.Call) -> relay.Expr | None:
-        out = _shape(pool.args[0])
+        out = static_shape(pool.args[0])
         if out is None or len(out) != 4 or out[2] * out[3] == 1:
             return None
         chain = self._chain(pool.args[0], out)
@@ -179,13 +174,13 @@ class _Rewriter(relay.ExprMutator):
             if kind == "full":
                 return relay.reshape(self.visit(expr), flat)
             if kind in ("channel", "bias") and padded != channels:
-                shape = _shape(expr)
+                shape = static_shape(expr)
                 assert shape is not None  # padded only when every per-channel operand is a constant
                 axis = 0 if kind == "bias" else len(shape) - 3
                 return _padded_constant(expr, axis, padded)
             return self.visit(expr)
 
-        data_shape = _shape(conv.args[0])
+        data_shape = static_shape(conv.args[0])
         assert data_shape is not None  # _pointwise: static shapes
         data = relay.reshape(self.visit(conv.args[0]), [n, data_shape[1], 1, height * width])
         weight = _padded_constant(conv.args[1], 0, padded) if padded != channels else self.visit(conv.args[1])
