@@ -332,7 +332,7 @@ def test_fast_call_path_matches_the_ffi_path():
 
 
 def test_fast_call_results_are_the_ffis_ndarrays(monkeypatch):
-    """A tensor result is made without asking the runtime its type index (fastcall.make_result):
+    """A tensor result is made without asking the runtime its type index (in the extension):
     a plain NDArray owning its data, as TVM's converter makes it; with a subclass of NDArray
     registered, TVM's converter makes it."""
     from tvm._ffi._ctypes import ndarray as ctypes_ndarray
@@ -405,15 +405,11 @@ def test_the_fast_path_reads_an_arrays_dtype_from_its_handle():
     same bits and lanes but another type code (int8 for uint8), or of another width, is converted
     in Python first: the extension compares the handle's dtype (NDArray.dtype, a string made
     through TVM's FFI, costs 0.6 us an argument)."""
-    from relay_aot.runtime import fastcall
-    from relay_aot.runtime.module import _ENTRY_KINDS
-
     mod = tvm.relay.parse('#[version = "0.0.5"]\ndef @main(%u: Tensor[(3), uint8]) { %u }')
     compiled = relay_aot.compile(mod)
 
     def direct(arg):
-        result = fastcall.call_entry(compiled._address, (arg,), compiled._expected, _ENTRY_KINDS)
-        return result is not NotImplemented
+        return compiled._bound((arg,)) is not NotImplemented
 
     assert compiled._checks_in_extension
     assert direct(tvm.nd.array(np.array([1, 2, 3], "uint8"))) and direct(np.array([1, 2, 3], "uint8"))

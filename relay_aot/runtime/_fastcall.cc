@@ -2,11 +2,11 @@
 //
 // 1. Calls without TVM's ctypes FFI. TVM's Python FFI costs several microseconds per call, and
 //    converting a numpy argument with tvm.nd.array tens more: for a small program that is most
-//    of a call. `call` packs Python arguments straight into TVM's packed calling convention and
-//    calls a library's entry symbol: numpy arrays as DLTensors viewing their data (the entry
-//    copies them into tensors it owns and checks them), Python and numpy numbers as numbers,
-//    TVM objects by handle. Anything else makes it return NotImplemented, and relay_aot
-//    converts the arguments in Python instead. `call_packed` does the same for any PackedFunc
+//    of a call. An `Entry` (a library's entry symbol, bound once) packs Python arguments
+//    straight into TVM's packed calling convention and calls it: numpy arrays as DLTensors
+//    viewing their data (the entry copies them into tensors it owns and checks them), Python
+//    and numpy numbers as numbers, TVM objects by handle. Anything else makes it return
+//    NotImplemented, and relay_aot converts the arguments in Python instead. `call_packed` does the same for any PackedFunc
 //    (the Python backend's kernel calls).
 //
 // 2. The same checks and rules compiled code applies, for values converted in Python: the
@@ -29,9 +29,10 @@
 //    library compiled for a CPU this one is not, and the Python backend its kernels, with the
 //    message the library's entries give.
 //
-// Results become Python objects through TVM's own ctypes return converters (make_result), so
-// they are exactly what the ctypes FFI returns; errors raised here become the Python classes
-// TVM's FFI would use for the same error kind (make_error).
+// Results become Python objects through TVM's own ctypes return converters (make_result), or
+// for tensors as those make them (NDArrayResults), so they are exactly what the ctypes FFI
+// returns; errors raised here become the Python classes TVM's FFI would use for the same error
+// kind (make_error).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -69,13 +70,25 @@ py::object* make_error = nullptr;
  *        pointer): ctypes instances expose their storage, the pointer itself, as a buffer.
  */
 void* handle_of(const py::handle& obj) {
-  py::object handle = obj.attr("handle");
+  static PyObject* const name = PyUnicode_InternFromString("handle");  // attr("handle") hashes a new string
+  py::object handle = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), name));
+  if (!handle) throw py::error_already_set();
   Py_buffer view;
   if (PyObject_GetBuffer(handle.ptr(), &view, PyBUF_SIMPLE) != 0) throw py::error_already_set();
   void* pointer = nullptr;
   if (view.len == static_cast<Py_ssize_t>(sizeof(void*))) std::memcpy(&pointer, view.buf, sizeof(void*));
   PyBuffer_Release(&view);
   return pointer;
+}
+
+/*! \brief Whether a Python NDArray is a view: a bare DLTensor, which owns nothing (NDArray.is_view). */
+bool is_view(const py::handle& array) {
+  static PyObject* const name = PyUnicode_InternFromString("is_view");
+  py::object view = py::reinterpret_steal<py::object>(PyObject_GetAttr(array.ptr(), name));
+  if (!view) throw py::error_already_set();
+  const int truth = PyObject_IsTrue(view.ptr());
+  if (truth < 0) throw py::error_already_set();
+  return truth == 1;
 }
 
 /*! \brief The Python classes of TVM's FFI that hold objects (see fastcall.KINDS). */
@@ -91,7 +104,7 @@ ObjectRef object_of(const py::handle& value, const Kinds& kinds) {
   if (value.is_none()) return ObjectRef();
   if (py::isinstance(value, kinds.ndarray)) {
     auto* tensor = static_cast<TVMArrayHandle>(handle_of(value));
-    if (py::bool_(value.attr("is_view"))) {  // a bare DLTensor (an argument of a callback): copy it
+    if (is_view(value)) {  // a bare DLTensor (an argument of a callback): copy it
       return NDArray::NewFromDLTensor(tensor, tensor->device);
     }
     // NDArray::FFIDataFromHandle (protected): the handle is the container's DLTensor.
@@ -104,6 +117,68 @@ ObjectRef object_of(const py::handle& value, const Kinds& kinds) {
   throw py::type_error("expected a TVM object, got a " + std::string(py::str(value.get_type().attr("__name__"))));
 }
 
+/*!
+ * \brief Makes the tvm.nd.NDArray of a returned array handle without running Python code:
+ *        what TVM's return converter (_ndarray._make_array) makes when no subclass of NDArray
+ *        is registered, at a tenth of its cost (half a microsecond a call, a small model's
+ *        kernels' time). Set once from fastcall.py; never freed (see make_error).
+ */
+struct NDArrayResults {
+  py::object ndarray;       // tvm.nd.NDArray
+  py::object handle_type;   // TVMArrayHandle, the ctypes pointer type of NDArray.handle
+  py::object registry;      // the globals of tvm._ffi._ctypes.ndarray
+  py::object plain;         // its _TVM_ND_CLS while only NDArray itself is registered
+  py::object registry_name = py::str("_TVM_ND_CLS"), class_name = py::str("_CLASS_NDARRAY");
+  py::object handle_name = py::str("handle"), is_view_name = py::str("is_view");
+  py::object no_args = py::tuple();
+
+  /*! \brief Whether the return converter would make a plain NDArray (no subclass registered since). */
+  bool applies() const {
+    PyObject* classes = PyDict_GetItemWithError(registry.ptr(), registry_name.ptr());
+    PyObject* cls = PyDict_GetItemWithError(registry.ptr(), class_name.ptr());
+    if (classes == nullptr || cls != ndarray.ptr()) {
+      PyErr_Clear();
+      return false;
+    }
+    const int equal = PyObject_RichCompareBool(classes, plain.ptr(), Py_EQ);
+    if (equal < 0) PyErr_Clear();
+    return equal == 1;
+  }
+
+  /*! \brief The NDArray owning \p handle (a reference the caller gives up, even on error). */
+  py::object make(void* handle) const {
+    auto* type = reinterpret_cast<PyTypeObject*>(ndarray.ptr());
+    try {
+      py::object array = py::reinterpret_steal<py::object>(type->tp_new(type, no_args.ptr(), nullptr));
+      if (!array) throw py::error_already_set();
+      // is_view until the handle is in place: NDArray.__del__ frees the handle of a non-view only
+      if (PyObject_SetAttr(array.ptr(), is_view_name.ptr(), Py_True) != 0) throw py::error_already_set();
+      py::object pointer = handle_type();
+      Py_buffer view;
+      if (PyObject_GetBuffer(pointer.ptr(), &view, PyBUF_WRITABLE) != 0) throw py::error_already_set();
+      const bool fits = view.len == static_cast<Py_ssize_t>(sizeof(void*));
+      if (fits) std::memcpy(view.buf, &handle, sizeof(void*));
+      PyBuffer_Release(&view);
+      if (!fits) throw py::type_error("TVMArrayHandle is not a pointer");
+      if (PyObject_SetAttr(array.ptr(), handle_name.ptr(), pointer.ptr()) != 0) throw py::error_already_set();
+      if (PyObject_SetAttr(array.ptr(), is_view_name.ptr(), Py_False) != 0) throw py::error_already_set();
+      return array;
+    } catch (...) {
+      TVMArrayFree(static_cast<TVMArrayHandle>(handle));
+      throw;
+    }
+  }
+};
+NDArrayResults* ndarray_results = nullptr;
+
+/*! \brief A packed return value as TVM's ctypes FFI returns it (the Python object owns it). */
+py::object result_of(int code, TVMValue value, const py::object& make_result) {
+  if (code == kTVMNDArrayHandle && ndarray_results != nullptr && ndarray_results->applies()) {
+    return ndarray_results->make(value.v_handle);
+  }
+  return make_result(code, value.v_int64);
+}
+
 /*! \brief \p value as TVM's Python FFI returns it (the Python object owns the reference). */
 py::object to_python(ObjectRef value, const py::object& make_result) {
   if (!value.defined()) return py::none();
@@ -112,7 +187,7 @@ py::object to_python(ObjectRef value, const py::object& make_result) {
   TVMValue out;
   int code;
   rv.MoveToCHost(&out, &code);
-  return make_result(code, out.v_int64);
+  return result_of(code, out, make_result);
 }
 
 // --- 1. calls -----------------------------------------------------------------------------------
@@ -164,7 +239,11 @@ bool pack_args(const py::tuple& args, const Kinds& kinds, Packed& packed, const 
     py::handle arg = args[i];
     TVMValue& value = packed.values[i];
     int& code = packed.codes[i];
-    if (py::isinstance(arg, kinds.numpy_generic) || py::isinstance<py::array>(arg)) {
+    if (py::isinstance(arg, kinds.ndarray)) {  // first: the common argument
+      value.v_handle = handle_of(arg);
+      if (unexpected(i, static_cast<DLTensor*>(value.v_handle)->dtype)) return false;
+      code = is_view(arg) ? kTVMDLTensorHandle : kTVMNDArrayHandle;
+    } else if (py::isinstance(arg, kinds.numpy_generic) || py::isinstance<py::array>(arg)) {
       // First: np.float64 is a Python float too, but keeps its dtype here (checked by the entry).
       py::array array = py::reinterpret_borrow<py::object>(arg);
       if (!py::isinstance<py::array>(arg)) {
@@ -195,10 +274,6 @@ bool pack_args(const py::tuple& args, const Kinds& kinds, Packed& packed, const 
     } else if (PyFloat_Check(arg.ptr())) {
       value.v_float64 = PyFloat_AS_DOUBLE(arg.ptr());
       code = kDLFloat;
-    } else if (py::isinstance(arg, kinds.ndarray)) {
-      value.v_handle = handle_of(arg);
-      if (unexpected(i, static_cast<DLTensor*>(value.v_handle)->dtype)) return false;
-      code = py::bool_(arg.attr("is_view")) ? kTVMDLTensorHandle : kTVMNDArrayHandle;
     } else if (py::isinstance(arg, kinds.packed_func)) {
       value.v_handle = handle_of(arg);
       code = kTVMPackedFuncHandle;
@@ -218,7 +293,7 @@ py::object finish(int status, TVMValue ret, int ret_code, const py::object& make
     raise_error();
     throw py::error_already_set();
   }
-  return make_result(ret_code, ret.v_int64);
+  return result_of(ret_code, ret, make_result);
 }
 
 /*!
@@ -226,10 +301,10 @@ py::object finish(int status, TVMValue ret, int ret_code, const py::object& make
  *        convert its result: what both calls below share.
  */
 template <typename Invoke>
-py::object call_with(const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
+py::object call_with(const py::tuple& args, const Kinds& kinds, const py::object& make_result,
                      const py::object& raise_error, Invoke invoke, const std::vector<int64_t>& expected = {}) {
   Packed packed;
-  if (!pack_args(args, Kinds(kinds), packed, expected)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  if (!pack_args(args, kinds, packed, expected)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
   TVMValue ret;
   ret.v_int64 = 0;
   int ret_code = kTVMNullptr;
@@ -244,29 +319,48 @@ py::object call_with(const py::tuple& args, const py::tuple& kinds, const py::ob
 }
 
 /*!
- * \brief Call the packed C function at \p address (a library's entry point) on \p args.
- * \param kinds Python classes (NDArray, PackedFunc, Object) of TVM's FFI, and numpy's scalar base.
- * \param make_result A function (type_code, value_bits) -> Python object (TVM's return converters).
- * \param raise_error A function raising the Python exception for TVM's last error.
- * \param expected Per argument, the dtype_key its array must have to go straight in (-1: any).
- * \return The result, or NotImplemented if an argument cannot be passed directly.
+ * \brief A library's packed entry point, bound once to what every call of it passes (a
+ *        CompiledModule calls it): converting those on each call cost as much as a small model's
+ *        kernels.
  */
-py::object call(uintptr_t address, const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
-                const py::object& raise_error, const std::vector<int64_t>& expected) {
-  auto entry = reinterpret_cast<TVMBackendPackedCFunc>(address);
-  return call_with(
-      args, kinds, make_result, raise_error,
-      [entry](TVMValue* values, int* codes, int count, TVMValue* ret, int* ret_code) {
-        return entry(values, codes, count, ret, ret_code, nullptr);
-      },
-      expected);
-}
+class Entry {
+ public:
+  /*!
+   * \param address The packed C function (the library's entry symbol).
+   * \param kinds Python classes (NDArray, PackedFunc, Object) of TVM's FFI, numpy's scalar base,
+   *        and the classes left to Python.
+   * \param expected Per argument, the dtype_key its array must have to go straight in (-1: any).
+   * \param make_result A function (type_code, value_bits) -> Python object (TVM's return converters).
+   * \param raise_error A function raising the Python exception for TVM's last error.
+   */
+  Entry(uintptr_t address, py::tuple kinds, std::vector<int64_t> expected, py::object make_result, py::object raise_error)
+      : entry_(reinterpret_cast<TVMBackendPackedCFunc>(address)), kinds_tuple_(std::move(kinds)), kinds_(kinds_tuple_),
+        expected_(std::move(expected)), make_result_(std::move(make_result)), raise_error_(std::move(raise_error)) {}
+
+  /*! \brief The result of the entry on \p args, or NotImplemented if one cannot be passed directly. */
+  py::object Call(const py::tuple& args) const {
+    auto entry = entry_;
+    return call_with(
+        args, kinds_, make_result_, raise_error_,
+        [entry](TVMValue* values, int* codes, int count, TVMValue* ret, int* ret_code) {
+          return entry(values, codes, count, ret, ret_code, nullptr);
+        },
+        expected_);
+  }
+
+ private:
+  TVMBackendPackedCFunc entry_;
+  py::tuple kinds_tuple_;  // owns what kinds_ borrows
+  Kinds kinds_;
+  std::vector<int64_t> expected_;
+  py::object make_result_, raise_error_;
+};
 
 /*! \brief Call a TVM PackedFunc (by its handle) through TVM's C API: the Python backend's kernel calls. */
 py::object call_packed(uintptr_t handle, const py::tuple& args, const py::tuple& kinds, const py::object& make_result,
                        const py::object& raise_error) {
   auto func = reinterpret_cast<TVMFunctionHandle>(handle);
-  return call_with(args, kinds, make_result, raise_error,
+  return call_with(args, Kinds(kinds), make_result, raise_error,
                    [func](TVMValue* values, int* codes, int count, TVMValue* ret, int* ret_code) {
                      return TVMFuncCall(func, values, codes, count, ret, ret_code);
                    });
@@ -513,8 +607,13 @@ PYBIND11_MODULE(_fastcall, m) {
     }
   });
   m.def("set_error_maker", [](py::object maker) { make_error = new py::object(std::move(maker)); });
-  m.def("call", &call, py::arg("address"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
-        py::arg("raise_error"), py::arg("expected") = std::vector<int64_t>{});
+  m.def("set_ndarray_results", [](py::object ndarray, py::object handle_type, py::dict registry, py::dict plain) {
+    ndarray_results = new NDArrayResults{std::move(ndarray), std::move(handle_type), std::move(registry), std::move(plain)};
+  }, py::arg("ndarray"), py::arg("handle_type"), py::arg("registry"), py::arg("plain"));
+  py::class_<Entry>(m, "Entry")
+      .def(py::init<uintptr_t, py::tuple, std::vector<int64_t>, py::object, py::object>(), py::arg("address"),
+           py::arg("kinds"), py::arg("expected"), py::arg("make_result"), py::arg("raise_error"))
+      .def("__call__", &Entry::Call, py::arg("args"));
   m.def("call_packed", &call_packed, py::arg("handle"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
         py::arg("raise_error"));
   m.def("empty", &empty, py::arg("shape"), py::arg("code"), py::arg("bits"), py::arg("make_result"));

@@ -8,14 +8,19 @@ _MakeResult = Callable[[int, int], Any]
 _RaiseError = Callable[[], None]
 
 def set_error_maker(maker: Callable[[str, str], BaseException], /) -> None: ...
-def call(
-    address: int,
-    args: tuple[Any, ...],
-    kinds: tuple[Any, ...],
-    make_result: _MakeResult,
-    raise_error: _RaiseError,
-    expected: Sequence[int] = ...,
-) -> Any: ...
+def set_ndarray_results(ndarray: type, handle_type: type, registry: dict[str, Any], plain: dict[int, type]) -> None: ...
+
+class Entry:
+    def __init__(
+        self,
+        address: int,
+        kinds: tuple[Any, ...],
+        expected: Sequence[int],
+        make_result: _MakeResult,
+        raise_error: _RaiseError,
+    ) -> None: ...
+    def __call__(self, args: tuple[Any, ...]) -> Any: ...
+
 def call_packed(
     handle: int, args: tuple[Any, ...], kinds: tuple[type, ...], make_result: _MakeResult, raise_error: _RaiseError
 ) -> Any: ...

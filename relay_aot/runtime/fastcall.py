@@ -2,7 +2,7 @@
 
 ``relay_aot/runtime/_fastcall.cc`` is compiled against the same runtime headers generated code
 includes. Through it, Python calls a library's entry or any PackedFunc without TVM's ctypes FFI
-(:func:`call_entry`, :func:`call_packed`), applies the very checks and rules of compiled code to
+(:func:`entry`, :func:`call_packed`), applies the very checks and rules of compiled code to
 values converted in Python (:class:`TypeTable`, :func:`integer_op`), and makes and reads the
 runtime ADTs relay_aot builds in Python (:func:`make_adt`, :func:`adt_parts`), and the Python
 backend's profiled code records its calls with compiled code's profiler (:func:`profile_control`), and
@@ -92,17 +92,20 @@ def _make_error(kind: str, message: str) -> Exception:
 
 
 _fastcall.set_error_maker(_make_error)
+# NDArray results made in the extension: make_result's first case, without running Python code.
+_fastcall.set_ndarray_results(_NDARRAY, _ARRAY_HANDLE, vars(_ndarray), _PLAIN_CLASSES)
 
 
-def call_entry(address: int, args, expected: tuple[int, ...] = (), kinds: tuple = KINDS):
-    """Call a library's packed entry point; NotImplemented if an argument needs Python conversion:
-    an array whose dtype is not its entry of ``expected`` (:func:`dtype_key`; -1: any), a value of
-    the classes ``kinds[4]`` names (if given)."""
-    return _fastcall.call(address, args, kinds, make_result, raise_last_error, expected)
+def entry(address: int, expected: tuple[int, ...] = (), kinds: tuple = KINDS) -> _fastcall.Entry:
+    """A library's packed entry point as a function of the argument tuple, which returns
+    NotImplemented if an argument needs Python conversion: an array whose dtype is not its entry
+    of ``expected`` (:func:`dtype_key`; -1: any), a value of the classes ``kinds[4]`` names (if
+    given)."""
+    return _fastcall.Entry(address, kinds, list(expected), make_result, raise_last_error)
 
 
 def dtype_key(code: int, bits: int, lanes: int) -> int:
-    """A dtype as the one number :func:`call_entry`'s ``expected`` holds."""
+    """A dtype as the one number :func:`entry`'s ``expected`` holds."""
     return code | bits << 8 | lanes << 16
 
 

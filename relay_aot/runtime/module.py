@@ -35,7 +35,7 @@ _FAST_EXCLUDED = (ConstructorValue, RefValue)
 
 #: Arguments that have a dtype.
 _ARRAYS = (np.ndarray, np.generic, tvm.nd.NDArray)
-#: What the extension passes by handle, then what it leaves to Python (fastcall.call_entry).
+#: What the extension passes by handle, then what it leaves to Python (fastcall.entry).
 _ENTRY_KINDS = (*fastcall.KINDS, _FAST_EXCLUDED)
 
 
@@ -207,6 +207,12 @@ class CompiledModule:
         self._address = None
         if library_path is not None and entry is None:
             self._address = entry_address(library_path, name)
+        # The library's entry bound to the extension (what a call passes besides the arguments,
+        # converted once: as long as a small model's kernels took, converted at each call).
+        self._bound = None if self._address is None else fastcall.entry(self._address, self._expected, _ENTRY_KINDS)
+        # ... called first by __call__ when every argument's check is the library's own and the
+        # result needs no conversion (a model's call)
+        self._direct = self._bound if self._checks_in_extension and not self._converts_result else None
         self.profiler = profiler if profiler is not None or library_path is None else _profile_function(module, name)
         self._profiled: CompiledModule | None = None
 
@@ -243,14 +249,28 @@ class CompiledModule:
         return True
 
     def __call__(self, *args):
-        if self._address is not None and (self._checks_in_extension or self._fast(args)):
+        direct = self._direct
+        if direct is not None:
+            result = direct(args)
+            if result is not NotImplemented:
+                return result
+            return self._converted_call(args)
+        return self._call(args)
+
+    def _call(self, args):
+        """``__call__`` for a program whose calls are not all direct."""
+        if self._bound is not None and (self._checks_in_extension or self._fast(args)):
             # Tensors, numpy arrays, numbers and TVM objects go straight to the library, which
             # checks them against the program's types (check.h); anything else is converted here.
-            result = fastcall.call_entry(self._address, args, self._expected, _ENTRY_KINDS)
+            result = self._bound(args)
             if result is not NotImplemented:
                 if not self._converts_result:
                     return result
                 return self._converter.from_runtime(result, self.signature.ret)
+        return self._converted_call(args)
+
+    def _converted_call(self, args):
+        """A call with ``args`` converted (and checked) in Python."""
         converted = self.convert_args(args)
         with fastcall.plain_errors():
             result = self.entry(*converted)
