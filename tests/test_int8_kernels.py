@@ -388,10 +388,11 @@ def test_nhwc_stays_for_other_targets_and_where_it_does_not_pay():
 
 def test_int8_convolution_of_eight_filters_is_not_padded_to_sixteen_and_is_exact():
     """An image's first layer (three channels, eight filters, stride 2) then a 3x3 layer, as the
-    exact TFLite import writes them: the first computed in float32 (27 products per output:
-    exact) rather than padded to TVM's blocks of sixteen filters and sliced through a transform
-    to NCHW; its requantization then ends the convolution's kernel. Full-range values: the sums
-    are the largest the float form must hold exactly."""
+    exact TFLite import writes them: the first computed with blocks of eight filters
+    (int8_by_eight) where the host has eight-lane vpdpbusd, else in float32 (27 products per
+    output: exact), rather than padded to TVM's blocks of sixteen filters and sliced through a
+    transform to NCHW; its requantization then ends the convolution's kernel. Full-range
+    values: the sums are the largest the float form must hold exactly."""
     rng = np.random.default_rng(9)
     x = relay.var("x", shape=(1, 33, 32, 3), dtype="int8")
     w1, w2 = _extremes(rng, (3, 3, 3, 8), "int8"), _extremes(rng, (3, 3, 8, 32), "int8")
@@ -430,7 +431,8 @@ def test_int8_convolution_of_eight_filters_is_not_padded_to_sixteen_and_is_exact
 
 def test_int8_convolution_of_eight_filters_and_many_products_is_widened_and_exact():
     """Eight filters over 128 channels (1152 products per output: more than float32 holds
-    exactly at the extremes): widened to int16 instead, exact on full-range values."""
+    exactly at the extremes): blocks of eight filters where the host has them, else widened to
+    int16; exact on full-range values."""
     rng = np.random.default_rng(11)
     x = relay.var("x", shape=(1, 6, 6, 128), dtype="int8")
     w = _extremes(rng, (3, 3, 128, 8), "int8")

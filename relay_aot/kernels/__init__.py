@@ -41,6 +41,7 @@ from . import (  # noqa: F401 (winograd: its strategy)
     dense_int8,
     extents,
     grouped_pointwise,
+    int8_by_eight,
     isolated,
     scratch,
     tuning,
@@ -297,6 +298,7 @@ class KernelTable:
             vnni.building(),
             dense_int8.building(),
             grouped_pointwise.building(),
+            int8_by_eight.building(),
             arm_dsp.building() if self.config.c_kernels else contextlib.nullcontext(),
         ):
             merged = self._lower_all(progress, untuned, only)

@@ -51,7 +51,7 @@ from tvm.relay.op.strategy import x86 as _x86
 from tvm.topi.utils import get_const_tuple
 
 from ..gate import Gate
-from . import depthwise_nchw
+from . import depthwise_nchw, int8_by_eight
 from .te_stages import anchored_schedule
 
 #: The kernel's tag: the schedule finds the convolution's stage by it.
@@ -333,6 +333,8 @@ def _cpu_strategy(attrs, inputs, out_type, target):
         ours = (_compute_for(target), _schedule, "grouped_pointwise_nchw.relay_aot")
     elif depthwise_nchw.applies(attrs, inputs[0], inputs[1], target):
         ours = (depthwise_nchw.compute_for, depthwise_nchw.schedule_for, "depthwise_nchw.relay_aot")
+    elif int8_by_eight.nchw_applies(attrs, inputs[0], inputs[1], target):
+        return int8_by_eight.strategy(attrs, inputs, target, packed=False)
     else:
         return _TVM_CPU_STRATEGY(attrs, inputs, out_type, target)
     strategy = _op.OpStrategy()

@@ -42,16 +42,22 @@ _NAME = "dot_16x1x16_uint8_int8_int32"
 _VPDPBUSD = {16: "llvm.x86.avx512.vpdpbusd.512", 8: "llvm.x86.avx512.vpdpbusd.256"}
 
 
-def dot_uint8_int8_int32() -> te.TensorIntrin:
+def dot_uint8_int8_int32(lanes: int | None = None) -> te.TensorIntrin:
     """The tensor intrinsic ``topi.x86`` tensorizes its uint8 x int8 kernels with, for the target
     in scope: ``lanes`` int32 sums of four uint8 x int8 products each (``data[4]`` broadcast,
     ``kernel[lanes][4]``), one ``vpdpbusd`` where the target has VNNI (module docstring); TVM's
-    own intrinsic elsewhere."""
-    lanes = get_simd_32bit_lanes()
-    if not has_vnni() or not llvm_lookup_intrinsic_id(_VPDPBUSD[lanes]):
-        # Not TVM's dispatcher: it picks its VNNI intrinsic by features alone (a CPU with
-        # AVX-512 VNNI but not AVX-512 BW would get sixteen lanes in kernels blocked by eight).
-        return tensor_intrin.dot_16x1x16_uint8_int8_int32_skylake()
+    own intrinsic elsewhere. ``lanes``: the target's vector width by default; 8 is the 256-bit
+    ``vpdpbusd`` of :mod:`.int8_by_eight`'s kernel (for targets with
+    :func:`~relay_aot.passes.int8_by_eight.eight_lanes`)."""
+    if lanes is not None:
+        if not llvm_lookup_intrinsic_id(_VPDPBUSD.get(lanes, "")):
+            raise ValueError(f"no vpdpbusd of {lanes} int32 lanes in this LLVM")
+    else:
+        lanes = get_simd_32bit_lanes()
+        if not has_vnni() or not llvm_lookup_intrinsic_id(_VPDPBUSD[lanes]):
+            # Not TVM's dispatcher: it picks its VNNI intrinsic by features alone (a CPU with
+            # AVX-512 VNNI but not AVX-512 BW would get sixteen lanes in kernels blocked by eight).
+            return tensor_intrin.dot_16x1x16_uint8_int8_int32_skylake()
     vpdpbusd = _VPDPBUSD[lanes]
     int32s, int8s = f"int32x{lanes}", f"int8x{lanes * 4}"
     data = te.placeholder((4,), dtype="uint8", name="data")

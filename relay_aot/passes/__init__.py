@@ -34,6 +34,7 @@ from . import (
     depthwise_nchw,
     global_pools,
     int8_boundaries,
+    int8_by_eight,
     invariants,
     pooled_pointwise,
     requantization,
@@ -620,7 +621,8 @@ def prepare_with_extents(
 
 
 def _run_sequence(sequence: list, mod: tvm.IRModule, opt_level: int, target) -> tvm.IRModule:
-    with tvm.transform.PassContext(opt_level=opt_level), target or tvm.target.Target("llvm"):
+    # int8_by_eight: the legalization and the layout choice of int8 convolutions of 8k filters
+    with tvm.transform.PassContext(opt_level=opt_level), target or tvm.target.Target("llvm"), int8_by_eight.building():
         try:
             return tvm.transform.Sequential(sequence)(mod)
         except tvm.error.DiagnosticError as err:

@@ -203,9 +203,9 @@ def is_marked(attrs, data_shape, weight_shape) -> bool:
 
 def _install() -> None:
     from tvm.topi.nn import conv2d_alter_layout
-    from tvm.topi.x86 import conv2d_alter_op
 
-    tvm_choice = conv2d_alter_op._alter_conv2d_layout
+    # TVM's x86 choice, or another of relay_aot's dispatchers in front of it
+    tvm_choice = conv2d_alter_layout.dispatch_dict["cpu"]
 
     def choice(attrs, inputs, tinfos, out_type):
         data, weight = tinfos[0].shape, tinfos[1].shape

@@ -1,0 +1,178 @@
+"""The kernel of int8 convolutions blocked by eight output channels (``passes/int8_by_eight.py``).
+
+TVM's ``conv2d_NCHWc_int8`` compute with TVM's int8 schedule (``topi.generic``'s
+``schedule_conv_NCHWc_cpu_common_int8``), called with eight int32 lanes and
+:func:`~relay_aot.kernels.vnni.dot_uint8_int8_int32` of eight lanes: for each run of output
+columns, eight output channels of the run in 256-bit accumulators, one ``vpdpbusd`` per column
+and four input channels. TVM's own template cannot be used as it is: its configuration (AutoTVM's
+``tile_oc``) only admits blocks of sixteen, and its fallback asserts them. The configuration
+here is TVM's fallback otherwise: the run is the widest that divides the output row and leaves
+a register to the weights (31 columns with 32 vector registers, 15 with 16), the kernel's
+columns not unrolled.
+
+While relay_aot lowers its kernels (:func:`building`), ``conv2d_NCHWc`` strategy for ``cpu``
+targets gives this kernel to a uint8 x int8 ``NCHWc`` convolution whose output block is eight
+channels (only the layout choice of ``passes/int8_by_eight.py`` makes one), and the ``conv2d``
+strategy (``grouped_pointwise``'s dispatcher) to an ``NCHW`` one the pass legalized (a module
+whose layout was not changed: ``opt_level`` below 3, or the layout choice dropped), packing its
+operands in the kernel as TVM's ``conv2d_nchw_int8`` does.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import te, topi
+from tvm.autotvm.task.space import SplitEntity
+from tvm.relay.op import op as _op
+from tvm.relay.op.strategy import generic as _generic
+from tvm.relay.op.strategy import x86 as _x86
+from tvm.topi.generic.conv2d import schedule_conv_NCHWc_cpu_common_int8
+from tvm.topi.utils import get_const_tuple, traverse_inline
+from tvm.topi.x86.conv2d_int8 import _pack_data
+
+from ..gate import Gate
+from ..passes import int8_by_eight as _pass
+from . import vnni
+
+#: int32 lanes of a block: eight output channels.
+LANES = 8
+
+
+def _registers(target: tvm.target.Target) -> int:
+    from tvm.target.codegen import target_has_features
+
+    return 32 if target_has_features("avx512f", target) else 16
+
+
+def _run(width: int, target: tvm.target.Target) -> int:
+    """Output columns a block computes: the most (below the vector registers) dividing ``width``."""
+    most = _registers(target) - 1
+    return next(n for n in range(min(most, width), 0, -1) if width % n == 0)
+
+
+def _config(width: int, channels: int, filters: int, target: tvm.target.Target) -> dict:
+    """The schedule's configuration (what it reads of AutoTVM's): blocks of eight filters."""
+    ic_bn = _pass.input_block(channels)
+    return {
+        "tile_ow": _run(width, target),
+        "unroll_kw": False,
+        "tile_ic": SplitEntity([channels // ic_bn, ic_bn]),
+        "tile_oc": SplitEntity([filters // LANES, LANES]),
+    }
+
+
+def packed_applies(data: te.Tensor, kernel: te.Tensor, target: tvm.target.Target) -> bool:
+    """Whether an ``NCHWc`` convolution of ``data`` and ``kernel`` is one this kernel computes:
+    uint8 x int8, the 7-d int8 weights of blocks of eight filters, on a target with eight-lane
+    ``vpdpbusd``."""
+    return (
+        data.dtype == "uint8"
+        and kernel.dtype == "int8"
+        and len(data.shape) == 5
+        and len(kernel.shape) == 7
+        and get_const_tuple(kernel.shape)[5:] == (LANES, 4)
+        and _pass.eight_lanes(target)
+    )
+
+
+def nchw_applies(attrs, data: te.Tensor, kernel: te.Tensor, target: tvm.target.Target) -> bool:
+    """Whether an ``NCHW`` ``conv2d`` is one the pass legalized for this kernel (uint8 data with
+    channels in fours). One left in ``NHWC`` (where ``nchw_convolutions`` found that it did not
+    pay) gets TVM's ``NHWC`` kernel, which takes any number of filters."""
+    return (
+        data.dtype == "uint8"
+        and attrs.data_layout == "NCHW"
+        and _pass.applies(attrs, data.dtype, data.shape, kernel.dtype, kernel.shape, target)
+        and int(data.shape[1]) % 4 == 0
+    )
+
+
+def _compute_packed(attrs, inputs, out_type):
+    data, kernel = inputs
+    return [
+        topi.nn.conv2d_NCHWc_int8(
+            data,
+            kernel,
+            get_const_tuple(attrs.strides),
+            get_const_tuple(attrs.padding),
+            get_const_tuple(attrs.dilation),
+            attrs.data_layout,
+            attrs.out_layout,
+            out_type.dtype,
+        )
+    ]
+
+
+def _compute_nchw_for(target: tvm.target.Target):
+    def compute(attrs, inputs, out_type):
+        data, kernel = inputs
+        _, channels, _, width = get_const_tuple(data.shape)
+        config = _config(width, channels, int(kernel.shape[0]), target)
+        data, kernel = _pack_data(config, data, kernel)
+        packed = topi.nn.conv2d_NCHWc_int8(
+            data,
+            kernel,
+            get_const_tuple(attrs.strides),
+            get_const_tuple(attrs.padding),
+            get_const_tuple(attrs.dilation),
+            "NCHW",
+            "NCHW",
+            out_type.dtype,
+        )
+        return [topi.nn.unpack_NCHWc_to_nchw(packed, out_type.dtype)]
+
+    return compute
+
+
+def _schedule(attrs, outs, target):
+    """TVM's int8 schedule with eight lanes."""
+    s = te.create_schedule([x.op for x in outs])
+
+    def callback(op):
+        if "conv2d_NCHWc_int8" not in op.tag:
+            return
+        conv_out = op.output(0)
+        data_vec, kernel_vec = conv_out.op.input_tensors
+        _, chunks, _, width, block = get_const_tuple(conv_out.shape)
+        channels = int(data_vec.shape[1]) * int(data_vec.shape[4])
+        with target:
+            schedule_conv_NCHWc_cpu_common_int8(
+                s,
+                _config(width, channels, chunks * block, target),
+                data_vec,
+                kernel_vec,
+                conv_out,
+                outs[0],
+                int32_lanes=LANES,
+                intrin=vnni.dot_uint8_int8_int32(LANES),
+                inline_fused=True,
+            )
+
+    traverse_inline(s, outs[0].op, callback)
+    return s
+
+
+def strategy(attrs, inputs, target, packed: bool) -> _op.OpStrategy:
+    """The strategy of this kernel for an ``NCHWc`` (``packed``) or ``NCHW`` convolution."""
+    compute = _compute_packed if packed else _compute_nchw_for(target)
+    ours = _op.OpStrategy()
+    ours.add_implementation(compute, _schedule, name="conv2d_NCHWc_int8_by_eight.relay_aot", plevel=20)
+    return ours
+
+
+_TVM_NCHWC_STRATEGY = _x86.conv2d_NCHWc_strategy_cpu
+
+
+def _nchwc_strategy(attrs, inputs, out_type, target):
+    if _GATE.active() and packed_applies(inputs[0], inputs[1], target):
+        return strategy(attrs, inputs, target, packed=True)
+    return _TVM_NCHWC_STRATEGY(attrs, inputs, out_type, target)
+
+
+def _install() -> None:
+    _generic.conv2d_NCHWc_strategy.register("cpu", _nchwc_strategy, override=True)
+
+
+_GATE = Gate(_install)
+#: Within the block (on this thread), these convolutions get this kernel.
+building = _GATE.building
