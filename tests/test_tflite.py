@@ -467,6 +467,27 @@ def test_held_out_float_network_is_within_1e_4_of_the_reference(tmp_path):
             assert np.abs(ours - theirs).max() <= bound, (k, info.name, np.abs(ours - theirs).max(), bound)
 
 
+def test_a_small_float_networks_convolutions_are_nchwc_kernels(tmp_path):
+    """Its layout transforms move more elements than 1/32 of its multiply-accumulates, but TVM's
+    x86 NHWC kernels are untuned generic ones: the convolutions become NCHWc kernels
+    (nchw.NHWC_TRANSFORM_SHARE)."""
+    import tvm
+
+    from relay_aot import cpu
+    from relay_aot.passes import nchw
+    from relay_aot.request import Request
+
+    if not nchw.is_x86(tvm.target.Target(cpu.host_target())):
+        pytest.skip("NHWC convolutions are converted on x86 only")
+    path = tmp_path / "float.tflite"
+    small_float_network().write(path)
+    model = relay_aot.read_tflite(path)
+    _, table = Request.make(model.mod, None, model.params).lower()
+    names = [gvar.name_hint for gvar in table.lower_all(report=False).functions]
+    convolutions = [name for name in names if "conv2d" in name]
+    assert len(convolutions) == 2 and all("NCHWc" in name for name in convolutions), names
+
+
 def quantized_island(seed: int = 9) -> ModelBuilder:
     """Float in, float out: QUANTIZE, int8 conv, depthwise, ADD, max pool, FC, DEQUANTIZE."""
     rng = np.random.default_rng(seed)
