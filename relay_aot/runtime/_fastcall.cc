@@ -318,6 +318,14 @@ py::object call_with(const py::tuple& args, const Kinds& kinds, const py::object
   return finish(status, ret, ret_code, make_result, raise_error);
 }
 
+/*! \brief Set the Python exception of a relay_aot error ("Kind: message", errors.h): the class TVM's FFI uses. */
+void set_error(const relay_aot::Error& error) {
+  std::string text = error.what();
+  size_t colon = text.find(": ");
+  py::object exc = (*make_error)(text.substr(0, colon), colon == std::string::npos ? text : text.substr(colon + 2));
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+}
+
 /*!
  * \brief A library's packed entry point, bound once to what every call of it passes (a
  *        CompiledModule calls it): converting those on each call cost as much as a small model's
@@ -371,6 +379,48 @@ py::object empty(const std::vector<int64_t>& shape, int code, int bits, const py
   tvm::runtime::ShapeTuple shape_tuple(shape);
   return to_python(relay_aot::alloc_tensor(shape_tuple, DLDataType{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1}),
                    make_result);
+}
+
+constexpr const char* kEntryCapsule = "relay_aot._fastcall.Entry";
+
+/*!
+ * \brief ``entry(args)`` of a bound entry (\p capsule holds the Entry): a plain C function of
+ *        CPython's, not pybind11's dispatcher, which cost a tenth of a small model's call in
+ *        matching overloads and converting the argument.
+ */
+PyObject* call_bound(PyObject* capsule, PyObject* args) {
+  try {
+    auto* entry = static_cast<const Entry*>(PyCapsule_GetPointer(capsule, kEntryCapsule));
+    if (entry == nullptr) return nullptr;
+    if (!PyTuple_Check(args)) {
+      PyErr_SetString(PyExc_TypeError, "a bound entry takes the tuple of the arguments");
+      return nullptr;
+    }
+    return entry->Call(py::reinterpret_borrow<py::tuple>(args)).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (py::builtin_exception& e) {
+    e.set_error();
+  } catch (const relay_aot::Error& e) {
+    set_error(e);
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyMethodDef bound_entry_def = {"entry", call_bound, METH_O, "Call the library's entry on the tuple of the arguments."};
+
+/*! \brief The Entry as a Python function of the argument tuple (NotImplemented: convert them in Python). */
+py::object bind_entry(uintptr_t address, py::tuple kinds, std::vector<int64_t> expected, py::object make_result,
+                      py::object raise_error) {
+  auto* entry = new Entry(address, std::move(kinds), std::move(expected), std::move(make_result), std::move(raise_error));
+  py::capsule owner(entry, kEntryCapsule, [](PyObject* capsule) {
+    delete static_cast<Entry*>(PyCapsule_GetPointer(capsule, kEntryCapsule));
+  });
+  PyObject* function = PyCFunction_New(&bound_entry_def, owner.ptr());
+  if (function == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(function);
 }
 
 // --- 2. checks and rules ----------------------------------------------------------------------
@@ -599,21 +649,15 @@ PYBIND11_MODULE(_fastcall, m) {
     try {
       if (error) std::rethrow_exception(error);
     } catch (const relay_aot::Error& e) {
-      // "Kind: message" (errors.h): the class TVM's FFI uses for that kind, with the message.
-      std::string text = e.what();
-      size_t colon = text.find(": ");
-      py::object exc = (*make_error)(text.substr(0, colon), colon == std::string::npos ? text : text.substr(colon + 2));
-      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+      set_error(e);
     }
   });
   m.def("set_error_maker", [](py::object maker) { make_error = new py::object(std::move(maker)); });
   m.def("set_ndarray_results", [](py::object ndarray, py::object handle_type, py::dict registry, py::dict plain) {
     ndarray_results = new NDArrayResults{std::move(ndarray), std::move(handle_type), std::move(registry), std::move(plain)};
   }, py::arg("ndarray"), py::arg("handle_type"), py::arg("registry"), py::arg("plain"));
-  py::class_<Entry>(m, "Entry")
-      .def(py::init<uintptr_t, py::tuple, std::vector<int64_t>, py::object, py::object>(), py::arg("address"),
-           py::arg("kinds"), py::arg("expected"), py::arg("make_result"), py::arg("raise_error"))
-      .def("__call__", &Entry::Call, py::arg("args"));
+  m.def("bind_entry", &bind_entry, py::arg("address"), py::arg("kinds"), py::arg("expected"), py::arg("make_result"),
+        py::arg("raise_error"));
   m.def("call_packed", &call_packed, py::arg("handle"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
         py::arg("raise_error"));
   m.def("empty", &empty, py::arg("shape"), py::arg("code"), py::arg("bits"), py::arg("make_result"));

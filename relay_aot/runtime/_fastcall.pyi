@@ -9,18 +9,9 @@ _RaiseError = Callable[[], None]
 
 def set_error_maker(maker: Callable[[str, str], BaseException], /) -> None: ...
 def set_ndarray_results(ndarray: type, handle_type: type, registry: dict[str, Any], plain: dict[int, type]) -> None: ...
-
-class Entry:
-    def __init__(
-        self,
-        address: int,
-        kinds: tuple[Any, ...],
-        expected: Sequence[int],
-        make_result: _MakeResult,
-        raise_error: _RaiseError,
-    ) -> None: ...
-    def __call__(self, args: tuple[Any, ...]) -> Any: ...
-
+def bind_entry(
+    address: int, kinds: tuple[Any, ...], expected: Sequence[int], make_result: _MakeResult, raise_error: _RaiseError
+) -> Callable[[tuple[Any, ...]], Any]: ...
 def call_packed(
     handle: int, args: tuple[Any, ...], kinds: tuple[type, ...], make_result: _MakeResult, raise_error: _RaiseError
 ) -> Any: ...

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tvm
@@ -96,12 +98,12 @@ _fastcall.set_error_maker(_make_error)
 _fastcall.set_ndarray_results(_NDARRAY, _ARRAY_HANDLE, vars(_ndarray), _PLAIN_CLASSES)
 
 
-def entry(address: int, expected: tuple[int, ...] = (), kinds: tuple = KINDS) -> _fastcall.Entry:
+def entry(address: int, expected: tuple[int, ...] = (), kinds: tuple = KINDS) -> Callable[[tuple], Any]:
     """A library's packed entry point as a function of the argument tuple, which returns
     NotImplemented if an argument needs Python conversion: an array whose dtype is not its entry
     of ``expected`` (:func:`dtype_key`; -1: any), a value of the classes ``kinds[4]`` names (if
     given)."""
-    return _fastcall.Entry(address, kinds, list(expected), make_result, raise_last_error)
+    return _fastcall.bind_entry(address, kinds, list(expected), make_result, raise_last_error)
 
 
 def dtype_key(code: int, bits: int, lanes: int) -> int:
