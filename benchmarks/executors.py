@@ -305,15 +305,24 @@ class LiteRT(Executor):
         threads = 1 if os.environ.get("TVM_NUM_THREADS") == "1" else None
         interpreter = Interpreter(model_path=str(workload.tflite_model), num_threads=threads)
         interpreter.allocate_tensors()
-        (given,), (output,) = interpreter.get_input_details(), interpreter.get_output_details()
+        (given,), outputs = interpreter.get_input_details(), interpreter.get_output_details()
         data = np.asarray(args[0])
+        if len(outputs) == 1:  # one output: a tensor, as Relay returns it
+            (output,) = outputs
 
-        def call():
+            def call():
+                interpreter.set_tensor(given["index"], data)
+                interpreter.invoke()
+                return interpreter.get_tensor(output["index"])
+
+            return call
+
+        def call_tuple():
             interpreter.set_tensor(given["index"], data)
             interpreter.invoke()
-            return interpreter.get_tensor(output["index"])
+            return tuple(interpreter.get_tensor(o["index"]) for o in outputs)
 
-        return call
+        return call_tuple
 
 
 def all_executors() -> list[Executor]:

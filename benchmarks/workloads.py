@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import string
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -463,6 +465,66 @@ def tflite_tinyml(name: str) -> Workload:
     )
 
 
+#: Held-out TFLite networks (relay_aot.testing.tflite_models; issue 48's acceptance list beside the
+#: MLPerf Tiny models): int8 networks of the four families, a float32 one, and one with float in
+#: and out around QUANTIZE, int8 operators and DEQUANTIZE; by workload name, with their builder's
+#: key and description.
+HELD_OUT = {
+    "tflite_kws_held_out": ("kws", "int8 network of the keyword spotting (DS-CNN) family"),
+    "tflite_resnet8_held_out": ("resnet", "int8 network of the ResNet-8 family"),
+    "tflite_vww_held_out": ("vww", "int8 network of the visual wake words (MobileNetV1) family"),
+    "tflite_ad_held_out": ("ad", "int8 network of the anomaly detection (dense autoencoder) family"),
+    "tflite_float_held_out": ("float", "float32 convolutional network"),
+    "tflite_island_held_out": ("island", "float in and out around QUANTIZE, int8 operators, DEQUANTIZE"),
+}
+
+
+def _held_out_file(name: str, key: str) -> Path:
+    """The held-out network ``key`` written where LiteRT can read it (rewritten only when its
+    bytes change: the builders are deterministic)."""
+    from relay_aot.testing.tflite_models import HELD_OUT_FAMILIES, HELD_OUT_FLOAT
+
+    data = {**HELD_OUT_FAMILIES, **HELD_OUT_FLOAT}[key]().write()
+    directory = Path(tempfile.gettempdir()) / f"relay_aot_benchmarks_{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    path = directory / f"{name}.tflite"
+    if not path.is_file() or path.read_bytes() != data:
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_bytes(data)
+        partial.replace(path)
+    return path
+
+
+def tflite_held_out(name: str) -> Workload:
+    """A held-out TFLite network (:data:`HELD_OUT`); int8 inputs in [-40, 40] as the MLPerf
+    Tiny rows', float inputs standard normal."""
+    key, description = HELD_OUT[name]
+    path = _held_out_file(name, key)
+
+    def make_inputs(rng):
+        import relay_aot
+
+        (spec,) = relay_aot.read_tflite(path).inputs
+        if spec.dtype == "int8":
+            return (rng.integers(-40, 41, spec.shape).astype(spec.dtype),), {}
+        return (rng.standard_normal(spec.shape).astype(spec.dtype),), {}
+
+    # atol: LiteRT's XNNPACK kernels are not TFLite's reference kernels (relay_aot's): int8
+    # steps as for the MLPerf Tiny rows; on the island's float output, up to 10 of 640
+    tolerances = {"float": (1e-4, 1e-5), "island": (0.0, 32.0)}.get(key, (0.0, 24.0))
+    return Workload(
+        name=name,
+        description=f"held-out TFLite {description}, random weights",
+        source="",
+        make_inputs=make_inputs,
+        tflite_model=path,
+        static=True,
+        model_zoo=True,
+        rtol=tolerances[0],
+        atol=tolerances[1],
+    )
+
+
 # -- dynamic shapes -----------------------------------------------------------------------------
 
 
@@ -862,6 +924,7 @@ def all_workloads() -> list[Workload]:
         onnx_vision_model("resnet50"),
         *[onnx_qdq_model(name) for name in QDQ_ZOO],
         *[tflite_tinyml(name) for name in TINYML],
+        *[tflite_held_out(name) for name in HELD_OUT],
     ]
     return [row for w in untuned for row in ([w, tuned(w)] if w.name in TUNED else [w])]
 

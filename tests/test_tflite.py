@@ -29,8 +29,9 @@ from relay_aot.testing.tflite_models import (
     LITERT_MISSING,
     ModelBuilder,
     Reference,
+    float_network,
     kws_family,
-    scaled_filter,
+    quantized_island,
 )
 
 TINYML = Path(__file__).resolve().parent / "data" / "tinyml"
@@ -436,25 +437,10 @@ def test_held_out_int8_networks_of_the_other_families_are_bit_exact(tmp_path, fa
             assert_bit_exact(ours, theirs, f"input {k}, output {info.name!r}")
 
 
-def small_float_network(seed: int = 7) -> ModelBuilder:
-    """A float32 conv net: conv, depthwise, average pool, FC, softmax."""
-    rng = np.random.default_rng(seed)
-    model = ModelBuilder()
-    x = model.input("image", (1, 16, 16, 3), "float32")
-    w = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
-    y = model.conv_2d(x, w, bias=rng.standard_normal(8).astype(np.float32), stride=(2, 2), activation="RELU")
-    w = (rng.standard_normal((1, 3, 3, 8)) * 0.3).astype(np.float32)
-    y = model.depthwise_conv_2d(y, w, bias=np.zeros(8, np.float32), activation="RELU6")
-    y = model.reshape(model.pool_2d("AVERAGE_POOL_2D", y, (2, 2), (2, 2), "SAME"), (1, 128))
-    logits = model.fully_connected(y, (rng.standard_normal((10, 128)) * 0.1).astype(np.float32), name="logits")
-    model.output(logits, model.softmax(logits, name="probabilities"))
-    return model
-
-
 @needs_litert
 def test_held_out_float_network_is_within_1e_4_of_the_reference(tmp_path):
     path = tmp_path / "float.tflite"
-    small_float_network().write(path)
+    float_network().write(path)
     model = relay_aot.read_tflite(path)
     assert model.importer == "tvm"  # a float model: TVM's importer
     compiled = relay_aot.compile(model.mod, params=model.params)
@@ -480,32 +466,12 @@ def test_a_small_float_networks_convolutions_are_nchwc_kernels(tmp_path):
     if not nchw.is_x86(tvm.target.Target(cpu.host_target())):
         pytest.skip("NHWC convolutions are converted on x86 only")
     path = tmp_path / "float.tflite"
-    small_float_network().write(path)
+    float_network().write(path)
     model = relay_aot.read_tflite(path)
     _, table = Request.make(model.mod, None, model.params).lower()
     names = [gvar.name_hint for gvar in table.lower_all(report=False).functions]
     convolutions = [name for name in names if "conv2d" in name]
     assert len(convolutions) == 2 and all("NCHWc" in name for name in convolutions), names
-
-
-def quantized_island(seed: int = 9) -> ModelBuilder:
-    """Float in, float out: QUANTIZE, int8 conv, depthwise, ADD, max pool, FC, DEQUANTIZE."""
-    rng = np.random.default_rng(seed)
-    model = ModelBuilder()
-    x = model.input("features", (1, 12, 12, 4), "float32")
-    q = model.quantize(x, 0.04, 3)
-    w, s, b, scale = scaled_filter(rng, model, q, (8, 3, 3, 4), 8)
-    y = model.conv_2d(q, w, s, b, scale, -128, activation="RELU", name="conv")
-    w, s, b, scale = scaled_filter(rng, model, y, (1, 3, 3, 8), 8)
-    y = model.depthwise_conv_2d(y, w, s, b, scale, 0, stride=(2, 2), name="depthwise")
-    w, s, b, scale = scaled_filter(rng, model, y, (8, 1, 1, 8), 8)
-    z = model.conv_2d(y, w, s, b, scale, 5, name="pointwise")
-    y = model.add(y, z, 1.5 * max(float(model.tensors[y]["scale"][0]), scale), 0, name="residual")
-    y = model.reshape(model.pool_2d("MAX_POOL_2D", y, (2, 2), (2, 2)), (1, 72))
-    w, s, b, scale = scaled_filter(rng, model, y, (10, 72), 10)
-    y = model.fully_connected(y, w, s, b, scale, 0, name="logits")
-    model.output(model.dequantize(y, name="scores"))
-    return model
 
 
 @needs_litert

@@ -631,6 +631,47 @@ def ad_family(seed: int = 51) -> ModelBuilder:
 HELD_OUT_FAMILIES = {"kws": kws_family, "resnet": resnet_family, "vww": vww_family, "ad": ad_family}
 
 
+def float_network(seed: int = 7) -> ModelBuilder:
+    """A small float32 network: convolution (stride 2, RELU), depthwise (RELU6), average pool,
+    FC, softmax; the logits and the probabilities out."""
+    rng = np.random.default_rng(seed)
+    model = ModelBuilder()
+    x = model.input("image", (1, 16, 16, 3), "float32")
+    w = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+    y = model.conv_2d(x, w, bias=rng.standard_normal(8).astype(np.float32), stride=(2, 2), activation="RELU")
+    w = (rng.standard_normal((1, 3, 3, 8)) * 0.3).astype(np.float32)
+    y = model.depthwise_conv_2d(y, w, bias=np.zeros(8, np.float32), activation="RELU6")
+    y = model.reshape(model.pool_2d("AVERAGE_POOL_2D", y, (2, 2), (2, 2), "SAME"), (1, 128))
+    logits = model.fully_connected(y, (rng.standard_normal((10, 128)) * 0.1).astype(np.float32), name="logits")
+    model.output(logits, model.softmax(logits, name="probabilities"))
+    return model
+
+
+def quantized_island(seed: int = 9) -> ModelBuilder:
+    """Float in, float out: QUANTIZE, int8 conv, depthwise, ADD, max pool, FC, DEQUANTIZE."""
+    rng = np.random.default_rng(seed)
+    model = ModelBuilder()
+    x = model.input("features", (1, 12, 12, 4), "float32")
+    q = model.quantize(x, 0.04, 3)
+    w, s, b, scale = scaled_filter(rng, model, q, (8, 3, 3, 4), 8)
+    y = model.conv_2d(q, w, s, b, scale, -128, activation="RELU", name="conv")
+    w, s, b, scale = scaled_filter(rng, model, y, (1, 3, 3, 8), 8)
+    y = model.depthwise_conv_2d(y, w, s, b, scale, 0, stride=(2, 2), name="depthwise")
+    w, s, b, scale = scaled_filter(rng, model, y, (8, 1, 1, 8), 8)
+    z = model.conv_2d(y, w, s, b, scale, 5, name="pointwise")
+    y = model.add(y, z, 1.5 * max(float(model.tensors[y]["scale"][0]), scale), 0, name="residual")
+    y = model.reshape(model.pool_2d("MAX_POOL_2D", y, (2, 2), (2, 2)), (1, 72))
+    w, s, b, scale = scaled_filter(rng, model, y, (10, 72), 10)
+    y = model.fully_connected(y, w, s, b, scale, 0, name="logits")
+    model.output(model.dequantize(y, name="scores"))
+    return model
+
+
+#: The held-out networks beside the int8 families: float in and out, float32 throughout or
+#: around QUANTIZE, int8 operators and DEQUANTIZE.
+HELD_OUT_FLOAT = {"float": float_network, "island": quantized_island}
+
+
 # --------------------------------------------------------------------------------------------
 # TFLite's reference kernels
 # --------------------------------------------------------------------------------------------
