@@ -172,6 +172,17 @@ def _common_int8_accumulators(s, cfg, last, ic_bn: int, cc: te.Stage, intrin: te
     cc.unroll(oc_f_inner)
 
 
+def fused_int8(s, cfg, data_vec, kernel_vec, conv_out, last, intrin: te.TensorIntrin) -> bool:
+    """:func:`_common_int8_accumulators` for a uint8 x int8 kernel of relay_aot's own
+    (``int8_by_eight``: ``intrin`` of eight lanes) where the convolution is fused into a packed
+    output; False (nothing scheduled) elsewhere."""
+    fused = _fused_output(s, data_vec, kernel_vec, conv_out, last)
+    if fused is None:
+        return False
+    _common_int8_accumulators(s, cfg, last, *fused, intrin)
+    return True
+
+
 def _1x1_int8_accumulators(s, cfg, last, ic_bn: int, cc: te.Stage, intrin: te.TensorIntrin) -> None:
     """The accumulators of TVM's 1x1 int8 schedule (``schedule_conv_NCHWc_cpu_1x1_int8``) of one
     register block (rows x columns), at the output's loop over columns (TVM: those of a block of
