@@ -1247,7 +1247,8 @@ def _shuffle_unit(c: Choices) -> Built:
 
 def _int8_product(c: Choices) -> Built:
     """An int8 or uint8 by int8 product into int32 (dense or 1x1/3x3 convolution) with constant
-    weights: the exact int8 kernels (uint8 x int8 on x86 without VNNI's saturation)."""
+    weights: the exact int8 kernels (uint8 x int8 on x86 without VNNI's saturation; eight
+    filters blocked by eight where the CPU has eight-lane VNNI)."""
     kind = c.choose(["nn.dense", "nn.conv2d"])
     dtype = c.choose(["uint8", "int8"])
     rng = np.random.default_rng(c.integers(0, 2**31 - 1))
@@ -1262,7 +1263,10 @@ def _int8_product(c: Choices) -> Built:
         def reference(data):
             return (data.astype("int64") @ weight.T.astype("int64")).astype("int32")
     else:
-        cin, cout, k, size = c.choose([16, 32]), c.choose([16, 32]), c.choose([1, 3]), c.choose([4, 7])
+        # eight filters: blocks of eight on CPUs with eight-lane VNNI (int8_by_eight); 3 or 12
+        # channels: padded to fours by the legalization
+        cin, cout = c.choose([16, 32, 8, 3, 12]), c.choose([16, 32, 8])
+        k, size = c.choose([1, 3]), c.choose([4, 7])
         weight = rng.integers(-128, 128, (cout, cin, k, k), dtype="int8")
         x = relay.var("x", shape=(1, cin, size, size), dtype=dtype)
         body = relay.nn.conv2d(
