@@ -11,7 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_isolated(code: str, timeout: float = 900, env: dict | None = None, stack_bytes: int | None = None):
-    """Run ``code``; it must print one JSON value on its last line, which is returned.
+    """Run ``code``; it must print one JSON value on its last line, which is returned. ``env``:
+    variables set for it (None: removed).
 
     ``stack_bytes`` limits the main thread's C stack (``RLIMIT_STACK``): a test of deep
     recursion then needs proportionally smaller inputs than under the usual 8 MiB.
@@ -21,6 +22,7 @@ def run_isolated(code: str, timeout: float = 900, env: dict | None = None, stack
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
     full_env.update(env or {})
+    full_env = {key: value for key, value in full_env.items() if value is not None}
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,

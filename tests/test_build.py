@@ -573,3 +573,24 @@ def test_link_flags_key_the_library_not_the_objects():
     assert relinked.compile_identity() == flags.compile_identity()
     assert builder.pch_directory(relinked, config) == builder.pch_directory(flags, config)
     assert runtime_object_identity(relinked) == runtime_object_identity(flags)
+
+
+@pytest.mark.parametrize("threads", [None, "1", "2"], ids=["unset", "1", "2"])
+def test_parallel_loops_run_under_every_thread_setting(threads):
+    """A kernel's parallel loop goes through relay_aot's launch (the library's
+    __TVMBackendParallelLaunch slot): on the calling thread where one thread is to run it
+    (TVM_NUM_THREADS=1, or unset where TVM counts one processor), TVM's pool otherwise."""
+    from isolated import run_isolated
+
+    code = """
+        import json
+        import numpy as np, tvm, relay_aot
+        from tvm import relay
+        x = relay.var("x", shape=(256, 256))
+        mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.relu(x) * relay.const(2.0)))
+        compiled = relay_aot.compile(mod, name="parallel")
+        assert "relay_aot::parallel_launch" in compiled.source
+        v = np.random.default_rng(0).standard_normal((256, 256)).astype("float32")
+        print(json.dumps(all(np.array_equal(compiled(v).numpy(), np.maximum(v, 0) * 2) for _ in range(20))))
+    """
+    assert run_isolated(code, env={"TVM_NUM_THREADS": threads, "OMP_NUM_THREADS": None}) is True

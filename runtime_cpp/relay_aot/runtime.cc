@@ -24,10 +24,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
+#include <thread>
 
 // Empty when this file is compiled as the runtime object. A build that has no runtime object
 // yet (the toolchain's first) includes this file into every unit with the linkage `inline`
@@ -980,6 +982,39 @@ RELAY_AOT_RUNTIME_LINKAGE void c_output(const ObjectRef& tensor, void* out, size
   const DLTensor* t = arg(tensor);
   // memmove: a result may be an input, and a caller may pass the same buffer for both.
   std::memmove(out, static_cast<const char*>(t->data) + t->byte_offset, nbytes);
+}
+
+namespace {
+
+/*! \brief TVM's MaxConcurrency (threading_backend.cc) without its environment: the processors, halved on x86. */
+int processor_concurrency() {
+  int count = static_cast<int>(std::thread::hardware_concurrency());
+#if defined(__x86_64__) || defined(_M_X64)
+  count /= 2;  // as TVM: hyper-threads ignored
+#endif
+  return std::max(count, 1);
+}
+
+/*! \brief The threads TVM's thread pool would run a parallel loop on (TVM's MaxConcurrency). */
+int max_concurrency() {
+  const char* value = std::getenv("TVM_NUM_THREADS");
+  if (value == nullptr) value = std::getenv("OMP_NUM_THREADS");
+  if (value != nullptr) return std::max(std::atoi(value), 1);
+  static const int processors = processor_concurrency();
+  return processors;
+}
+
+}  // namespace
+
+RELAY_AOT_RUNTIME_LINKAGE int parallel_launch(FTVMParallelLambda flambda, void* cdata, int num_task) {
+  if (max_concurrency() != 1) return TVMBackendParallelLaunch(flambda, cdata, num_task);
+  // TVM's own single-thread case
+  std::atomic<int32_t> sync_counter{0};
+  TVMParallelGroupEnv env;
+  env.num_task = 1;
+  env.sync_handle = &sync_counter;
+  (*flambda)(0, &env, cdata);
+  return 0;
 }
 
 RELAY_AOT_RUNTIME_LINKAGE int get_func_from_env(void* /*module_context*/, const char* name, TVMFunctionHandle* out) {

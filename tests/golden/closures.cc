@@ -135,7 +135,7 @@ extern "C" {
   __attribute__((visibility("hidden"))) decltype(&TVMBackendGetFuncFromEnv) __TVMBackendGetFuncFromEnv = &relay_aot::get_func_from_env;
   __attribute__((visibility("hidden"))) decltype(&TVMBackendAllocWorkspace) __TVMBackendAllocWorkspace = &TVMBackendAllocWorkspace;
   __attribute__((visibility("hidden"))) decltype(&TVMBackendFreeWorkspace) __TVMBackendFreeWorkspace = &TVMBackendFreeWorkspace;
-  __attribute__((visibility("hidden"))) decltype(&TVMBackendParallelLaunch) __TVMBackendParallelLaunch = &TVMBackendParallelLaunch;
+  __attribute__((visibility("hidden"))) decltype(&TVMBackendParallelLaunch) __TVMBackendParallelLaunch = &relay_aot::parallel_launch;
   __attribute__((visibility("hidden"))) decltype(&TVMBackendParallelBarrier) __TVMBackendParallelBarrier = &TVMBackendParallelBarrier;
 }  // extern "C"
 

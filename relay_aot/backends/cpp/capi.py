@@ -33,7 +33,8 @@ from ...kernels.scalars import NATIVE_DTYPES, is_native_scalar
 from ..emitter import Emitter, cpp_string_literal, escape_comment
 from .emit import ENTRY_UNIT, VERSION_SCRIPT, CppSources, ctype, dtype_literal, path_expr, version_script
 
-#: What each of TVM's slots holds: the runtime function a loader would store (C++ expression).
+#: What each of TVM's slots holds: the runtime function a loader would store (C++ expression);
+#: the thread pool's launch is relay_aot's, TVM's without a system call per parallel loop.
 _SLOT_VALUES = {
     "__tvm_module_ctx": ("void*", "nullptr"),
     "__TVMFuncCall": ("decltype(&TVMFuncCall)", "&TVMFuncCall"),
@@ -41,7 +42,7 @@ _SLOT_VALUES = {
     "__TVMBackendGetFuncFromEnv": ("decltype(&TVMBackendGetFuncFromEnv)", "&relay_aot::get_func_from_env"),
     "__TVMBackendAllocWorkspace": ("decltype(&TVMBackendAllocWorkspace)", "&TVMBackendAllocWorkspace"),
     "__TVMBackendFreeWorkspace": ("decltype(&TVMBackendFreeWorkspace)", "&TVMBackendFreeWorkspace"),
-    "__TVMBackendParallelLaunch": ("decltype(&TVMBackendParallelLaunch)", "&TVMBackendParallelLaunch"),
+    "__TVMBackendParallelLaunch": ("decltype(&TVMBackendParallelLaunch)", "&relay_aot::parallel_launch"),
     "__TVMBackendParallelBarrier": ("decltype(&TVMBackendParallelBarrier)", "&TVMBackendParallelBarrier"),
 }
 assert tuple(_SLOT_VALUES) == names.TVM_SLOTS
