@@ -13,9 +13,9 @@ On a target with ``vpdpbusd`` on 256-bit registers (:func:`eight_lanes`: AVX-512
 while relay_aot prepares a module (:func:`building`), the x86 legalization pads its filters to
 eight (none: they are eights) and its input channels to four as TVM's does, the layout choice
 makes it ``NCHW{ic}c`` data, ``OIHW{ic/4}i8o4i`` weights and ``NCHW8c`` output (:func:`choice`),
-and ``kernels/int8_by_eight.py``
-computes it with eight-lane ``vpdpbusd``. Outside :func:`building` (``relay.build``, TVM's
-executors) TVM's legalization is unchanged.
+and ``kernels/int8_by_eight.py`` computes it with eight-lane ``vpdpbusd``. Outside
+:func:`building` (``relay.build``, TVM's executors) TVM's legalization and layout choice are
+unchanged.
 """
 
 from __future__ import annotations
@@ -86,10 +86,13 @@ def input_block(channels: int) -> int:
 
 
 def choice(attrs, inputs, tinfos) -> relay.Expr | None:
-    """The layout choice for a legalized convolution :func:`applies` to (uint8 data whose
-    channels come in fours): ``NCHW{ic}c``, ``OIHW{ic/4}i8o4i``, ``NCHW8c``. None for any other."""
+    """The layout choice for a legalized ``NCHW`` convolution :func:`applies` to (uint8 data
+    whose channels come in fours): ``NCHW{ic}c``, ``OIHW{ic/4}i8o4i``, ``NCHW8c``. None for any
+    other (one left in ``NHWC`` keeps TVM's choice, which leaves it as it is)."""
     data, weight = tinfos[0], tinfos[1]
-    if data.dtype != "uint8" or not applies(attrs, data.dtype, data.shape, weight.dtype, weight.shape):
+    if data.dtype != "uint8" or str(attrs.data_layout) != "NCHW":
+        return None
+    if not applies(attrs, data.dtype, data.shape, weight.dtype, weight.shape):
         return None
     if int(data.shape[1]) % 4 != 0:
         return None
