@@ -84,6 +84,32 @@ def test_the_pass_rewrites_the_importers_requantization_and_keeps_its_values():
     np.testing.assert_array_equal(relay_aot.compile(mod)(x).numpy(), expected)
 
 
+@pytest.mark.parametrize(
+    "scale,narrow", [(0.0004, True), (0.37, True), (0.9999, True), (0.03125, True), (2.6e-6, False)]
+)
+def test_a_left_shifted_8_bit_value_is_requantized_in_int32_exactly(scale, narrow):
+    """TFLite's ADD rescales each operand, an int8 less its zero point shifted left by 20: with
+    that bound known (requantization.magnitude), the form is computed in int32 where its terms
+    fit (no 64-bit product; not for a scale so small that the multiplier's low part times the
+    value would not), the same as gemmlowp's for every int8 value and zero point either way. A
+    value without such a bound keeps the int64 form and TFLite's int32 shift
+    (test_the_single_rounding_form_is_gemmlowps_two_roundings: it wraps at the extremes)."""
+    x = relay.var("x", shape=(256,), dtype="int8")
+    multiplier, shift = quantize_multiplier(scale)
+    for zero_point in (-128, -3, 0, 127):
+        shifted = relay.cast(x, "int32") - relay.const(zero_point, "int32")
+        shifted = relay.multiply(shifted, relay.const(1 << 20, "int32"))
+        y = _multiply_by_quantized_multiplier(shifted, np.array([multiplier]), np.array([shift]))
+        mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+        rewritten = relay.transform.InferType()(requantization.single_rounding(mod))
+        dtypes = {str(call.checked_type.dtype) for call in operator_calls(rewritten)}
+        assert ("int64" not in dtypes) == narrow, (scale, zero_point, dtypes)
+        values = np.arange(-128, 128).astype(np.int8)
+        shifted_values = ((values.astype(np.int64) - zero_point) << 20).astype(np.int32)[:, None]
+        expected = _gemmlowp(shifted_values, [multiplier], [shift]).ravel()
+        np.testing.assert_array_equal(relay_aot.compile(mod)(values).numpy(), expected, f"{scale}, {zero_point}")
+
+
 def _kernel_names(mod: tvm.IRModule, params=None) -> list[str]:
     program, table = Request.make(mod, None, params).lower()
     return [gvar.name_hint for gvar in table.lower_all(report=False).functions.keys()]

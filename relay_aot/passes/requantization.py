@@ -14,7 +14,9 @@ of a floor by powers of two is one floor, so the result is
 where ``x < 0`` but ``h = 0`` both forms give 0). That is one int64 product of two int32 (one
 ``vpmuldq`` per eight lanes on x86, ``smull`` on Arm), an addition, a select and one shift, where
 the importer's form computes a second int64 product, shift and comparison per channel: about
-half the work of every requantized kernel's epilogue.
+half the work of every requantized kernel's epilogue. Where ``x`` is known to be small (an int8
+less its zero point, which TFLite's ADD shifts left by 20 before rescaling it) the same value is
+computed in int32 (:func:`_narrow_form`).
 """
 
 from __future__ import annotations
@@ -160,12 +162,58 @@ def _const(values: np.ndarray, dtype: str) -> relay.Expr:
     return relay.const(values.astype(dtype), dtype=dtype)
 
 
-def single_rounding_form(x: relay.Expr, multipliers: np.ndarray, left: np.ndarray, right: np.ndarray) -> relay.Expr:
+#: Integer dtypes whose values bound an int32 made of them (:func:`magnitude`).
+_NARROW = {"int8": 128, "uint8": 255, "int16": 2**15, "uint16": 2**16 - 1}
+
+
+def magnitude(x: relay.Expr) -> int | None:
+    """A bound on ``|x|`` for a type-checked int32 ``x`` cast from an 8- or 16-bit tensor, plus
+    or minus a scalar constant (a zero point); None where it is not such an expression."""
+    if _is(x, "cast") and x.args[0].checked_type.dtype in _NARROW:
+        return _NARROW[x.args[0].checked_type.dtype]
+    if op_name(x) in ("add", "subtract"):
+        inner, offset = magnitude(x.args[0]), _constant(x.args[1])
+        if inner is not None and offset is not None and offset.size == 1:
+            return inner + abs(int(offset.reshape(-1)[0]))
+    return None
+
+
+def _narrow_form(x: relay.Expr, m: np.ndarray, left: np.ndarray, e: np.ndarray, bound: int) -> relay.Expr | None:
+    """The single-rounding form of an ``x`` of at most ``bound`` in magnitude shifted left
+    (TFLite's ADD: an int8 less its zero point, by 20) in int32 arithmetic, or None where its
+    terms would not fit. With ``K = 31 + e``, ``s = K - left`` and ``m = mh 2^s + ml``:
+    ``floor((x 2^L m + c) / 2^K) = x mh + floor((x ml + c / 2^L) / 2^s)``, ``c`` the rounding
+    terms (divisible by ``2^L``, ``L <= 30``). Sixteen int32 lanes a vector where the int64 form
+    has eight, and no 64-bit products: ResNet-8's residual ADDs rescale each operand this way."""
+    s = 31 + e - left
+    if np.any(left <= 0) or np.any(left > 30) or np.any(s < 1) or np.any(s > 30):
+        return None
+    mh, ml = m >> s, m & ((np.int64(1) << s) - 1)
+    rounding = np.where(e > 0, (np.int64(1) << 30) + (np.int64(1) << (30 + e)), np.int64(1) << 30) >> left
+    away = np.where(e > 0, np.int64(1) << 31, 0) >> left
+    limit = np.int64(2**31 - 1)
+    if np.any(bound * (mh + 1) > limit) or np.any(bound * (ml + 1) + rounding + away > limit):
+        return None
+    low = x * _const(ml, "int32") + _const(rounding, "int32")
+    if np.any(away):
+        low = low - relay.cast(relay.less(x, relay.const(0, "int32")), "int32") * _const(away, "int32")
+    return x * _const(mh, "int32") + relay.right_shift(low, _const(s, "int32"))
+
+
+def single_rounding_form(
+    x: relay.Expr, multipliers: np.ndarray, left: np.ndarray, right: np.ndarray, bound: int | None = None
+) -> relay.Expr:
     """``MultiplyByQuantizedMultiplier`` of int32 ``x`` with one rounding (module docstring):
     ``(x' * m + a - [x' < 0] * b) >> (31 + e)`` in int64, ``x' = x * 2^left`` in int32 as
-    TFLite computes it; the same int32 result as gemmlowp's two roundings, for every ``x``."""
+    TFLite computes it; the same int32 result as gemmlowp's two roundings, for every ``x``.
+    ``bound``: a bound on ``|x|`` (:func:`magnitude`), where known: then ``x'`` cannot wrap, and
+    the form may be computed in int32 (:func:`_narrow_form`)."""
     channels = max(multipliers.size, left.size, right.size)
     m, left, e = (np.broadcast_to(np.asarray(v, np.int64).reshape(-1), (channels,)) for v in (multipliers, left, right))
+    if bound is not None and np.all(np.int64(bound) << left <= 2**31 - 1):
+        narrow = _narrow_form(x, m, left, e, bound)
+        if narrow is not None:
+            return narrow
     if np.any(left > 0):
         x = x * _const(np.int64(1) << left, "int32")
     rounding = np.where(e > 0, (np.int64(1) << 30) + (np.int64(1) << (30 + e)), np.int64(1) << 30)
@@ -190,7 +238,7 @@ class _SingleRounding(CallRewriter):
         if found is None:
             return None
         x, multipliers, left, right = found
-        return single_rounding_form(self.visit(x), multipliers, left, right)
+        return single_rounding_form(self.visit(x), multipliers, left, right, magnitude(x))
 
 
 def single_rounding(mod: tvm.IRModule) -> tvm.IRModule:
