@@ -438,31 +438,38 @@ TINYML = {
 TINYML_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "tinyml"
 
 
-def tflite_tinyml(name: str) -> Workload:
-    """An MLPerf Tiny int8 TFLite model (relay_aot.read_tflite), on int8 inputs in [-40, 40]
-    (full-range inputs saturate KWS's output); LiteRT, with XNNPACK, runs the file itself."""
-    file_name, description = TINYML[name]
-    path = TINYML_DIR / f"{file_name}.tflite"
+def _tflite_workload(name: str, description: str, path: Path, rtol: float = 0.0, atol: float = 24.0) -> Workload:
+    """A TFLite model file as a workload (relay_aot.read_tflite imports it; LiteRT, with
+    XNNPACK, runs the file itself): int8 inputs in [-40, 40] (full-range inputs saturate KWS's
+    output), float inputs standard normal. ``atol``: LiteRT's XNNPACK kernels differ from
+    TFLite's reference kernels (which relay_aot equals) by up to 17 int8 steps on KWS;
+    exactness is tests/test_tflite.py's."""
 
     def make_inputs(rng):
         import relay_aot
 
         (spec,) = relay_aot.read_tflite(path).inputs
-        return (rng.integers(-40, 41, spec.shape).astype(spec.dtype),), {}
+        if spec.dtype == "int8":
+            return (rng.integers(-40, 41, spec.shape).astype(spec.dtype),), {}
+        return (rng.standard_normal(spec.shape).astype(spec.dtype),), {}
 
-    # atol: LiteRT's XNNPACK kernels differ from TFLite's reference kernels (which relay_aot
-    # equals) by up to 17 int8 steps on KWS; exactness is tests/test_tflite.py's
     return Workload(
         name=name,
-        description=f"MLPerf Tiny {description}, int8 TFLite",
+        description=description,
         source="",
         make_inputs=make_inputs,
         tflite_model=path,
         static=True,
         model_zoo=True,
-        rtol=0.0,
-        atol=24.0,
+        rtol=rtol,
+        atol=atol,
     )
+
+
+def tflite_tinyml(name: str) -> Workload:
+    """An MLPerf Tiny int8 TFLite model (:func:`_tflite_workload`)."""
+    file_name, description = TINYML[name]
+    return _tflite_workload(name, f"MLPerf Tiny {description}, int8 TFLite", TINYML_DIR / f"{file_name}.tflite")
 
 
 #: Held-out TFLite networks (relay_aot.testing.tflite_models; issue 48's acceptance list beside the
@@ -496,33 +503,12 @@ def _held_out_file(name: str, key: str) -> Path:
 
 
 def tflite_held_out(name: str) -> Workload:
-    """A held-out TFLite network (:data:`HELD_OUT`); int8 inputs in [-40, 40] as the MLPerf
-    Tiny rows', float inputs standard normal."""
+    """A held-out TFLite network (:data:`HELD_OUT`, :func:`_tflite_workload`)."""
     key, description = HELD_OUT[name]
+    # on the island's float output LiteRT's XNNPACK kernels differ by up to 10 of 640
+    rtol, atol = {"float": (1e-4, 1e-5), "island": (0.0, 32.0)}.get(key, (0.0, 24.0))
     path = _held_out_file(name, key)
-
-    def make_inputs(rng):
-        import relay_aot
-
-        (spec,) = relay_aot.read_tflite(path).inputs
-        if spec.dtype == "int8":
-            return (rng.integers(-40, 41, spec.shape).astype(spec.dtype),), {}
-        return (rng.standard_normal(spec.shape).astype(spec.dtype),), {}
-
-    # atol: LiteRT's XNNPACK kernels are not TFLite's reference kernels (relay_aot's): int8
-    # steps as for the MLPerf Tiny rows; on the island's float output, up to 10 of 640
-    tolerances = {"float": (1e-4, 1e-5), "island": (0.0, 32.0)}.get(key, (0.0, 24.0))
-    return Workload(
-        name=name,
-        description=f"held-out TFLite {description}, random weights",
-        source="",
-        make_inputs=make_inputs,
-        tflite_model=path,
-        static=True,
-        model_zoo=True,
-        rtol=tolerances[0],
-        atol=tolerances[1],
-    )
+    return _tflite_workload(name, f"held-out TFLite {description}, random weights", path, rtol, atol)
 
 
 # -- dynamic shapes -----------------------------------------------------------------------------

@@ -38,21 +38,15 @@ from tvm.topi.x86.conv2d_int8 import _pack_data
 from ..gate import Gate
 from ..passes import int8_by_eight as _pass
 from . import conv_epilogue, vnni
+from .schedule_rules import _divisors, _vector_registers
 
 #: int32 lanes of a block: eight output channels.
 LANES = 8
 
 
-def _registers(target: tvm.target.Target) -> int:
-    from tvm.target.codegen import target_has_features
-
-    return 32 if target_has_features("avx512f", target) else 16
-
-
 def _run(width: int, target: tvm.target.Target) -> int:
     """Output columns a block computes: the most (below the vector registers) dividing ``width``."""
-    most = _registers(target) - 1
-    return next(n for n in range(min(most, width), 0, -1) if width % n == 0)
+    return max(_divisors(width, _vector_registers(target)[1] - 1))
 
 
 def _config(width: int, channels: int, filters: int, target: tvm.target.Target) -> dict:
@@ -81,15 +75,8 @@ def packed_applies(data: te.Tensor, kernel: te.Tensor, target: tvm.target.Target
 
 
 def nchw_applies(attrs, data: te.Tensor, kernel: te.Tensor, target: tvm.target.Target) -> bool:
-    """Whether an ``NCHW`` ``conv2d`` is one the pass legalized for this kernel (uint8 data with
-    channels in fours). One left in ``NHWC`` (where ``nchw_convolutions`` found that it did not
-    pay) gets TVM's ``NHWC`` kernel, which takes any number of filters."""
-    return (
-        data.dtype == "uint8"
-        and attrs.data_layout == "NCHW"
-        and _pass.applies(attrs, data.dtype, data.shape, kernel.dtype, kernel.shape, target)
-        and int(data.shape[1]) % 4 == 0
-    )
+    """Whether an ``NCHW`` ``conv2d`` is one the pass legalized for this kernel."""
+    return _pass.legalized(attrs, data, kernel, target)
 
 
 def _compute_packed(attrs, inputs, out_type):

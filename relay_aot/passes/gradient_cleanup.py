@@ -66,10 +66,15 @@ def static_tensor(ty: relay.Type) -> bool:
     return isinstance(ty, relay.TensorType) and all(isinstance(d, tvm.tir.IntImm) for d in ty.shape)
 
 
+def static_extents(shape) -> list[int] | None:
+    """``shape`` (a tensor type's, a TE tensor's) as ints, if every extent is known; else None."""
+    return [int(d) for d in shape] if all(isinstance(d, tvm.tir.IntImm | int) for d in shape) else None
+
+
 def static_shape(expr: relay.Expr) -> list[int] | None:
     """The extents of ``expr``'s (type-checked) tensor type, if every one is known; else None."""
     ty = expr.checked_type
-    return [int(d) for d in ty.shape] if static_tensor(ty) else None
+    return static_extents(ty.shape) if isinstance(ty, relay.TensorType) else None
 
 
 def same_static_type(a: relay.Type, b: relay.Type) -> bool:

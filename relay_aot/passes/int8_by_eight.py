@@ -24,6 +24,7 @@ import tvm
 from tvm import relay
 
 from ..gate import Gate
+from .gradient_cleanup import static_extents
 
 #: ``vpdpbusd`` on eight int32 lanes as LLVM names it.
 VPDPBUSD_256 = "llvm.x86.avx512.vpdpbusd.256"
@@ -46,10 +47,6 @@ def eight_lanes(target: tvm.target.Target | None = None) -> bool:
 _LAYOUTS = (("NCHW", "OIHW"), ("NHWC", "HWIO"))
 
 
-def _static(shape) -> list[int] | None:
-    return [int(d) for d in shape] if all(isinstance(d, tvm.tir.IntImm | int) for d in shape) else None
-
-
 def applies(attrs, data_dtype: str, data_shape, weight_dtype: str, weight_shape, target=None) -> bool:
     """Whether an ``nn.conv2d`` of these attributes and operands is blocked by eight: int8 or
     uint8 data, int8 weights, int32 sums, ``NCHW``/``OIHW`` or ``NHWC``/``HWIO`` (a TFLite
@@ -67,7 +64,7 @@ def applies(attrs, data_dtype: str, data_shape, weight_dtype: str, weight_shape,
         return False
     if int(attrs.groups) != 1 or any(int(d) != 1 for d in attrs.dilation):
         return False
-    data, weight = _static(data_shape), _static(weight_shape)
+    data, weight = static_extents(data_shape), static_extents(weight_shape)
     if data is None or weight is None or len(data) != 4 or len(weight) != 4:
         return False
     return weight[layouts[1].index("O")] == 8 and eight_lanes(target)
@@ -85,16 +82,24 @@ def input_block(channels: int) -> int:
     return next(bn for bn in (16, 12, 8, 4) if channels % bn == 0)
 
 
+def legalized(attrs, data, weight, target=None) -> bool:
+    """Whether an ``NCHW`` ``nn.conv2d`` of TE tensors (or types) ``data`` and ``weight`` is one
+    this pass legalized: :func:`applies`, uint8 data whose channels come in fours. One left in
+    ``NHWC`` (where ``nchw_convolutions`` found that it did not pay) keeps TVM's layout choice,
+    which leaves it as it is, and TVM's ``NHWC`` kernel, which takes any number of filters."""
+    return (
+        data.dtype == "uint8"
+        and str(attrs.data_layout) == "NCHW"
+        and applies(attrs, data.dtype, data.shape, weight.dtype, weight.shape, target)
+        and int(data.shape[1]) % 4 == 0
+    )
+
+
 def choice(attrs, inputs, tinfos) -> relay.Expr | None:
-    """The layout choice for a legalized ``NCHW`` convolution :func:`applies` to (uint8 data
-    whose channels come in fours): ``NCHW{ic}c``, ``OIHW{ic/4}i8o4i``, ``NCHW8c``. None for any
-    other (one left in ``NHWC`` keeps TVM's choice, which leaves it as it is)."""
+    """The layout choice for a convolution this pass :func:`legalized`: ``NCHW{ic}c``,
+    ``OIHW{ic/4}i8o4i``, ``NCHW8c``. None for any other."""
     data, weight = tinfos[0], tinfos[1]
-    if data.dtype != "uint8" or str(attrs.data_layout) != "NCHW":
-        return None
-    if not applies(attrs, data.dtype, data.shape, weight.dtype, weight.shape):
-        return None
-    if int(data.shape[1]) % 4 != 0:
+    if not legalized(attrs, data, weight):
         return None
     ic_bn = input_block(int(data.shape[1]))
     new_attrs = {key: attrs[key] for key in attrs.keys()}

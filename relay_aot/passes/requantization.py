@@ -178,19 +178,20 @@ def magnitude(x: relay.Expr) -> int | None:
     return None
 
 
-def _narrow_form(x: relay.Expr, m: np.ndarray, left: np.ndarray, e: np.ndarray, bound: int) -> relay.Expr | None:
+def _narrow_form(
+    x: relay.Expr, m: np.ndarray, left: np.ndarray, e: np.ndarray, rounding: np.ndarray, away: np.ndarray, bound: int
+) -> relay.Expr | None:
     """The single-rounding form of an ``x`` of at most ``bound`` in magnitude shifted left
     (TFLite's ADD: an int8 less its zero point, by 20) in int32 arithmetic, or None where its
     terms would not fit. With ``K = 31 + e``, ``s = K - left`` and ``m = mh 2^s + ml``:
     ``floor((x 2^L m + c) / 2^K) = x mh + floor((x ml + c / 2^L) / 2^s)``, ``c`` the rounding
-    terms (divisible by ``2^L``, ``L <= 30``). Sixteen int32 lanes a vector where the int64 form
+    terms (``rounding`` and ``away``, divisible by ``2^L``, ``L <= 30``). Sixteen int32 lanes a vector where the int64 form
     has eight, and no 64-bit products: ResNet-8's residual ADDs rescale each operand this way."""
     s = 31 + e - left
     if np.any(left <= 0) or np.any(left > 30) or np.any(s < 1) or np.any(s > 30):
         return None
     mh, ml = m >> s, m & ((np.int64(1) << s) - 1)
-    rounding = np.where(e > 0, (np.int64(1) << 30) + (np.int64(1) << (30 + e)), np.int64(1) << 30) >> left
-    away = np.where(e > 0, np.int64(1) << 31, 0) >> left
+    rounding, away = rounding >> left, away >> left
     limit = np.int64(2**31 - 1)
     if np.any(bound * (mh + 1) > limit) or np.any(bound * (ml + 1) + rounding + away > limit):
         return None
@@ -210,14 +211,14 @@ def single_rounding_form(
     the form may be computed in int32 (:func:`_narrow_form`)."""
     channels = max(multipliers.size, left.size, right.size)
     m, left, e = (np.broadcast_to(np.asarray(v, np.int64).reshape(-1), (channels,)) for v in (multipliers, left, right))
+    rounding = np.where(e > 0, (np.int64(1) << 30) + (np.int64(1) << (30 + e)), np.int64(1) << 30)
+    away = np.where(e > 0, np.int64(1) << 31, 0)  # half away from zero below zero
     if bound is not None and np.all(np.int64(bound) << left <= 2**31 - 1):
-        narrow = _narrow_form(x, m, left, e, bound)
+        narrow = _narrow_form(x, m, left, e, rounding, away, bound)
         if narrow is not None:
             return narrow
     if np.any(left > 0):
         x = x * _const(np.int64(1) << left, "int32")
-    rounding = np.where(e > 0, (np.int64(1) << 30) + (np.int64(1) << (30 + e)), np.int64(1) << 30)
-    away = np.where(e > 0, np.int64(1) << 31, 0)  # half away from zero below zero
     # the multipliers as int32, widened in the kernel: a product of two sign-extended int32 is
     # one vpmuldq / smull, where LLVM multiplies an int64 array's values as full 64-bit ones
     product = relay.cast(x, "int64") * relay.cast(_const(m, "int32"), "int64")
