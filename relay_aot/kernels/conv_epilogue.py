@@ -31,10 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import tvm
 from tvm import te
 from tvm.topi.x86 import conv2d_avx_1x1, conv2d_avx_common
 
 from ..gate import Gate
+from .schedule_rules import _vector_registers
 
 
 def _fused_output(
@@ -151,12 +153,64 @@ def _int8_lanes(cc: te.Stage, oc_block, intrin: te.TensorIntrin):
     return cc.split(oc_block, factor=lanes)
 
 
+#: ``vpdpbusd``s in flight for the full rate: two a cycle, each four cycles before its sum can
+#: take the next (Zen 5; Intel's since Ice Lake alike). A register block of fewer accumulators
+#: waits on them: 8 run at 1.81 a cycle, 11 and more at 2.0.
+_ACCUMULATORS_IN_FLIGHT = 11
+
+
+def _channel_pairs(last: te.Tensor, reg_n: int, intrin: te.TensorIntrin, unroll_kw: bool) -> bool:
+    """Whether ``last``'s register block takes two channel blocks: where a block of ``reg_n``
+    columns of one gives fewer accumulators than :data:`_ACCUMULATORS_IN_FLIGHT` (rows 8 wide:
+    ResNet-8's last stage), there are channel blocks to pair, and twice the accumulators, the
+    weights of both blocks and a broadcast input fit in the vector registers. Each input then
+    feeds two ``vpdpbusd``s: MLPerf Tiny's ResNet-8, its two 8x8 layers 3.10 -> 2.77 and 5.58 ->
+    5.24 us. TVM's configurations have no such knob; unrolled ``kw`` keeps TVM's blocking."""
+    lanes = int(intrin.op.output(0).shape[0])
+    chunks, oc_bn = (int(extent) for extent in (last.shape[1], last.shape[4]))
+    accumulators = reg_n * (oc_bn // lanes)
+    _, registers = _vector_registers(tvm.target.Target.current())
+    return (
+        not unroll_kw
+        and accumulators < _ACCUMULATORS_IN_FLIGHT
+        and chunks % 2 == 0
+        and 2 * accumulators + 2 * (oc_bn // lanes) + 1 <= registers
+    )
+
+
+def _paired_output(s: te.Schedule, last: te.Tensor, columns: int):
+    """:func:`_blocked_output` with two channel blocks in each register block: the parallel loop
+    over pairs of channel blocks and rows, then blocks of ``columns``, the pair, the columns."""
+    stage = s[last]
+    batch, oc_chunk, oh, ow, oc_block = stage.op.axis
+    oc_outer, oc_inner = stage.split(oc_chunk, factor=2)
+    ow_outer, ow_inner = stage.split(ow, factor=columns)
+    stage.reorder(oc_outer, oh, ow_outer, oc_inner, ow_inner, oc_block)
+    stage.vectorize(oc_block)
+    stage.parallel(stage.fuse(batch, oc_outer, oh))
+    return ow_outer
+
+
 def _common_int8_accumulators(s, cfg, last, ic_bn: int, cc: te.Stage, intrin: te.TensorIntrin) -> None:
     """The accumulators of TVM's int8 schedule (``schedule_conv_NCHWc_cpu_common_int8``), at the
     output's block of columns: TVM computes the fused case one column at a time (the
     convolution at the output's innermost column loop), one accumulator whose every
-    ``vpdpbusd`` waits for the one before; here the block's ``reg_n`` columns have one each."""
+    ``vpdpbusd`` waits for the one before; here the block's ``reg_n`` columns have one each
+    (of two channel blocks where one gives too few: :func:`_channel_pairs`)."""
     reg_n, unroll_kw = cfg["tile_ow"].size[-1], cfg["unroll_kw"].val
+    if _channel_pairs(last, reg_n, intrin, unroll_kw):
+        cc.compute_at(s[last], _paired_output(s, last, reg_n))
+        _, oc_chunk, oh, ow, oc_block = cc.op.axis
+        kh, kw, ic_outer, ic_f_inner, ic_s_inner = cc.op.reduce_axis
+        ow_chunk, ow_block = cc.split(ow, factor=reg_n)
+        oc_f_inner, oc_s_inner = _int8_lanes(cc, oc_block, intrin)
+        # each column's input broadcast once for both blocks' weights
+        cc.reorder(oh, ow_chunk, ic_outer, kh, kw, ic_f_inner, ow_block, oc_chunk, oc_f_inner, oc_s_inner, ic_s_inner)
+        cc.tensorize(oc_s_inner, intrin)
+        cc.unroll(ow_block)
+        cc.unroll(oc_chunk)
+        cc.unroll(oc_f_inner)
+        return
     cc.compute_at(s[last], _blocked_output(s, last, None, reg_n))
     _, oc_chunk, oh, ow, oc_block = cc.op.axis
     kh, kw, ic_outer, ic_f_inner, ic_s_inner = cc.op.reduce_axis
