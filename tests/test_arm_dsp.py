@@ -22,6 +22,7 @@ import relay_aot
 from relay_aot.backends.standalone.targets import TARGETS
 from relay_aot.kernels import arm_dsp
 from relay_aot.passes import arm_dsp as dsp_pass
+from relay_aot.passes import requantization
 from relay_aot.testing import standalone as sa
 from relay_aot.testing.tflite_models import ModelBuilder, Reference
 
@@ -422,20 +423,19 @@ int main(void) {{
     assert got == want
 
 
-def test_int64_multipliers_that_fit_are_int32_on_dsp_targets_only():
+def test_int64_multipliers_that_fit_are_int32():
     """An int64 product by an int64 constant that fits in int32 multiplies by the int32 constant
-    widened in the kernel (GCC's SMULL); other targets and constants are left alone."""
+    widened in the kernel (GCC's SMULL, LLVM's VPMULDQ); other constants are left alone."""
     x = relay.var("x", shape=(4, 3), dtype="int32")
     wide = relay.cast(x, "int64")
     small = relay.const(np.array([3, -(2**31), 2**31 - 1], np.int64), "int64")
     large = relay.const(np.array([3, 2**31, 1], np.int64), "int64")
     mod = tvm.IRModule.from_expr(relay.Function([x], relay.Tuple([wide * small, wide * large])))
     mod = relay.transform.InferType()(mod)
-    narrowed = dsp_pass.narrow_multipliers(mod, tvm.target.Target(M4.tvm_target))
+    narrowed = requantization.narrow_multipliers(mod)
     small_product, large_product = narrowed["main"].body.fields
     assert small_product.args[1].op.name == "cast" and small_product.args[1].args[0].data.dtype == "int32"
     assert isinstance(large_product.args[1], relay.Constant)
-    assert dsp_pass.narrow_multipliers(mod, tvm.target.Target("llvm")) is mod
     values = np.arange(-6, 6, dtype=np.int32).reshape(4, 3)
     for want, got in zip(relay_aot.compile(mod)(values), relay_aot.compile(narrowed)(values)):
         np.testing.assert_array_equal(want.numpy(), got.numpy())

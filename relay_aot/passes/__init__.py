@@ -322,9 +322,10 @@ def _integer_qdq_regions() -> tvm.transform.Pass:
 def single_rounding_requantizations(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:func:`requantization.single_rounding` as a pass, except on targets with Arm's DSP
     extension, whose requantizations are relay_aot's C function (:mod:`.arm_dsp`)."""
-    if arm_dsp.has_dsp(tvm.target.Target.current(allow_none=True)):
+    target = tvm.target.Target.current(allow_none=True)
+    if arm_dsp.has_dsp(target):
         return mod
-    return requantization.single_rounding(mod)
+    return requantization.single_rounding(mod, whole=is_x86(target))
 
 
 @tvm.transform.module_pass(opt_level=0, name="RequantizationsIntoConvolutions")
@@ -352,8 +353,8 @@ def pads_into_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
 
 @tvm.transform.module_pass(opt_level=0, name="NarrowMultipliers")
 def narrow_multipliers(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-    """:func:`arm_dsp.narrow_multipliers` as a pass, for the current target (see there)."""
-    return arm_dsp.narrow_multipliers(mod, tvm.target.Target.current(allow_none=True))
+    """:func:`requantization.narrow_multipliers` as a pass."""
+    return requantization.narrow_multipliers(mod)
 
 
 @tvm.transform.module_pass(opt_level=0, name="PooledPointwiseConvolutions")
@@ -599,8 +600,9 @@ def prepare_with_extents(
         sequence.append(_dense_of_transposes(pack=alters_layout))
         # after the products' rewrite: a weight's packing is then invariant with its transpose
         sequence.append(hoist_invariants)
-    if dsp:
-        # after the last constant folding, which would fold the int32 constants' casts again
+    if dsp or (opt_level >= 1 and is_x86(target)):
+        # after the last constant folding, which would fold the int32 constants' casts again;
+        # for GCC's code of the DSP kernels and LLVM's x86 code, where it was measured
         sequence.append(narrow_multipliers)
     sequence += [
         shifts_into_producers,

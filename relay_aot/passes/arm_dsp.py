@@ -250,37 +250,6 @@ def rewrite(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule
     return requantizations(mod, target)
 
 
-class _NarrowMultipliers(CallRewriter):
-    def rewrite_call(self, call: relay.Call, new: relay.Call) -> relay.Expr | None:
-        if not isinstance(call.op, tvm.ir.Op) or call.op.name != "multiply" or call.checked_type.dtype != "int64":
-            return None
-        args = list(new.args)
-        changed = False
-        for index, arg in enumerate(args):
-            if isinstance(arg, relay.Constant) and arg.data.dtype == "int64":
-                values = arg.data.numpy()
-                if values.size and values.min() >= -(2**31) and values.max() < 2**31:
-                    args[index] = relay.cast(relay.const(values.astype(np.int32)), "int64")
-                    changed = True
-        return relay.Call(new.op, args, new.attrs) if changed else None
-
-
-def narrow_multipliers(mod: tvm.IRModule, target: tvm.target.Target | None) -> tvm.IRModule:
-    """``mod`` with the int64 constants of its int64 products that fit in int32 written as
-    ``cast(int32 constant, int64)`` (on targets with the DSP extension; ``mod`` elsewhere).
-
-    The requantizations of relay_aot's TFLite importer multiply an int32 value widened to int64
-    by an int64 constant (a 31-bit multiplier, a power of two). Folded into an int64 array, the
-    constant's upper word is not known to be its sign: GCC multiplies 64 by 64 bits
-    (``umull``, ``mul``, ``mla``) where one ``smull`` gives the product of two int32. Run after
-    the last constant folding (which would fold the cast again), the cast is fused into the
-    kernel with the constant's int32 array. The values are the same.
-    """
-    if not has_dsp(target):
-        return mod
-    return rewrite_functions(mod, lambda func: _NarrowMultipliers() if calls_any(func, {"multiply"}) else None)
-
-
 #: relay_aot's requantization operator: ``requantize(x, params)`` of int32 ``x`` (channels on the
 #: last axis) and int32 ``params`` (``C x 4``: multiplier, left shift, right shift, the right
 #: shift's mask ``2^right - 1``) is TFLite's ``MultiplyByQuantizedMultiplier`` per channel
