@@ -33,6 +33,7 @@ from tvm.relay.backend import te_compiler
 from .. import ir, names
 from ..config import Config
 from ..errors import CompileError, UnsupportedError
+from ..passes.nchw import is_x86
 from ..passes.te_compiler_speed import faster_te_compiler
 from . import (  # noqa: F401 (winograd: its strategy)
     arm_dsp,
@@ -43,6 +44,7 @@ from . import (  # noqa: F401 (winograd: its strategy)
     grouped_pointwise,
     int8_by_eight,
     isolated,
+    paired_lanes,
     scratch,
     tuning,
     vnni,
@@ -52,6 +54,7 @@ from .copies import copy_form
 from .divisions import explicit_asserts, guard_divisions
 from .llvm_debug_info import for_llvm
 from .scalars import is_native_scalar, scalar_kernel
+from .schedule_rules import _vector_registers
 from .shape_funcs import ShapeFunc, make_shape_func
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
@@ -502,6 +505,8 @@ class KernelTable:
         config = {"tir.disable_cse_tir": True, **({"tir.disable_vectorize": True} if scalar_only else {})}
         with tvm.transform.PassContext(config=config):
             merged = self.lower_all(progress, report=only is None, only=only)
+        if not c_target and is_x86(self.target):
+            merged = paired_lanes.apply(merged, 32 * _vector_registers(self.target)[0])
         extent_params: dict = {}
         if self.config.standalone:  # unpacked kernels over ? dimensions take their extents as parameters
             built = [k for k in self.kernels if k.scalar is None]
