@@ -519,3 +519,20 @@ def test_layout_transform_of_unknown_extents(backend, opt_level):
     for shape in [(1, 2, 2, 2, 16), (2, 1, 2, 2, 16)]:
         data = np.random.default_rng(2).standard_normal(shape).astype("float32")
         testing.check_equivalence(mod, [data], backends=[(backend, compiled)], references=("vm",))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32", "float32"])
+@pytest.mark.parametrize("dynamic", ["data", "both"])
+def test_one_row_dense_over_a_run_time_extent_in_every_dtype(dtype, dynamic):
+    """TVM's x86 matrix-vector kernel for a ``?`` extent (``dense_dynamic``) starts its sums at
+    a float32 0.0 and fails to build for other dtypes; such products are matmuls (the dynamic
+    campaign, fresh seed 57012: a float64 dense of a recursion's (1, ?) result)."""
+    x = relay.var("x", shape=(1, relay.Any()), dtype=dtype)
+    w = relay.var("w", shape=(3, relay.Any() if dynamic == "both" else 5), dtype=dtype)
+    mod = _module(relay.Function([x, w], relay.nn.dense(x, w)))
+    rng = np.random.default_rng(5)
+    compiled = relay_aot.compile(mod)
+    for width in (5,) if dynamic == "data" else (5, 1, 0):
+        xv = rng.integers(-9, 10, (1, width)).astype(dtype)
+        wv = rng.integers(-9, 10, (3, width)).astype(dtype)
+        np.testing.assert_array_equal(compiled(xv, wv).numpy(), xv @ wv.T)

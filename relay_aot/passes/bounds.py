@@ -134,9 +134,22 @@ def zero_reshapes_kept(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     return rewrite_functions(mod, _is_zero_reshape, _ZeroReshapesKept)
 
 
+def _vector_kernel_fails(call: relay.Call) -> bool:
+    """Whether TVM's x86 strategy gives ``nn.dense`` ``call`` its hand-written matrix-vector
+    kernel (``topi.x86.dense_dynamic``: one static row of data, a ``?`` extent in either operand)
+    for a dtype other than float32: the kernel starts each sum at the float32 constant 0.0, and
+    TVM's IR builder rejects it for a float64 or integer output ("data type does not match
+    content type"; the dynamic campaign, fresh seed 57012)."""
+    data, weight = (arg.checked_type for arg in call.args)
+    one_row = isinstance(data.shape[0], tvm.tir.IntImm) and int(data.shape[0]) == 1
+    return one_row and (_has_any_dim(data) or _has_any_dim(weight)) and call.checked_type.dtype != "float32"
+
+
 class _UnpackedDynamicDense(relay.ExprMutator):
     def visit_call(self, call):
-        dynamic = _is_dense(call) and not isinstance(call.args[1].checked_type.shape[0], tvm.tir.IntImm)
+        dynamic = _is_dense(call) and (
+            not isinstance(call.args[1].checked_type.shape[0], tvm.tir.IntImm) or _vector_kernel_fails(call)
+        )
         call = super().visit_call(call)
         if not dynamic:
             return call
@@ -151,7 +164,9 @@ def _is_dense(call: relay.Call) -> bool:
 @tvm.transform.module_pass(opt_level=0, name="UnpackedDynamicDense")
 def unpacked_dynamic_dense(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """:class:`_UnpackedDynamicDense` on every function of ``mod`` with an ``nn.dense``
-    (type-checked: the rewrite reads the weight's type)."""
+    (type-checked: the rewrite reads the weight's type): a dense whose weight has a ``?`` row
+    count, or that TVM's matrix-vector kernel would fail (:func:`_vector_kernel_fails`), is the
+    same ``matmul``."""
     return rewrite_functions(mod, _is_dense, _UnpackedDynamicDense)
 
 
