@@ -2,22 +2,21 @@
 
 relay_aot's requantization (``passes/requantization.py``) is, per vector of ``N`` int32 lanes,
 ``cast(int32, (cast(int64, x) * cast(int64, m) + r - (x < 0) * 2^31) >> s)``. LLVM computes an
-``int64 x N`` vector as two halves: it widens the low and the high half of ``x`` (``vpmovzxdq``
-and ``vextracti64x4``), multiplies, shifts, and narrows and joins the halves again
-(``vpmovqd``, ``vinserti64x4``): ten lane-crossing moves per sixteen values, which one port
-executes. ``vpmuldq`` multiplies the even int32 lanes of two vectors into int64 lanes as they
-lie, so the same values come from the vector read as ``N/2`` int64 lanes: the even lanes are
-its low halves, the odd ones its high halves shifted down; the two results join with a shift
-and a blend. The per-channel multipliers, rounding terms and shifts split the same way, once per
-block of channels (outside the loop over columns). A requantization of 16K int32 values by 16
-channels' parameters (C with intrinsics, Zen 5): 1.60 -> 1.15 us; it is the epilogue of every
-int8 convolution, dense layer and ADD. Where the int64 lanes fit in one register (eight with
-AVX-512) LLVM's widening is one move each way, and the pairs measured slower (ResNet-8's family
-of eight filters: 6.55 -> 6.77 us).
+``int64 x N`` vector as two halves: it widens the low and the high half of ``x`` (``vpmovzxdq`` and
+``vextracti64x4``), multiplies, shifts, and narrows and joins the halves again (``vpmovqd``,
+``vinserti64x4``): ten lane-crossing moves per sixteen values. ``vpmuldq`` multiplies the even
+int32 lanes of two vectors into int64 lanes as they lie, so the same values come from the vector
+read as ``N/2`` int64 lanes: the even lanes are its low halves, the odd ones its high halves
+shifted down; the two results join with a shift and a blend. The per-channel multipliers, rounding
+terms and shifts split the same way, once per block of channels (outside the loop over columns). A
+requantization of 16K int32 values by 16 channels' parameters (C with intrinsics, Zen 5): 1.60 ->
+1.15 us; it is the epilogue of every int8 convolution, dense layer and ADD. Where the int64 lanes
+fit in one register (eight with AVX-512) LLVM's widening is one move each way, and the pairs
+measured slower (ResNet-8's family of eight filters: 6.55 -> 6.77 us).
 
-:func:`apply` rewrites the lowered kernels: each vector ``cast(int32, shift_right(...))`` of
-that form, else nothing. Exact: the same 64-bit products, sums and shifts of every lane, and the
-cast to int32 takes the low 32 bits of each as the join does.
+:func:`apply` rewrites the lowered kernels: each vector ``cast(int32, shift_right(...))`` of that
+form, else nothing. Exact: the same 64-bit products, sums and shifts of every lane, and the cast to
+int32 takes the low 32 bits of each as the join does.
 """
 
 from __future__ import annotations
