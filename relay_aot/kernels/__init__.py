@@ -30,7 +30,7 @@ import tvm
 from tvm import relay
 from tvm.relay.backend import te_compiler
 
-from .. import ir, names
+from .. import cpu, ir, names
 from ..config import Config
 from ..errors import CompileError, UnsupportedError
 from ..passes.nchw import is_x86
@@ -54,7 +54,6 @@ from .copies import copy_form
 from .divisions import explicit_asserts, guard_divisions
 from .llvm_debug_info import for_llvm
 from .scalars import is_native_scalar, scalar_kernel
-from .schedule_rules import _vector_registers
 from .shape_funcs import ShapeFunc, make_shape_func
 
 TypeLowerer = Callable[[relay.Type], ir.Type]
@@ -506,7 +505,7 @@ class KernelTable:
         with tvm.transform.PassContext(config=config):
             merged = self.lower_all(progress, report=only is None, only=only)
         if not c_target and is_x86(self.target):
-            merged = paired_lanes.apply(merged, 32 * _vector_registers(self.target)[0])
+            merged = paired_lanes.apply(merged, 32 * cpu.int32_lanes(self.target))
         extent_params: dict = {}
         if self.config.standalone:  # unpacked kernels over ? dimensions take their extents as parameters
             built = [k for k in self.kernels if k.scalar is None]

@@ -59,15 +59,21 @@ def _fused_output(
     return ic_bn, s[accumulators]
 
 
-def _blocked_output(s: te.Schedule, last: te.Tensor, rows: int | None, columns: int):
+def _blocked_output(s: te.Schedule, last: te.Tensor, rows: int | None, columns: int, pairs: bool = False):
     """``last``'s loops as TVM orders the convolution's: a parallel loop over channel blocks and
     (blocks of ``rows``) rows, then blocks of ``columns``, the channel block in a vector. The
-    loop over column blocks, where the accumulators are computed."""
+    loop over column blocks, where the accumulators are computed. ``pairs`` (no ``rows``): the
+    parallel loop over pairs of channel blocks, the pair inside the block of columns
+    (:func:`_channel_pairs`)."""
     stage = s[last]
     batch, oc_chunk, oh, ow, oc_block = stage.op.axis
+    pair = []
+    if pairs:
+        oc_chunk, oc_inner = stage.split(oc_chunk, factor=2)
+        pair = [oc_inner]
     ow_outer, ow_inner = stage.split(ow, factor=columns)
     if rows is None:
-        stage.reorder(oc_chunk, oh, ow_outer, ow_inner, oc_block)
+        stage.reorder(oc_chunk, oh, ow_outer, *pair, ow_inner, oc_block)
         parallel_axis = stage.fuse(batch, oc_chunk, oh)
     else:
         oh_outer, oh_inner = stage.split(oh, factor=rows)
@@ -178,19 +184,6 @@ def _channel_pairs(last: te.Tensor, reg_n: int, intrin: te.TensorIntrin, unroll_
     )
 
 
-def _paired_output(s: te.Schedule, last: te.Tensor, columns: int):
-    """:func:`_blocked_output` with two channel blocks in each register block: the parallel loop
-    over pairs of channel blocks and rows, then blocks of ``columns``, the pair, the columns."""
-    stage = s[last]
-    batch, oc_chunk, oh, ow, oc_block = stage.op.axis
-    oc_outer, oc_inner = stage.split(oc_chunk, factor=2)
-    ow_outer, ow_inner = stage.split(ow, factor=columns)
-    stage.reorder(oc_outer, oh, ow_outer, oc_inner, ow_inner, oc_block)
-    stage.vectorize(oc_block)
-    stage.parallel(stage.fuse(batch, oc_outer, oh))
-    return ow_outer
-
-
 def _common_int8_accumulators(s, cfg, last, ic_bn: int, cc: te.Stage, intrin: te.TensorIntrin) -> None:
     """The accumulators of TVM's int8 schedule (``schedule_conv_NCHWc_cpu_common_int8``), at the
     output's block of columns: TVM computes the fused case one column at a time (the
@@ -198,25 +191,17 @@ def _common_int8_accumulators(s, cfg, last, ic_bn: int, cc: te.Stage, intrin: te
     ``vpdpbusd`` waits for the one before; here the block's ``reg_n`` columns have one each
     (of two channel blocks where one gives too few: :func:`_channel_pairs`)."""
     reg_n, unroll_kw = cfg["tile_ow"].size[-1], cfg["unroll_kw"].val
-    if _channel_pairs(last, reg_n, intrin, unroll_kw):
-        cc.compute_at(s[last], _paired_output(s, last, reg_n))
-        _, oc_chunk, oh, ow, oc_block = cc.op.axis
-        kh, kw, ic_outer, ic_f_inner, ic_s_inner = cc.op.reduce_axis
-        ow_chunk, ow_block = cc.split(ow, factor=reg_n)
-        oc_f_inner, oc_s_inner = _int8_lanes(cc, oc_block, intrin)
-        # each column's input broadcast once for both blocks' weights
-        cc.reorder(oh, ow_chunk, ic_outer, kh, kw, ic_f_inner, ow_block, oc_chunk, oc_f_inner, oc_s_inner, ic_s_inner)
-        cc.tensorize(oc_s_inner, intrin)
-        cc.unroll(ow_block)
-        cc.unroll(oc_chunk)
-        cc.unroll(oc_f_inner)
-        return
-    cc.compute_at(s[last], _blocked_output(s, last, None, reg_n))
+    pairs = _channel_pairs(last, reg_n, intrin, unroll_kw)
+    cc.compute_at(s[last], _blocked_output(s, last, None, reg_n, pairs))
     _, oc_chunk, oh, ow, oc_block = cc.op.axis
     kh, kw, ic_outer, ic_f_inner, ic_s_inner = cc.op.reduce_axis
     ow_chunk, ow_block = cc.split(ow, factor=reg_n)
     oc_f_inner, oc_s_inner = _int8_lanes(cc, oc_block, intrin)
-    if unroll_kw:
+    if pairs:
+        # each column's input broadcast once for both blocks' weights
+        cc.reorder(oh, ow_chunk, ic_outer, kh, kw, ic_f_inner, ow_block, oc_chunk, oc_f_inner, oc_s_inner, ic_s_inner)
+        cc.unroll(oc_chunk)
+    elif unroll_kw:
         cc.reorder(oc_chunk, oh, ow_chunk, ic_outer, kh, ic_f_inner, kw, ow_block, oc_f_inner, oc_s_inner, ic_s_inner)
         cc.unroll(kw)
     else:
