@@ -357,6 +357,70 @@ def test_fast_call_results_are_the_ffis_ndarrays(monkeypatch):
     assert made, "with a subclass registered, TVM's converter makes the result"
 
 
+def test_small_results_are_reused_only_when_nothing_sees_them():
+    """The extension keeps the objects of the last small results and gives one back as a later
+    result once nothing else holds it (no reference to it or its handle, no weak reference, no
+    attribute set, no DLPack export left holding its tensor); results held, in any of these ways,
+    keep their values. Large results are not kept."""
+    import ctypes
+    import weakref
+
+    x = relay.var("x", shape=(3,), dtype="int8")
+    compiled = relay_aot.compile(tvm.IRModule.from_expr(relay.Function([x], relay.add(x, relay.const(1, "int8")))))
+
+    def arg(i):
+        return tvm.nd.array(np.arange(i, i + 3, dtype="int8"))
+
+    held = [compiled(arg(i)) for i in range(12)]  # held: never reused
+    assert len({id(r) for r in held}) == 12
+    for i, result in enumerate(held):
+        np.testing.assert_array_equal(result.numpy(), np.arange(i + 1, i + 4))
+    del held, result
+    ids = set()
+    for i in range(50):  # dropped at once: reused
+        result = compiled(arg(i))
+        np.testing.assert_array_equal(result.numpy(), np.arange(i + 1, i + 4))
+        ids.add(id(result))
+        del result
+    assert len(ids) <= 5, "dropped results' objects are not being reused"
+    np.testing.assert_array_equal(compiled(compiled(arg(5))).numpy(), np.arange(7, 10))
+
+    def held_in_some_way():
+        kept = []
+        for i in range(8):
+            result = compiled(arg(10 * i))
+            if i % 4 == 0:
+                kept.append(("handle", ctypes.cast(result.handle, ctypes.c_void_p).value, result.handle))
+            elif i % 4 == 1:
+                kept.append(("weak", i, weakref.ref(result)))
+            elif i % 4 == 2:
+                result.tag = i  # dropped: no later result may carry it
+            else:
+                kept.append(("dlpack", i, result.to_dlpack()))
+            del result
+        return kept
+
+    kept = held_in_some_way()
+    for _ in range(20):  # recycle whatever may be recycled
+        assert not hasattr(compiled(arg(100)), "tag")
+    for way, i, what in kept:
+        expected = np.arange(10 * i + 1, 10 * i + 4)
+        if way == "handle":  # its tensor is freed with the result (TVM's NDArray), but never repointed
+            assert ctypes.cast(what, ctypes.c_void_p).value == i
+        elif way == "weak":
+            if what() is not None:
+                np.testing.assert_array_equal(what().numpy(), expected)
+        else:
+            np.testing.assert_array_equal(tvm.nd.from_dlpack(what).numpy(), expected)
+
+    y = relay.var("y", shape=(32768,), dtype="float32")  # 128 KiB: not kept
+    large = relay_aot.compile(tvm.IRModule.from_expr(relay.Function([y], relay.negative(y))))
+    result = large(np.ones(32768, "float32"))
+    dropped = weakref.ref(result)
+    del result
+    assert dropped() is None
+
+
 def test_pass_instruments_see_the_pipeline_as_one_pass(tmp_path, monkeypatch):
     """Under a PassContext with instruments, the passes run (the module index, which skips
     them, is not consulted) as one pass in the caller's context, whose hooks are not re-entered."""

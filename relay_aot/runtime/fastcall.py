@@ -98,6 +98,12 @@ _fastcall.set_error_maker(_make_error)
 _fastcall.set_ndarray_results(_NDARRAY, _ARRAY_HANDLE, vars(_ndarray), _PLAIN_CLASSES)
 
 
+#: The base class of :class:`relay_aot.runtime.module.CompiledModule`: its ``__call__`` in C,
+#: calling ``self._direct`` (a bound :func:`entry`) and falling back to ``self._converted_call``
+#: (on NotImplemented) or, without ``_direct``, ``self._call``.
+Dispatch = _fastcall.Dispatch
+
+
 def entry(address: int, expected: tuple[int, ...] = (), kinds: tuple = KINDS) -> Callable[[tuple], Any]:
     """A library's packed entry point as a function of the argument tuple, which returns
     NotImplemented if an argument needs Python conversion: an array whose dtype is not its entry

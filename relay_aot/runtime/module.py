@@ -156,8 +156,12 @@ def load_library(path) -> tvm.runtime.Module:
     return module
 
 
-class CompiledModule:
+class CompiledModule(fastcall.Dispatch):
     """A compiled Relay program: call it like ``mod["main"]``.
+
+    Its ``__call__`` is :class:`fastcall.Dispatch`'s, in C: the library's bound entry where every
+    argument's check is the library's own and the result needs no conversion (``_direct``),
+    else :meth:`_call`.
 
     Attributes: ``module`` (the ``tvm.runtime.Module``), ``signature`` (parameter and result
     types), ``name`` (the model name, prefix of every exported symbol), ``backend``, ``source``
@@ -248,17 +252,8 @@ class CompiledModule:
                 return False
         return True
 
-    def __call__(self, *args):
-        direct = self._direct
-        if direct is not None:
-            result = direct(args)
-            if result is not NotImplemented:
-                return result
-            return self._converted_call(args)
-        return self._call(args)
-
     def _call(self, args):
-        """``__call__`` for a program whose calls are not all direct."""
+        """The call of a program whose calls are not all direct (``__call__`` without ``_direct``)."""
         if self._bound is not None and (self._checks_in_extension or self._fast(args)):
             # Tensors, numpy arrays, numbers and TVM objects go straight to the library, which
             # checks them against the program's types (check.h); anything else is converted here.
@@ -270,7 +265,8 @@ class CompiledModule:
         return self._converted_call(args)
 
     def _converted_call(self, args):
-        """A call with ``args`` converted (and checked) in Python."""
+        """A call with ``args`` converted (and checked) in Python (``__call__`` when ``_direct``
+        returns NotImplemented)."""
         converted = self.convert_args(args)
         with fastcall.plain_errors():
             result = self.entry(*converted)
