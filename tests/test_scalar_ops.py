@@ -31,12 +31,20 @@ PAIRS = {
 }
 
 
+SHIFTS = ("left_shift", "right_shift")
+
+
 def _applications(a, b, c, dtype: str) -> list:
     """Every operator of the table applicable to operands of ``dtype``, applied."""
     out = []
     for spec in SCALAR_OPS.values():
         if spec.name == "cast":
             out += [relay.cast(a, target) for target in DTYPES if target != dtype]
+            continue
+        if spec.name in SHIFTS:  # amounts within the width only (beyond it LLVM's result is poison)
+            if np.dtype(dtype).kind in "iu":
+                bits = np.iinfo(dtype).bits
+                out += [relay.Call(tvm.ir.Op.get(spec.name), [a, relay.const(k, dtype)]) for k in (0, 1, bits - 1)]
             continue
         operands = {1: [a], 2: [a, b], 3: [c, a, b]}[spec.arity]
         result = (

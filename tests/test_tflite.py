@@ -273,6 +273,9 @@ SYNTHETIC = {
     "softmax_one_column": _softmax((5, 1), 0.1),
     "softmax_depth400": _softmax((2, 3, 400), 0.02),
     "softmax_scale2": _softmax((1, 16), 2.0),
+    # one row: the row's values 0-d, computed natively (the scalar fast path)
+    "softmax_one_row_depth400": _softmax((1, 1, 400), 0.02),
+    "softmax_one_value": _softmax((1, 1), 0.3),
     "quantize_dequantize": _quantize_dequantize((4, 50), 0.037, 5),
     "quantize_dequantize_exact_ties": _quantize_dequantize((4, 50), 0.375, -3),
 }

@@ -475,7 +475,14 @@ def _saturating_shift_left_tensor(x: relay.Expr, exponent: int) -> relay.Expr:
     """``SaturatingRoundingMultiplyByPOT<exponent>`` (exponent > 0) of an int32 tensor: the
     exact int64 product clipped to int32 saturates as gemmlowp's comparisons do."""
     shifted = relay.left_shift(relay.cast(x, "int64"), _const(exponent, "int64"))
-    return relay.cast(relay.clip(shifted, float(INT32_MIN), float(INT32_MAX)), "int32")
+    return relay.cast(_clip_integers(shifted, INT32_MIN, INT32_MAX, "int64"), "int32")
+
+
+def _clip_integers(x: relay.Expr, lo: int, hi: int, dtype: str) -> relay.Expr:
+    """``clip(x, lo, hi)`` of an integer tensor as TVM's kernel computes it (``max(min(x, hi),
+    lo)``), spelled with operators the scalar fast path computes natively (``clip``'s bounds are
+    attributes, which its table does not spell)."""
+    return relay.maximum(relay.minimum(x, _const(hi, dtype)), _const(lo, dtype))
 
 
 def _multiply_by_quantized_multiplier(x: relay.Expr, multipliers, shifts) -> relay.Expr:
@@ -783,17 +790,32 @@ def softmax(ctx: _Context, op: Operator) -> relay.Expr:
     _require(len(inp.shape) >= 1, "a SOFTMAX of a scalar")
     exp_table, exp_acc_table = softmax_tables(op.options["beta"], float(inp.s))
     x = relay.cast(ctx.expr(op.inputs[0]), "int32")
-    index = x - relay.max(x, axis=-1, keepdims=True) + _const(255, "int32")  # d + 255, in [0, 255]
-    exp = relay.take(relay.const(exp_table), index)  # Q0.31; 0 below the input radius
-    total = relay.sum(relay.take(relay.const(exp_acc_table), index), axis=-1, keepdims=True)  # Q12.19
-    # GetReciprocal(total, 12). CountLeadingZeros(total) = 32 - #{k : total >= 2^k}, counted by
-    # a broadcast comparison and a sum; total >= 2^19 (the row's max contributes exp(0)).
-    powers = _const(np.int64(1) << np.arange(31), "int32")
-    bits = relay.sum(relay.cast(relay.greater_equal(total, powers), "int32"), axis=-1, keepdims=True)
+    # One row (a classifier's head): the row's values are 0-d, and the arithmetic on them below
+    # is computed natively rather than in a dozen kernel calls of one value each (the scalar
+    # fast path, kernels/scalars.py).
+    one_row = all(d == 1 for d in inp.shape[:-1])
+    axis, keepdims = (None, False) if one_row else (-1, True)
+    row_max = relay.max(x, axis=axis, keepdims=keepdims)
+
+    def index() -> relay.Expr:  # d + 255, in [0, 255]; built for each use, computed in each kernel
+        return x - row_max + _const(255, "int32")
+
+    exp = relay.take(relay.const(exp_table), index())  # Q0.31; 0 below the input radius
+    total = relay.sum(relay.take(relay.const(exp_acc_table), index()), axis=axis, keepdims=keepdims)  # Q12.19
+    # GetReciprocal(total, 12). CountLeadingZeros(total) = 32 - #{k : total >= 2^k}; total >= 2^19
+    # (the row's max contributes exp(0)). Counted by a broadcast comparison and a sum, or for
+    # one row by a sum of 31 scalar comparisons.
+    if one_row:
+        bits = _const(0, "int32")
+        for k in range(31):
+            bits = bits + relay.cast(relay.greater_equal(total, _const(1 << k, "int32")), "int32")
+    else:
+        powers = _const(np.int64(1) << np.arange(31), "int32")
+        bits = relay.sum(relay.cast(relay.greater_equal(total, powers), "int32"), axis=-1, keepdims=True)
     # The clips of the shift amounts (which hold already) matter: TVM bounds a shift by a tensor
     # by evaluating C++ shifts at the corners of the amount's range, out-of-range ones included;
     # with that wrong bound, its simplifier deleted the final clamp (127 came out as -128).
-    leading_zeros = relay.clip(_const(32, "int32") - bits, 0.0, 31.0)
+    leading_zeros = _clip_integers(_const(32, "int32") - bits, 0, 31, "int32")
     shifted = relay.left_shift(relay.cast(total, "int64"), relay.cast(leading_zeros, "int64"))
     # shifted - 2^31 is in [0, 2^31); RoundingHalfSum of it and One is (shifted - 2^31 + 2^31) >> 1
     half_denominator = relay.cast(relay.right_shift(shifted, _const(1, "int64")), "int32")
@@ -810,7 +832,7 @@ def softmax(ctx: _Context, op: Operator) -> relay.Expr:
     reciprocal = _saturating_shift_left_tensor(estimate, 1)  # Rescale<0> of ExactMulByPot<-1>
     # RoundingDivideByPOT by num_bits_over_unit + 31 - 8 (>= 23: the product is >= 0 and the
     # half below is never 0)
-    exponent = relay.cast(relay.clip(_const(35, "int32") - leading_zeros, 0.0, 31.0), "int64")
+    exponent = relay.cast(_clip_integers(_const(35, "int32") - leading_zeros, 0, 31, "int32"), "int64")
     product = relay.cast(_high_mul(reciprocal, exp), "int64")
     half = relay.right_shift(relay.left_shift(_const(1, "int64"), exponent), _const(1, "int64"))
     y = relay.right_shift(product + half, exponent)

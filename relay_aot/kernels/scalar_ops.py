@@ -77,8 +77,21 @@ SCALAR_OPS: dict[str, ScalarOpSpec] = {
         _division("floor_divide", "floor_div", "std::floor({0} / {1})", "np.floor({0} / {1})"),
         _division("mod", "mod", "std::fmod({0}, {1})", "np.fmod({0}, {1})"),
         _division("floor_mod", "floor_mod", "({0} - std::floor({0} / {1}) * {1})", "({0} - np.floor({0} / {1}) * {1})"),
-        ScalarOpSpec("maximum", 2, "any", cpp="({0} > {1} ? {0} : {1})", python="({0} if {0} > {1} else {1})"),
-        ScalarOpSpec("minimum", 2, "any", cpp="({0} < {1} ? {0} : {1})", python="({0} if {0} < {1} else {1})"),
+        # std::max on integers: the ternary repeats its operands, whole expressions when nested
+        ScalarOpSpec(
+            "maximum",
+            2,
+            "any",
+            cpp={"float": "({0} > {1} ? {0} : {1})", "*": "std::max<{T}>({0}, {1})"},
+            python="({0} if {0} > {1} else {1})",
+        ),
+        ScalarOpSpec(
+            "minimum",
+            2,
+            "any",
+            cpp={"float": "({0} < {1} ? {0} : {1})", "*": "std::min<{T}>({0}, {1})"},
+            python="({0} if {0} < {1} else {1})",
+        ),
         _compare("equal", "=="),
         # LLVM's ordered not-equal for floats: false when either side is NaN
         ScalarOpSpec(
@@ -115,6 +128,18 @@ SCALAR_OPS: dict[str, ScalarOpSpec] = {
             python={"float->bool": "np.bool_({0} < 0 or {0} > 0)", "*->bool": "np.bool_({0} != 0)", "*": "np.{T}({0})"},
         ),
         ScalarOpSpec("where", 3, "any", cpp="({0} ? {1} : {2})", python="({1} if {0} else {2})"),
+        # Shifts by amounts within the operand's width (beyond it, TVM's kernels compute LLVM's
+        # poison value: no result to agree with). Right shifts of signed values are arithmetic,
+        # as LLVM's ashr; left shifts wrap, shifted as unsigned (C++17's signed << is undefined
+        # for negative values).
+        ScalarOpSpec(
+            "left_shift",
+            2,
+            "integer",
+            cpp="static_cast<{T}>(static_cast<std::make_unsigned_t<{t}>>({0}) << {1})",
+            python="({0} << {1})",
+        ),
+        ScalarOpSpec("right_shift", 2, "integer", cpp="static_cast<{T}>({0} >> {1})", python="({0} >> {1})"),
     ]
 }
 

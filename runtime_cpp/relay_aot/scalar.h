@@ -12,6 +12,7 @@
 
 #include <tvm/runtime/ndarray.h>
 
+#include <algorithm>  // std::max and std::min of the scalar operators (kernels/scalar_ops.py)
 #include <cmath>
 #include <cstdint>
 #include <limits>

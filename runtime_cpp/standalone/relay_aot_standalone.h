@@ -22,8 +22,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <algorithm>  // std::max and std::min of native scalar code (kernels/scalar_ops.py)
 #include <cmath>
 #include <limits>
+#include <type_traits>  // std::make_unsigned_t of native scalar code's left shifts
 
 namespace relay_aot_standalone {
 
