@@ -421,6 +421,53 @@ def test_small_results_are_reused_only_when_nothing_sees_them():
     assert dropped() is None
 
 
+def test_adt_results_read_their_fields_in_the_extension(monkeypatch):
+    """Tuples and constructor values come back as fastcall.ADTResult, TVM's ADT whose tag, length
+    and fields the extension reads: the same values as TVM's own methods give, nested ADTs
+    alike; while another class is registered for runtime ADTs, TVM's converter makes the result."""
+    import tvm._ffi._ctypes.object as ctypes_object
+
+    from relay_aot.runtime.fastcall import ADTResult
+
+    mod = tvm.relay.parse(
+        """
+        #[version = "0.0.5"]
+        type Opt { Some(Tensor[(2), float32]), Nothing }
+        def @main(%x: Tensor[(2), float32]) {
+          (%x, add(%x, %x), (Some(%x), Nothing), 7)
+        }
+        """
+    )
+    for backend in ("cpp", "python"):
+        compiled = relay_aot.compile(mod, backend=backend)
+        x = np.array([1.5, -2.0], "float32")
+        result = compiled(x)
+        assert type(result) is ADTResult and isinstance(result, ADT)
+        assert result.tag == ADT.tag.fget(result) == 0 and len(result) == ADT.__len__(result) == 4
+        for i in range(-4, 4):  # TVM's own __getitem__ beside the extension's
+            mine, theirs = result[i], ADT.__getitem__(result, i)
+            if isinstance(theirs, ADT):
+                assert type(mine) is ADTResult and mine.same_as(theirs)
+            else:
+                testing.assert_same(testing.normalize(mine), testing.normalize(theirs))
+        for i in (4, -5):
+            with pytest.raises(IndexError):
+                result[i]
+        first, doubled, (some, nothing), seven = result
+        np.testing.assert_array_equal(doubled.numpy(), 2 * x)
+        assert some.tag == mod.get_type("Opt")[1].tag and len(some) == 1 and some[0].numpy().tolist() == x.tolist()
+        assert nothing.tag == mod.get_type("Opt")[2].tag and len(nothing) == 0 and list(nothing) == []
+        assert [f.numpy().tolist() for f in result[:2]] == [x.tolist(), (2 * x).tolist()]
+        assert seven.numpy() == 7
+
+    class Registered(ADT):
+        pass
+
+    (index,) = [k for k, v in ctypes_object.OBJECT_TYPE.items() if v is ADT]  # runtime.ADT's type index
+    monkeypatch.setitem(ctypes_object.OBJECT_TYPE, index, Registered)
+    assert type(relay_aot.compile(mod)(np.ones(2, "float32"))) is Registered
+
+
 def test_pass_instruments_see_the_pipeline_as_one_pass(tmp_path, monkeypatch):
     """Under a PassContext with instruments, the passes run (the module index, which skips
     them, is not consulted) as one pass in the caller's context, whose hooks are not re-entered."""

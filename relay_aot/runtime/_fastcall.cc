@@ -50,6 +50,7 @@
 
 namespace py = pybind11;
 using relay_aot::Kind;
+using tvm::runtime::ADTObj;
 using relay_aot::TypeDesc;
 using relay_aot::AxisDesc;
 using relay_aot::SharedExtentDesc;
@@ -118,6 +119,28 @@ ObjectRef object_of(const py::handle& value, const Kinds& kinds) {
   throw py::type_error("expected a TVM object, got a " + std::string(py::str(value.get_type().attr("__name__"))));
 }
 
+/*! \brief The pointer a ctypes pointer object holds, replaced by \p replacement unless null. */
+void* swap_pointer(PyObject* pointer, int flags, void* replacement) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(pointer, &view, flags) != 0) throw py::error_already_set();
+  void* old = nullptr;
+  const bool fits = view.len == static_cast<Py_ssize_t>(sizeof(void*));
+  if (fits) {
+    std::memcpy(&old, view.buf, sizeof(void*));
+    if (replacement != nullptr) std::memcpy(view.buf, &replacement, sizeof(void*));
+  }
+  PyBuffer_Release(&view);
+  if (!fits) throw py::type_error("a ctypes handle is not a pointer");
+  return old;
+}
+
+/*! \brief The offset of the plain member slot \p name (``__slots__``) in instances of \p type, or -1. */
+Py_ssize_t member_offset(const py::object& type, const py::object& name) {
+  PyObject* slot = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type.ptr()), name.ptr());  // borrowed
+  if (slot == nullptr || !Py_IS_TYPE(slot, &PyMemberDescr_Type)) return -1;
+  return reinterpret_cast<PyMemberDescrObject*>(slot)->d_member->offset;
+}
+
 /*!
  * \brief Makes the tvm.nd.NDArray of a returned array handle without running Python code:
  *        what TVM's return converter (_ndarray._make_array) makes when no subclass of NDArray
@@ -154,14 +177,9 @@ struct NDArrayResults {
   Py_ssize_t handle_offset = -1, is_view_offset = -1;
 
   void find_slots() {
-    auto* type = reinterpret_cast<PyTypeObject*>(ndarray.ptr());
-    PyObject* handle_slot = _PyType_Lookup(type, handle_name.ptr());  // borrowed
-    PyObject* view_slot = _PyType_Lookup(type, is_view_name.ptr());
-    if (handle_slot != nullptr && view_slot != nullptr && Py_IS_TYPE(handle_slot, &PyMemberDescr_Type) &&
-        Py_IS_TYPE(view_slot, &PyMemberDescr_Type)) {
-      handle_offset = reinterpret_cast<PyMemberDescrObject*>(handle_slot)->d_member->offset;
-      is_view_offset = reinterpret_cast<PyMemberDescrObject*>(view_slot)->d_member->offset;
-    }
+    handle_offset = member_offset(ndarray, handle_name);
+    is_view_offset = member_offset(ndarray, is_view_name);
+    if (handle_offset < 0 || is_view_offset < 0) handle_offset = is_view_offset = -1;
   }
 
   /*! \brief ``array.<name> = value``: into its member slot where found, else by setattr. */
@@ -216,21 +234,6 @@ struct NDArrayResults {
       if (!empty) return false;
     }
     return true;
-  }
-
-  /*! \brief The pointer a ctypes pointer object holds, replaced by \p replacement unless null. */
-  static void* swap_pointer(PyObject* pointer, int flags, void* replacement) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(pointer, &view, flags) != 0) throw py::error_already_set();
-    void* old = nullptr;
-    const bool fits = view.len == static_cast<Py_ssize_t>(sizeof(void*));
-    if (fits) {
-      std::memcpy(&old, view.buf, sizeof(void*));
-      if (replacement != nullptr) std::memcpy(view.buf, &replacement, sizeof(void*));
-    }
-    PyBuffer_Release(&view);
-    if (!fits) throw py::type_error("TVMArrayHandle is not a pointer");
-    return old;
   }
 
   /*! \brief A pooled NDArray nobody else sees, now owning \p handle (poolable); null if there is none. */
@@ -298,10 +301,55 @@ struct NDArrayResults {
 };
 NDArrayResults* ndarray_results = nullptr;
 
+/*!
+ * \brief Makes the Python object of a returned runtime ADT (tuples and constructor values): a
+ *        fastcall.ADTResult, TVM's ADT class whose fields the extension reads (TVM's own reads
+ *        each through three calls of its ctypes FFI: 5 us an element, 16 us to unpack a pair),
+ *        while TVM's registry gives runtime ADTs that class. Set once from fastcall.py; never
+ *        freed (see make_error).
+ */
+struct ADTResults {
+  py::object adt;          // tvm.runtime.container.ADT
+  py::object result;       // fastcall.ADTResult, its subclass
+  py::object handle_type;  // ObjectHandle (ctypes.c_void_p)
+  py::object registry;     // tvm._ffi._ctypes.object.OBJECT_TYPE: Python classes by type index
+  py::object index = py::int_(ADTObj::RuntimeTypeIndex());
+  Py_ssize_t handle_offset = -1;
+
+  /*! \brief Whether \p handle is a runtime ADT that TVM's FFI would return as a plain ADT. */
+  bool applies(void* handle) const {
+    if (handle_offset < 0 || static_cast<const Object*>(handle)->type_index() != ADTObj::RuntimeTypeIndex()) return false;
+    PyObject* cls = PyDict_GetItemWithError(registry.ptr(), index.ptr());  // borrowed
+    if (cls == nullptr) PyErr_Clear();
+    return cls == adt.ptr();
+  }
+
+  /*! \brief The ADTResult owning \p handle (a reference the caller gives up, even on error). */
+  py::object make(void* handle) const {
+    auto* type = reinterpret_cast<PyTypeObject*>(result.ptr());
+    try {
+      py::object object = py::reinterpret_steal<py::object>(type->tp_new(type, py::tuple().ptr(), nullptr));
+      if (!object) throw py::error_already_set();
+      py::object pointer = handle_type();
+      swap_pointer(pointer.ptr(), PyBUF_WRITABLE, handle);
+      PyObject** slot = reinterpret_cast<PyObject**>(reinterpret_cast<char*>(object.ptr()) + handle_offset);
+      Py_XSETREF(*slot, pointer.release().ptr());
+      return object;
+    } catch (...) {
+      TVMObjectFree(handle);
+      throw;
+    }
+  }
+};
+ADTResults* adt_results = nullptr;
+
 /*! \brief A packed return value as TVM's ctypes FFI returns it (the Python object owns it). */
 py::object result_of(int code, TVMValue value, const py::object& make_result) {
   if (code == kTVMNDArrayHandle && ndarray_results != nullptr && ndarray_results->applies()) {
     return ndarray_results->make(value.v_handle);
+  }
+  if (code == kTVMObjectHandle && adt_results != nullptr && adt_results->applies(value.v_handle)) {
+    return adt_results->make(value.v_handle);
   }
   return make_result(code, value.v_int64);
 }
@@ -827,11 +875,23 @@ py::tuple parts(const py::handle& value, bool of_constructor_value, const py::ob
     tag = cv->tag;
     for (const ObjectRef& field : cv->fields) out.append(to_python(field, make_result));
   } else {
-    const auto* adt = static_cast<const relay_aot::ADTObj*>(obj);
+    const auto* adt = static_cast<const ADTObj*>(obj);
     tag = adt->tag;
     for (uint32_t i = 0; i < adt->size; ++i) out.append(to_python((*adt)[i], make_result));
   }
   return py::make_tuple(tag, out);
+}
+
+/*! \brief The runtime ADT a Python ADT holds. */
+const ADTObj& adt_of(const py::handle& value) { return *static_cast<const ADTObj*>(handle_of(value)); }
+
+/*! \brief Field \p index of the runtime ADT \p value (negative: from the end), as sequences index. */
+py::object adt_field(const py::handle& value, int64_t index, const py::object& make_result) {
+  const ADTObj& adt = adt_of(value);
+  const int64_t size = adt.size;
+  if (index < 0) index += size;
+  if (index < 0 || index >= size) throw py::index_error("ADT index out of range");
+  return to_python(adt[static_cast<size_t>(index)], make_result);
 }
 
 }  // namespace
@@ -853,6 +913,13 @@ PYBIND11_MODULE(_fastcall, m) {
     ndarray_results = new NDArrayResults{std::move(ndarray), std::move(handle_type), std::move(registry), std::move(plain)};
     ndarray_results->find_slots();
   }, py::arg("ndarray"), py::arg("handle_type"), py::arg("registry"), py::arg("plain"));
+  m.def("set_adt_results", [](py::object adt, py::object result, py::object handle_type, py::dict registry) {
+    adt_results = new ADTResults{std::move(adt), std::move(result), std::move(handle_type), std::move(registry)};
+    adt_results->handle_offset = member_offset(adt_results->result, py::str("handle"));
+  }, py::arg("adt"), py::arg("result"), py::arg("handle_type"), py::arg("registry"));
+  m.def("adt_field", &adt_field, py::arg("value"), py::arg("index"), py::arg("make_result"));
+  m.def("adt_size", [](const py::handle& value) { return static_cast<int64_t>(adt_of(value).size); }, py::arg("value"));
+  m.def("adt_tag", [](const py::handle& value) { return static_cast<int64_t>(adt_of(value).tag); }, py::arg("value"));
   m.def("bind_entry", &bind_entry, py::arg("address"), py::arg("kinds"), py::arg("expected"), py::arg("make_result"),
         py::arg("raise_error"));
   m.def("call_packed", &call_packed, py::arg("handle"), py::arg("args"), py::arg("kinds"), py::arg("make_result"),
