@@ -161,7 +161,10 @@ class CompiledModule(fastcall.Dispatch):
 
     Its ``__call__`` is :class:`fastcall.Dispatch`'s, in C: the library's bound entry where every
     argument's check is the library's own and the result needs no conversion (``_direct``),
-    else :meth:`_call`.
+    else :meth:`_call`. A tensor result is a plain ``tvm.nd.NDArray`` owning its tensor (the
+    object of a small result nothing holds any more may be handed out again as a later result);
+    a tuple or a constructor's value a :class:`fastcall.ADTResult`, TVM's ``ADT`` whose fields
+    the extension reads.
 
     Attributes: ``module`` (the ``tvm.runtime.Module``), ``signature`` (parameter and result
     types), ``name`` (the model name, prefix of every exported symbol), ``backend``, ``source``
