@@ -1,6 +1,6 @@
 """Requantizations on paired int32 lanes (``kernels/paired_lanes.py``), sums widened whole
 (``requantization._whole``) and int8 register blocks of two channel blocks
-(``conv_epilogue._channel_pairs``): exact against gemmlowp's steps and numpy's int64, and present
+(``conv_epilogue._register_block``): exact against gemmlowp's steps and numpy's int64, and present
 in the code relay_aot builds for this x86 host."""
 
 from __future__ import annotations
@@ -85,12 +85,15 @@ def _vnni_avx512() -> bool:
     return cpu.int32_lanes(HOST) == 16 and cpu.has_vnni(HOST)
 
 
-def test_eight_wide_int8_rows_take_two_channel_blocks_and_are_exact():
-    """ResNet-8's last stage: an 8x8 map, 32 filters (two blocks of 16): 16 accumulators."""
+@pytest.mark.parametrize("side", [8, 16], ids=["8x8", "16x16"])
+def test_int8_register_blocks_take_two_channel_blocks_and_are_exact(side):
+    """32 filters (two blocks of 16): 16 accumulators, 8 columns of both blocks. ResNet-8's last
+    stage (8x8: 8 columns of one block are too few in flight) and its middle one (16x16: 16
+    columns of one block would issue a broadcast load per vpdpbusd)."""
     rng = np.random.default_rng(11)
     channels, filters = 32, 32
     w = _extremes(rng, (filters, channels, 3, 3))
-    xv = _extremes(rng, (1, channels, 8, 8))
+    xv = _extremes(rng, (1, channels, side, side))
     expected = np.clip(_reference(xv, w, (1, 1), (1, 1, 1, 1)) >> 12, -128, 127).astype(np.int8)
     x = relay.var("x", shape=xv.shape, dtype="int8")
     y = relay.nn.conv2d(x, relay.const(w), padding=(1, 1), channels=filters, kernel_size=3, out_dtype="int32")
@@ -100,3 +103,4 @@ def test_eight_wide_int8_rows_take_two_channel_blocks_and_are_exact():
     if _vnni_avx512():
         text = _lowered_text(mod)
         assert 'T.allocate([16], "int32x16"' in text, "two blocks of 8 columns' accumulators"
+        assert "ax1_inner, ax3_inner in T.grid(2, 8)" in text, "the output loop over both blocks' 8 columns"
