@@ -42,6 +42,7 @@ from . import (  # noqa: F401 (winograd: its strategy)
     dense_int8,
     extents,
     grouped_pointwise,
+    input_layout,
     int8_by_eight,
     isolated,
     paired_lanes,
@@ -506,6 +507,7 @@ class KernelTable:
             merged = self.lower_all(progress, report=only is None, only=only)
         if not c_target and is_x86(self.target):
             merged = paired_lanes.apply(merged, 32 * cpu.int32_lanes(self.target))
+            merged = input_layout.apply(merged)
         extent_params: dict = {}
         if self.config.standalone:  # unpacked kernels over ? dimensions take their extents as parameters
             built = [k for k in self.kernels if k.scalar is None]

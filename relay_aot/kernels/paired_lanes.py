@@ -24,6 +24,8 @@ from __future__ import annotations
 import tvm
 from tvm import tir
 
+from .scratch import rewrite_each
+
 _AWAY = 2**31
 
 
@@ -156,17 +158,4 @@ def apply(merged: tvm.IRModule, vector_bits: int) -> tvm.IRModule:
     """``merged`` (lowered kernels for an x86 LLVM target whose vector registers hold
     ``vector_bits``) with its vector requantizations on paired lanes (module docstring) where
     their int64 lanes take more than one register."""
-    functions = {}
-    changed = False
-    for gvar, func in merged.functions.items():
-        if isinstance(func, tir.PrimFunc):
-            new = _rewrite(func, vector_bits)
-            changed |= not new.same_as(func)
-            func = new
-        functions[gvar] = func
-    if not changed:
-        return merged
-    out = tvm.IRModule(functions)
-    for key, value in (merged.attrs or {}).items():
-        out = out.with_attr(key, value)
-    return out
+    return rewrite_each(merged, lambda func: _rewrite(func, vector_bits))

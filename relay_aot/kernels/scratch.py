@@ -143,8 +143,27 @@ def rewrite(merged: tvm.IRModule, symbols, transform) -> tuple[tvm.IRModule, dic
         if gvar.name_hint in symbols and isinstance(func, tir.PrimFunc):
             func, done[gvar.name_hint] = transform(func)
         functions[gvar] = func
+    return _module(merged, functions), done
+
+
+def rewrite_each(merged: tvm.IRModule, transform) -> tvm.IRModule:
+    """``merged`` with ``transform`` (PrimFunc -> PrimFunc) applied to each of its PrimFuncs
+    (its attributes kept); ``merged`` itself where ``transform`` returns every one as it is."""
+    functions = {}
+    changed = False
+    for gvar, func in merged.functions.items():
+        if isinstance(func, tir.PrimFunc):
+            new = transform(func)
+            changed |= not new.same_as(func)
+            func = new
+        functions[gvar] = func
+    return _module(merged, functions) if changed else merged
+
+
+def _module(merged: tvm.IRModule, functions: dict) -> tvm.IRModule:
+    """An IRModule of ``functions`` with ``merged``'s attributes."""
     out = tvm.IRModule(functions)
     if merged.attrs is not None:
         for key, value in merged.attrs.items():
             out = out.with_attr(key, value)
-    return out, done
+    return out
