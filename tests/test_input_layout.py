@@ -1,7 +1,8 @@
-"""The input layout kernel of int8 convolutional models (``kernels/input_layout.py``): exact on
-the held-out networks (one and three input channels, padded all round or below and right),
-rewritten in the code relay_aot builds for an x86 host; built alone, the rewritten kernel's bytes
-against numpy's for one to three channels; a kernel computing anything else is left to TVM."""
+"""The input layout and padding kernels of int8 convolutional models (``kernels/input_layout.py``):
+exact on the held-out networks (one and three input channels, padded all round or below and
+right), rewritten in the code relay_aot builds for an x86 host; built alone, the rewritten
+kernels' bytes against numpy's (one to three channels; packed tensors padded, shifted into uint8
+or not); kernels computing anything else are left to TVM."""
 
 from __future__ import annotations
 
@@ -33,7 +34,10 @@ def test_held_out_networks_are_exact_with_their_input_layout_rewritten(family, t
     _check_on_inputs(path, builder, model, seed=5, count=10)
     _, table = Request.make(model.mod, None, model.params).lower()
     if is_x86(table.target):
-        assert "input_bytes" in str(table.lowered()[0]), "the input's layout kernel was not rewritten"
+        text = str(table.lowered()[0])
+        assert "input_bytes" in text and "pad_word" in text, "the input's layout kernel was not rewritten"
+        if family != "kws":  # the paddings of later convolutions (uint8) or depthwise ones (int8)
+            assert "pad_byte" in text, "no padding kernel was rewritten"
 
 
 def _layout_kernel(h=5, w=4, c=3, top=1, left=1, bottom=1, right=1, shift=128, fill=0, pad_from_zero_point=True):
@@ -53,7 +57,8 @@ def _layout_kernel(h=5, w=4, c=3, top=1, left=1, bottom=1, right=1, shift=128, f
     out = te.compute((1, 1, hp, wp, 4), value, name="layout")
     s = te.create_schedule(out.op)
     s[out].fuse(*s[out].op.axis[:3])
-    return tvm.lower(s, [x, zp, out], name="layout")["layout"]
+    with tvm.transform.PassContext(config={"tir.disable_cse_tir": True}):  # as relay_aot lowers
+        return tvm.lower(s, [x, zp, out], name="layout")["layout"]
 
 
 def test_only_the_layouts_computation_is_rewritten():
@@ -84,3 +89,60 @@ def test_the_rewritten_kernel_computes_the_layout(kwargs):
         want[0, 0, :, :, :c] = (padded[0].astype(np.int32) + 128).astype(np.uint8)
         np.testing.assert_array_equal(out.numpy(), want)
     assert isinstance(rewritten.body, tir.Stmt)
+
+
+def _padding_kernel(c1=2, h=5, w=4, b=16, top=1, left=1, bottom=1, right=1, shifted=True, shift=128, zero_pad=False):
+    """A lowered padding kernel of a packed tensor (TE, scheduled as TVM's x86 injective
+    schedule does: rows fused, the channel block one vector), or a variant of it."""
+    hp, wp = h + top + bottom, w + left + right
+    x = te.placeholder((1, c1, h, w, b), "int8", name="x")
+    zp = te.placeholder((), "int8", name="zp")
+
+    def value(n, c, i, j, k):
+        inside = tvm.tir.all(i >= top, i < top + h, j >= left, j < left + w)
+        padded = tvm.tir.const(0, "int8") if zero_pad else zp[()]
+        byte = tvm.tir.if_then_else(inside, x[0, c, i - top, j - left, k], padded)
+        return (byte.astype("int32") + shift).astype("uint8") if shifted else byte
+
+    out = te.compute((1, c1, hp, wp, b), value, name="padded")
+    s = te.create_schedule(out.op)
+    n, c, i, j, k = s[out].op.axis
+    s[out].fuse(n, c, i)
+    s[out].vectorize(k)
+    with tvm.transform.PassContext(config={"tir.disable_cse_tir": True}):  # as relay_aot lowers
+        return tvm.lower(s, [x, zp, out], name="padded")["padded"]
+
+
+PADDINGS = [
+    {},
+    {"shifted": False},
+    {"c1": 1, "top": 0, "left": 0, "bottom": 1, "right": 1, "b": 8},
+    {"c1": 3, "top": 2, "left": 0, "bottom": 0, "right": 2, "shifted": False},
+]
+
+
+@pytest.mark.parametrize("kwargs", PADDINGS, ids=[str(i) for i in range(len(PADDINGS))])
+def test_the_rewritten_padding_kernel_pads(kwargs):
+    """Built and run: the rewritten padding's bytes against numpy's, shifted into uint8 or not."""
+    func = _padding_kernel(h=6, w=5, **kwargs)
+    rewritten = input_layout._rewrite_padding(func)
+    assert not rewritten.same_as(func)
+    lib = tvm.build(tvm.IRModule({"padded": rewritten}), target=HOST)
+    c1, b = kwargs.get("c1", 2), kwargs.get("b", 16)
+    pads = [kwargs.get(side, 1) for side in ("top", "bottom", "left", "right")]
+    shifted = kwargs.get("shifted", True)
+    rng = np.random.default_rng(4)
+    for zp in (-128, -5, 0, 100):
+        x = rng.integers(-128, 128, size=(1, c1, 6, 5, b)).astype(np.int8)
+        out = tvm.nd.empty(tuple(int(d) for d in func.buffer_map[func.params[2]].shape), "uint8" if shifted else "int8")
+        lib(tvm.nd.array(x), tvm.nd.array(np.int8(zp)), out)
+        want = np.pad(x, ((0, 0), (0, 0), tuple(pads[:2]), tuple(pads[2:]), (0, 0)), constant_values=zp)
+        if shifted:
+            want = (want.astype(np.int32) + 128).astype(np.uint8)
+        np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_only_the_paddings_computation_is_rewritten():
+    for variant in ({"shift": 127}, {"zero_pad": True}, {"zero_pad": True, "shifted": False}):
+        func = _padding_kernel(**variant)
+        assert input_layout._rewrite_padding(func).same_as(func), variant
