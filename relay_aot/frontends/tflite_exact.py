@@ -795,13 +795,9 @@ def softmax(ctx: _Context, op: Operator) -> relay.Expr:
     # fast path, kernels/scalars.py).
     one_row = all(d == 1 for d in inp.shape[:-1])
     axis, keepdims = (None, False) if one_row else (-1, True)
-    row_max = relay.max(x, axis=axis, keepdims=keepdims)
-
-    def index() -> relay.Expr:  # d + 255, in [0, 255]; built for each use, computed in each kernel
-        return x - row_max + _const(255, "int32")
-
-    exp = relay.take(relay.const(exp_table), index())  # Q0.31; 0 below the input radius
-    total = relay.sum(relay.take(relay.const(exp_acc_table), index()), axis=axis, keepdims=keepdims)  # Q12.19
+    index = x - relay.max(x, axis=axis, keepdims=keepdims) + _const(255, "int32")  # d + 255, in [0, 255]
+    exp = relay.take(relay.const(exp_table), index)  # Q0.31; 0 below the input radius
+    total = relay.sum(relay.take(relay.const(exp_acc_table), index), axis=axis, keepdims=keepdims)  # Q12.19
     # GetReciprocal(total, 12). CountLeadingZeros(total) = 32 - #{k : total >= 2^k}; total >= 2^19
     # (the row's max contributes exp(0)). Counted by a broadcast comparison and a sum, or for
     # one row by a sum of 31 scalar comparisons.
