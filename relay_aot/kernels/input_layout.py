@@ -56,9 +56,10 @@ def _loop_nest(body: tir.Stmt) -> tuple[list[tir.For], tir.BufferStore] | None:
             return None
 
 
-def _shapes(func: tir.PrimFunc):
-    """(source, zero point, destination) buffers and (H, W, C, H', W') of a layout kernel's
-    signature, or None."""
+def _signature(func: tir.PrimFunc, outputs: tuple[str, ...]):
+    """(source, zero point, destination) buffers of a kernel taking an int8 tensor and the 0-d
+    int8 zero point to a tensor of one of ``outputs``' dtypes, and the source's and the
+    destination's shapes; None for any other signature (or a ? extent)."""
     if len(func.params) != 3 or any(p not in func.buffer_map for p in func.params):
         return None
     src, zp, dst = (func.buffer_map[p] for p in func.params)
@@ -66,19 +67,47 @@ def _shapes(func: tir.PrimFunc):
         src_shape, zp_shape, dst_shape = ([int(d) for d in b.shape] for b in (src, zp, dst))
     except TypeError:
         return None  # a ? extent
-    if (str(src.dtype), str(zp.dtype), str(dst.dtype)) != ("int8", "int8", "uint8") or zp_shape not in ([], [1]):
+    if (
+        (str(src.dtype), str(zp.dtype)) != ("int8", "int8")
+        or str(dst.dtype) not in outputs
+        or zp_shape not in ([], [1])
+    ):
         return None
+    return (src, zp, dst), src_shape, dst_shape
+
+
+def _shapes(func: tir.PrimFunc):
+    """(source, zero point, destination) buffers and (H, W, C, H', W') of a layout kernel's
+    signature, or None."""
+    signature = _signature(func, ("uint8",))
+    if signature is None:
+        return None
+    buffers, src_shape, dst_shape = signature
     if len(src_shape) != 4 or len(dst_shape) != 5 or src_shape[0] != 1 or dst_shape[:2] != [1, 1] or dst_shape[4] != 4:
         return None
     _, h, w, c = src_shape
     hp, wp = dst_shape[2:4]
     if not 1 <= c <= 3 or hp < h or wp < w or h * w * c < 4:
         return None
-    return (src, zp, dst), (h, w, c, hp, wp)
+    return buffers, (h, w, c, hp, wp)
 
 
-def _source_load(value: tir.PrimExpr, data: tir.Var) -> tir.BufferLoad | None:
-    """The only load of ``value`` from the buffer on ``data``."""
+def _store_nest(func: tir.PrimFunc, dst: tir.Buffer, extents: list[int]):
+    """The loops (of these extents) around ``func``'s only store, into ``dst`` at one index,
+    and that store; None if ``func`` is not such a nest."""
+    nest = _loop_nest(func.body)
+    if nest is None:
+        return None
+    loops, store = nest
+    if [int(loop.extent) if isinstance(loop.extent, tir.IntImm) else -1 for loop in loops] != extents:
+        return None
+    if not store.buffer.data.same_as(dst.data) or len(store.indices) != 1:
+        return None
+    return loops, store
+
+
+def _loads(value: tir.PrimExpr, data: tir.Var) -> list[tir.BufferLoad]:
+    """The loads of ``value`` from the buffer on ``data``."""
     loads = []
 
     def visit(node):
@@ -86,6 +115,21 @@ def _source_load(value: tir.PrimExpr, data: tir.Var) -> tir.BufferLoad | None:
             loads.append(node)
 
     tir.stmt_functor.post_order_visit(tir.Evaluate(value), visit)
+    return loads
+
+
+def _zero_point(value: tir.PrimExpr, data: tir.Var) -> tir.BufferLoad | None:
+    """The zero point as ``value`` reads it (from the buffer on ``data``), or None."""
+    loads = _loads(value, data)
+    if not loads:
+        return None
+    buffer = loads[0].buffer
+    return tir.BufferLoad(buffer, [tir.IntImm("int32", 0)] * len(buffer.shape))
+
+
+def _source_load(value: tir.PrimExpr, data: tir.Var) -> tir.BufferLoad | None:
+    """The only load of ``value`` from the buffer on ``data``."""
+    loads = _loads(value, data)
     return loads[0] if len(loads) == 1 and len(loads[0].indices) == 1 else None
 
 
@@ -122,17 +166,9 @@ def _computes_the_layout(loops, store, load, zp_data, dims, top: int, left: int)
     h, w, c, hp, wp = dims
     analyzer = tvm.arith.Analyzer()
     loop_vars = [loop.loop_var for loop in loops]
-    zp_buffer = None
-
-    def zp_load(node):
-        nonlocal zp_buffer
-        if isinstance(node, tir.BufferLoad) and node.buffer.data.same_as(zp_data):
-            zp_buffer = node.buffer
-
-    tir.stmt_functor.post_order_visit(tir.Evaluate(store.value), zp_load)
-    if zp_buffer is None:
+    zp_value = _zero_point(store.value, zp_data)
+    if zp_value is None:
         return False
-    zp_value = tir.BufferLoad(zp_buffer, [tir.IntImm("int32", 0)] * len(zp_buffer.shape))
 
     def shifted(byte):
         return tir.Cast("uint8", tir.Cast("int32", byte) + tir.IntImm("int32", 128))
@@ -210,16 +246,14 @@ def _layout_body(buffers, dims, top: int, left: int, parallel: bool) -> tir.Stmt
 
 def _rewrite(func: tir.PrimFunc) -> tir.PrimFunc:
     shaped = _shapes(func)
-    nest = _loop_nest(func.body)
-    if shaped is None or nest is None:
+    if shaped is None:
         return func
     buffers, dims = shaped
-    loops, store = nest
     h, w, c, hp, wp = dims
-    if [int(loop.extent) if isinstance(loop.extent, tir.IntImm) else -1 for loop in loops] != [hp, wp, 4]:
+    nest = _store_nest(func, buffers[2], [hp, wp, 4])
+    if nest is None:
         return func
-    if not store.buffer.data.same_as(buffers[2].data) or len(store.indices) != 1:
-        return func
+    loops, store = nest
     linear = tvm.arith.detect_linear_equation(store.indices[0], [loop.loop_var for loop in loops])
     if [int(k) if isinstance(k, tir.IntImm) else None for k in linear] != [wp * 4, 4, 1, 0]:
         return func
@@ -236,34 +270,23 @@ def _rewrite(func: tir.PrimFunc) -> tir.PrimFunc:
     return func.with_body(_layout_body(buffers, dims, top, left, parallel))
 
 
-# --- the padding of a packed (NCHWc) int8 tensor, shifted into uint8 --------------------------
+# --- the padding of a packed (NCHWc) int8 tensor, shifted into uint8 or not --------------------
 
 
 def _padding_shapes(func: tir.PrimFunc):
     """(source, zero point, destination) buffers and (C1, H, W, B, H', W') of a padding kernel's
     signature: ``(1, C1, H, W, B)`` int8, the 0-d int8 zero point, ``(1, C1, H', W', B)`` int8 or
     uint8 (shifted)."""
-    if len(func.params) != 3 or any(p not in func.buffer_map for p in func.params):
+    signature = _signature(func, ("int8", "uint8"))
+    if signature is None:
         return None
-    src, zp, dst = (func.buffer_map[p] for p in func.params)
-    try:
-        src_shape, zp_shape, dst_shape = ([int(d) for d in b.shape] for b in (src, zp, dst))
-    except TypeError:
-        return None
-    if (str(src.dtype), str(zp.dtype)) != ("int8", "int8") or str(dst.dtype) not in ("int8", "uint8"):
-        return None
-    if (
-        zp_shape not in ([], [1])
-        or len(src_shape) != 5
-        or len(dst_shape) != 5
-        or src_shape[0] != 1
-        or dst_shape[0] != 1
-    ):
+    buffers, src_shape, dst_shape = signature
+    if len(src_shape) != 5 or len(dst_shape) != 5 or src_shape[0] != 1 or dst_shape[0] != 1:
         return None
     _, c1, h, w, b = src_shape
     if dst_shape[1] != c1 or dst_shape[4] != b or dst_shape[2] < h or dst_shape[3] < w or b < 4:
         return None
-    return (src, zp, dst), (c1, h, w, b, dst_shape[2], dst_shape[3])
+    return buffers, (c1, h, w, b, dst_shape[2], dst_shape[3])
 
 
 def _padding_points(c1: int, hp: int, wp: int):
@@ -297,18 +320,9 @@ def _computes_the_padding(loops, store, src_data, zp_data, dims, top: int, left:
     c1, h, w, b, hp, wp = dims
     shifted = str(store.buffer.dtype) == "uint8"
     analyzer = tvm.arith.Analyzer()
-    loads = {}
-
-    def visit(node):
-        if isinstance(node, tir.BufferLoad):
-            for name, data in (("src", src_data), ("zp", zp_data)):
-                if node.buffer.data.same_as(data):
-                    loads[name] = node.buffer
-
-    tir.stmt_functor.post_order_visit(tir.Evaluate(store.value), visit)
-    if set(loads) != {"src", "zp"}:
+    sources, zero_point = _loads(store.value, src_data), _zero_point(store.value, zp_data)
+    if not sources or zero_point is None:
         return False
-    zero_point = tir.BufferLoad(loads["zp"], [tir.IntImm("int32", 0)] * len(loads["zp"].shape))
     loop_vars = [loop.loop_var for loop in loops]
     for fused, k in _padding_points(c1, hp, wp) if points is None else points:
         point = {var: tir.IntImm(var.dtype, n) for var, n in zip(loop_vars, (fused, k))}
@@ -318,7 +332,7 @@ def _computes_the_padding(loops, store, src_data, zp_data, dims, top: int, left:
         block, r = divmod(fused, hp)
         if top <= r < top + h and left <= k < left + w:
             first = ((block * h + r - top) * w + k - left) * b
-            byte = tir.BufferLoad(loads["src"], [tir.Ramp(tir.IntImm("int32", first), 1, b)])
+            byte = tir.BufferLoad(sources[-1].buffer, [tir.Ramp(tir.IntImm("int32", first), 1, b)])
         else:
             byte = tir.Broadcast(zero_point, b)
         if shifted:
@@ -370,16 +384,14 @@ def _padding_body(buffers, dims, top: int, left: int) -> tir.Stmt:
 
 def _rewrite_padding(func: tir.PrimFunc) -> tir.PrimFunc:
     shaped = _padding_shapes(func)
-    nest = _loop_nest(func.body)
-    if shaped is None or nest is None:
+    if shaped is None:
         return func
     buffers, dims = shaped
-    loops, store = nest
     c1, h, w, b, hp, wp = dims
-    if [int(loop.extent) if isinstance(loop.extent, tir.IntImm) else -1 for loop in loops] != [c1 * hp, wp]:
+    nest = _store_nest(func, buffers[2], [c1 * hp, wp])
+    if nest is None:
         return func
-    if not store.buffer.data.same_as(buffers[2].data) or len(store.indices) != 1:
-        return func
+    loops, store = nest
     for top, left in _pads_of_padding(dims):
         # first the image's corners and the positions just outside them: most pads fail there
         corners = [
@@ -395,6 +407,6 @@ def _rewrite_padding(func: tir.PrimFunc) -> tir.PrimFunc:
 
 
 def apply(merged: tvm.IRModule) -> tvm.IRModule:
-    """``merged`` (lowered kernels for an x86 LLVM target) with its input layout kernels
-    rewritten (module docstring)."""
+    """``merged`` (lowered kernels for an x86 LLVM target) with its input layout and padding
+    kernels rewritten (module docstring)."""
     return rewrite_each(merged, lambda func: _rewrite_padding(_rewrite(func)))
