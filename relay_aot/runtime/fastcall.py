@@ -111,16 +111,15 @@ class ADTResult(tvm.runtime.container.ADT):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return _fastcall.parts(self, False, make_result)[1][index]
+            return adt_parts(self)[1][index]
         return _fastcall.adt_field(self, index.__index__(), make_result)
 
     def __iter__(self):
-        return iter(_fastcall.parts(self, False, make_result)[1])
+        return iter(adt_parts(self)[1])
 
 
 _fastcall.set_error_maker(_make_error)
-# NDArray and ADT results made in the extension: make_result's first case, and ADTs, without
-# running Python code.
+# NDArray and ADT results made in the extension, without running Python code.
 _fastcall.set_ndarray_results(_NDARRAY, _ARRAY_HANDLE, vars(_ndarray), _PLAIN_CLASSES)
 _fastcall.set_adt_results(tvm.runtime.container.ADT, ADTResult, _object.ObjectHandle, _object.OBJECT_TYPE)
 
