@@ -27,6 +27,7 @@ HOST = tvm.target.Target(cpu.host_target())
 SCALES = {
     "mixed": [0.0123, 0.5, 0.00071, 0.25, 3e-6, 0.9999, 1.0, 2.5, 17.0, 0.75, 0.51, 0.004, 0.0007, 0.03, 1e-4, 0.3],
     "below_half": [0.0123, 0.49, 0.00071, 0.25, 3e-6, 0.37, 0.41, 0.2, 0.017, 0.33, 0.45, 0.004, 7e-4, 0.03, 1e-4, 0.3],
+    "per_tensor": [0.0123] * 16,
 }
 
 
@@ -38,7 +39,10 @@ def _lowered_text(mod: tvm.IRModule) -> str:
 
 @pytest.mark.parametrize("scales", list(SCALES.values()), ids=list(SCALES))
 @pytest.mark.parametrize("bias", [False, True], ids=["sums", "sums_and_bias"])
-def test_per_channel_requantizations_on_paired_lanes_are_gemmlowps(bias, scales):
+@pytest.mark.parametrize("offset", [0, -128], ids=["no_zero_point", "zero_point"])
+def test_per_channel_requantizations_on_paired_lanes_are_gemmlowps(bias, scales, offset):
+    """With an output zero point in the rounding term (``offset``), a negative one where every
+    channel's exponent is the same, which TVM's simplifier writes as a subtraction."""
     pairs = [quantize_multiplier(s) for s in scales]
     multipliers = np.array([p[0] for p in pairs], np.int64)
     shifts = np.array([p[1] for p in pairs], np.int64)
@@ -50,9 +54,10 @@ def test_per_channel_requantizations_on_paired_lanes_are_gemmlowps(bias, scales)
         value = var + relay.const(offsets)
         expected_in = (x.astype(np.int64) + offsets).astype(np.int32)  # int32 wraps, as the kernel's
     left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
-    expr = requantization.single_rounding_form(value, multipliers, left, right, whole=True)
+    expr = requantization.single_rounding_form(value, multipliers, left, right, whole=True, offset=offset)
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([var], expr)))
-    np.testing.assert_array_equal(relay_aot.compile(mod)(x).numpy(), _gemmlowp(expected_in, multipliers, shifts))
+    expected = (_gemmlowp(expected_in, multipliers, shifts).astype(np.int64) + offset).astype(np.int32)
+    np.testing.assert_array_equal(relay_aot.compile(mod)(x).numpy(), expected)
     if cpu._is_x86():
         assert 'reinterpret("int64x' in _lowered_text(mod), "the requantization is computed on paired lanes"
 

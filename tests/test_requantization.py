@@ -85,6 +85,37 @@ def test_the_pass_rewrites_the_importers_requantization_and_keeps_its_values():
 
 
 @pytest.mark.parametrize(
+    "scales,zero_point,floor",
+    [
+        ([0.004, 0.0007, 0.03], -128, -128),  # a ReLU at the zero point: no rounding below zero
+        ([0.004, 0.0007, 0.03], -5, -5),
+        ([0.004, 0.0007, 0.03], -5, -128),  # no activation: the floor is below the zero point
+        ([0.012], 17, 20),  # a ReLU6-like floor above the zero point
+        ([0.004, 3e-9, 0.03], -128, -128),  # a channel of a tiny scale: the zero point added in int32
+    ],
+)
+def test_the_zero_point_and_the_clamp_join_the_rounding_and_keep_its_values(scales, zero_point, floor):
+    """The end of every requantized TFLite operator, ``clip(requantization + zero point)``: the
+    zero point goes into the int64 rounding term (where the sum cannot wrap) and, with the clamp
+    at or above the zero point, the rounding below zero is left out; the values are gemmlowp's,
+    clamped, for int32 values of either sign and every magnitude."""
+    multipliers, shifts = (np.array(v) for v in zip(*(quantize_multiplier(s) for s in scales)))
+    x = _values(np.random.default_rng(7), len(scales))
+    var = relay.var("x", shape=x.shape, dtype="int32")
+    y = _multiply_by_quantized_multiplier(var, multipliers, shifts) + relay.const(zero_point, "int32")
+    y = relay.cast(relay.clip(y, float(floor), 127.0), "int8")
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([var], y)))
+    rewritten = relay.transform.InferType()(requantization.single_rounding(mod))
+    names = [c.op.name for c in operator_calls(rewritten)]
+    assert ("less" in names) == (floor < zero_point)
+    tiny = min(scales) < 1e-8
+    assert names.count("add") == 1 + tiny  # the rounding term, and the zero point only for a tiny scale
+    expected = _gemmlowp(x, multipliers, shifts).astype(np.int64) + zero_point
+    expected = np.clip(expected, floor, 127).astype(np.int8)
+    np.testing.assert_array_equal(relay_aot.compile(mod)(x).numpy(), expected)
+
+
+@pytest.mark.parametrize(
     "scale,narrow", [(0.0004, True), (0.37, True), (0.9999, True), (0.03125, True), (2.6e-6, False)]
 )
 def test_a_left_shifted_8_bit_value_is_requantized_in_int32_exactly(scale, narrow):

@@ -1,7 +1,9 @@
 """Requantizations of lowered x86 kernels computed on the even and odd int32 lanes in place.
 
 relay_aot's requantization (``passes/requantization.py``) is, per vector of ``N`` int32 lanes,
-``cast(int32, (cast(int64, x) * cast(int64, m) + r - (x < 0) * 2^31) >> s)``. LLVM computes an
+``cast(int32, (cast(int64, x) * cast(int64, m) + r - (x < 0) * 2^31) >> s)`` (the last term
+where rounding below zero matters; ``r`` negative where an output zero point joined it, the terms
+in any order). LLVM computes an
 ``int64 x N`` vector as two halves: it widens the low and the high half of ``x`` (``vpmovzxdq`` and
 ``vextracti64x4``), multiplies, shifts, and narrows and joins the halves again (``vpmovqd``,
 ``vinserti64x4``): ten lane-crossing moves per sixteen values. ``vpmuldq`` multiplies the even
@@ -59,22 +61,23 @@ def _match(cast: tir.Cast):
     if call.op.name != "tir.shift_right" or lanes is None or lanes % 2:
         return None
     total, shift = call.args
-    away = None
-    if isinstance(total, tir.Sub):
-        negative = total.b
-        if not isinstance(negative, tir.Mul):
+    product = below = rounding = None
+    for sign, term in _terms(total, 1):
+        if product is None and sign > 0 and isinstance(term, tir.Mul) and _widened(term.a) is not None:
+            product = term
+        elif below is None and sign < 0 and isinstance(term, tir.Mul) and _below_zero(term.a) is not None:
+            below = term
+        elif rounding is None and sign > 0:
+            rounding = term
+        elif rounding is None and isinstance(term, tir.Broadcast) and isinstance(term.value, tir.IntImm):
+            # a negative rounding term (an output zero point below zero folded into it), which
+            # TVM's simplifier writes as the subtraction of its magnitude
+            rounding = tir.Broadcast(tir.IntImm(term.value.dtype, -term.value.value), term.lanes)
+        else:
             return None
-        below = negative.a
-        if not (isinstance(below, tir.Cast) and isinstance(below.value, tir.LT)):
-            return None
-        compared = below.value
-        zero = compared.b
-        if not (isinstance(zero, tir.Broadcast) and isinstance(zero.value, tir.IntImm) and zero.value.value == 0):
-            return None
-        total, away = total.a, negative.b
-    if not isinstance(total, tir.Add) or not isinstance(total.a, tir.Mul):
+    if product is None or rounding is None:
         return None
-    product, rounding = total.a, total.b
+    away, compared = (below.b, _below_zero(below.a)) if below is not None else (None, None)
     x = _widened(product.a)
     if x is None:
         return None
@@ -83,9 +86,29 @@ def _match(cast: tir.Cast):
         if not _small_constant(product.b):
             return None
         m = product.b
-    if away is not None and not tvm.ir.structural_equal(compared.a, x):
+    if away is not None and not tvm.ir.structural_equal(compared, x):
         return None
     return x, m, rounding, shift, away
+
+
+def _terms(expr: tir.PrimExpr, sign: int) -> list[tuple[int, tir.PrimExpr]]:
+    """The terms of a sum of ``Add`` and ``Sub`` nodes, each with its sign (+1 or -1), in
+    whatever order TVM's simplifier left them."""
+    if isinstance(expr, tir.Add):
+        return _terms(expr.a, sign) + _terms(expr.b, sign)
+    if isinstance(expr, tir.Sub):
+        return _terms(expr.a, sign) + _terms(expr.b, -sign)
+    return [(sign, expr)]
+
+
+def _below_zero(expr: tir.PrimExpr) -> tir.PrimExpr | None:
+    """``v`` where ``expr`` is ``cast(v < 0)``."""
+    if not (isinstance(expr, tir.Cast) and isinstance(expr.value, tir.LT)):
+        return None
+    zero = expr.value.b
+    if not (isinstance(zero, tir.Broadcast) and isinstance(zero.value, tir.IntImm) and zero.value.value == 0):
+        return None
+    return expr.value.a
 
 
 def _halves(vector: tir.PrimExpr, lanes: int) -> tuple[tir.PrimExpr, tir.PrimExpr]:
