@@ -240,9 +240,10 @@ def single_rounding_form(
     the int64 rounding term: the same int32 value, wrapped alike, and no int32 addition after
     the shift, which LLVM then moves through the clamp that follows into three instructions
     where a saturating narrowing (``vpmovsdb``) is one. ``floor_at_offset``: the caller clamps
-    the result to at least ``offset`` (a fused ReLU at the zero point): then ``[x' < 0] * b``
-    is left out. Below zero (``x' < 0``, so ``h <= 0``) both roundings give at most 0 and the
-    clamp makes both ``offset``; above it the term is 0."""
+    the result to at least ``offset`` (a fused ReLU at the zero point; an offset small enough
+    that adding it cannot wrap int32): then ``[x' < 0] * b`` is left out. Below zero
+    (``x' < 0``, so ``h <= 0``) both roundings give at most 0 and the clamp makes both
+    ``offset``; above it the term is 0."""
     channels = max(multipliers.size, left.size, right.size)
     m, left, e = (np.broadcast_to(np.asarray(v, np.int64).reshape(-1), (channels,)) for v in (multipliers, left, right))
     rounding = np.where(e > 0, (np.int64(1) << 30) + (np.int64(1) << (30 + e)), np.int64(1) << 30)
@@ -314,7 +315,8 @@ class _SingleRounding(CallRewriter):
             magnitude(x),
             self.whole,
             offset=zero_point,
-            floor_at_offset=float(clip.attrs.a_min) >= zero_point,
+            # |result| < 2^30 where the term matters (e >= 1): with a small offset no sum wraps
+            floor_at_offset=float(clip.attrs.a_min) >= zero_point and abs(zero_point) <= 2**16,
         )
         return relay.clip(form, clip.attrs.a_min, clip.attrs.a_max)
 
