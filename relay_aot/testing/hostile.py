@@ -25,7 +25,9 @@ themselves -- the same wrong thing relay_aot did. So here the oracle is numpy:
   int8 products, on static shapes with constant weights, their data ordinary, with infinities
   and NaNs, or near the dtype's limits. Their reference computes in float64 (int64), with IEEE
   semantics, so infinities and NaNs land where the direct computation puts them; their float
-  results are compared within RTOL of the largest finite one.
+  results are compared within RTOL of the largest finite one. One more family checks TFLite's
+  requantization as relay_aot rewrites it (``passes/requantization.py``, ``kernels/paired_lanes.py``)
+  against gemmlowp's steps, exactly, on int32 extremes.
 * :func:`check` runs every argument set on relay_aot's backends and on TVM's references, each
   in an isolated child process (an :class:`~relay_aot.testing.oracle.IsolatedOracle` with a
   memory limit), and judges relay_aot's outcomes by :func:`judge`:
@@ -1142,6 +1144,70 @@ def _packed_dense(c: Choices) -> Built:
     return Built("nn.dense (packed)", [x], body, reference, draw, "float32", relative=True)
 
 
+def _gemmlowp_requantize(v: np.ndarray, multipliers: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """TFLite's ``MultiplyByQuantizedMultiplier`` of int32 values, per channel on the last axis,
+    step by step as gemmlowp computes it (int32 shift left, nudged product truncated towards
+    zero, rounding division by a power of two), in int64."""
+    left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
+    v = ((v.astype(np.int64) << left) + 2**31) % 2**32 - 2**31  # int32 arithmetic wraps
+    product = v * multipliers
+    nudged = product + np.where(product >= 0, 1 << 30, 1 - (1 << 30))
+    high = np.where(nudged >= 0, nudged >> 31, -((-nudged) >> 31))
+    mask = (np.int64(1) << right) - 1
+    threshold = (mask >> 1) + (high < 0)
+    return (high >> right) + ((high & mask) > threshold)
+
+
+def _requantize(c: Choices) -> Built:
+    """The end of every requantized operator as relay_aot's TFLite importer writes it: int32
+    values (a convolution's sums, or an int8 less its zero point shifted left by 20, as ADD
+    rescales an operand) through ``MultiplyByQuantizedMultiplier`` per channel, plus the output
+    zero point, clamped by the activation into int8. What relay_aot computes instead (one
+    rounding, the zero point in the rounding term, no sign correction under a clamp at the zero
+    point, int32 or paired int64 lanes) against gemmlowp's steps."""
+    from ..frontends.tflite_exact import _multiply_by_quantized_multiplier, quantize_multiplier
+
+    rows, channels = c.choose([4, 1, 9]), c.choose([16, 3, 32, 1])
+    rng = np.random.default_rng(c.integers(0, 2**31 - 1))
+    low, high = c.choose([(-12, -3), (-20, 1), (-31, -25), (-1, 4)])  # log2 of the scales
+    scales = 2.0 ** rng.uniform(low, high, channels)
+    if c.flip():
+        scales[:] = scales[0]  # one scale for the tensor
+    multipliers, shifts = (np.array(v, np.int64) for v in zip(*(quantize_multiplier(float(s)) for s in scales)))
+    zero_point = int(c.choose([-128, 0, -5, 17, 127]))
+    floor = c.choose([-128, zero_point, min(zero_point + 3, 127)])  # none, ReLU, above the zero point
+    narrow = c.flip()
+    x = relay.var("x", shape=(rows, channels), dtype="int8" if narrow else "int32")
+    input_zero_point = int(c.choose([0, -128, 7])) if narrow else 0
+    value = x
+    if narrow:
+        value = (relay.cast(x, "int32") - relay.const(input_zero_point, "int32")) * relay.const(1 << 20, "int32")
+    y = _multiply_by_quantized_multiplier(value, multipliers, shifts) + relay.const(zero_point, "int32")
+    body = relay.cast(relay.clip(y, float(floor), 127.0), "int8")
+
+    def reference(data):
+        v = data.astype(np.int64)
+        if narrow:
+            v = (v - input_zero_point) << 20
+        out = _gemmlowp_requantize(v, multipliers, shifts) + zero_point
+        out = (out + 2**31) % 2**32 - 2**31  # the int32 addition wraps
+        return np.clip(out, floor, 127).astype("int8")
+
+    def draw(args: _Args):
+        r = np.random.default_rng(args.c.integers(0, 2**31 - 1))
+        if narrow:
+            return (r.integers(-128, 128, (rows, channels)).astype("int8"),)
+        if args.c.flip():
+            args.tag("huge_value")
+            data = r.choice(np.array([-(2**31), 2**31 - 1, -1, 0, 1, -(2**30), 2**30], np.int64), (rows, channels))
+        else:
+            bound = 2 ** args.c.choose([31, 16, 24])
+            data = r.integers(-bound, bound, (rows, channels))
+        return (data.astype("int32"),)
+
+    return Built("TFLite requantization (int8)", [x], body, reference, draw, "int8")
+
+
 def _grouped_pointwise(c: Choices) -> Built:
     """A grouped 1x1 convolution with constant weights (ShuffleNet's), maybe with a scale and
     shift, a residual and ReLU fused: relay_aot's grouped pointwise kernel (whole-vector runs of
@@ -1360,6 +1426,7 @@ OPERATORS: dict[str, Callable[[Choices], Built]] = {
     "conv2d_3x3": _conv3x3,
     "dense_pack": _packed_dense,
     "int8_product": _int8_product,
+    "requantize": _requantize,
     "grouped_pointwise": _grouped_pointwise,
     "shuffle_unit": _shuffle_unit,
 }
