@@ -1146,16 +1146,14 @@ def _packed_dense(c: Choices) -> Built:
 
 def _gemmlowp_requantize(v: np.ndarray, multipliers: np.ndarray, shifts: np.ndarray) -> np.ndarray:
     """TFLite's ``MultiplyByQuantizedMultiplier`` of int32 values, per channel on the last axis,
-    step by step as gemmlowp computes it (int32 shift left, nudged product truncated towards
-    zero, rounding division by a power of two), in int64."""
-    left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
-    v = ((v.astype(np.int64) << left) + 2**31) % 2**32 - 2**31  # int32 arithmetic wraps
-    product = v * multipliers
-    nudged = product + np.where(product >= 0, 1 << 30, 1 - (1 << 30))
-    high = np.where(nudged >= 0, nudged >> 31, -((-nudged) >> 31))
-    mask = (np.int64(1) << right) - 1
-    threshold = (mask >> 1) + (high < 0)
-    return (high >> right) + ((high & mask) > threshold)
+    with gemmlowp's steps on Python integers (the importer's own, ``tflite_exact``)."""
+    from ..frontends.tflite_exact import _rdbpot, _srdhm, _wrap32
+
+    out = np.empty(v.shape, np.int64)
+    for index, value in np.ndenumerate(v):
+        m, shift = int(multipliers[index[-1]]), int(shifts[index[-1]])
+        out[index] = _rdbpot(_srdhm(_wrap32(int(value) << max(shift, 0)), m), max(-shift, 0))
+    return out
 
 
 def _requantize(c: Choices) -> Built:
