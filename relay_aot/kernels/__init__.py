@@ -44,6 +44,7 @@ from . import (  # noqa: F401 (winograd: its strategy)
     grouped_pointwise,
     input_layout,
     int8_by_eight,
+    int16_pairs,
     isolated,
     paired_lanes,
     scratch,
@@ -302,6 +303,7 @@ class KernelTable:
             dense_int8.building(),
             grouped_pointwise.building(),
             int8_by_eight.building(),
+            int16_pairs.building(),
             arm_dsp.building() if self.config.c_kernels else contextlib.nullcontext(),
         ):
             merged = self._lower_all(progress, untuned, only)

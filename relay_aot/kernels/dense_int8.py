@@ -30,25 +30,30 @@ from . import vnni
 BLOCKS = (8, 4, 2, 1)
 
 
-def schedule(cfg, s: te.Schedule, sums: te.Tensor, out: te.Tensor, do_parallel: bool = True):
+def schedule(cfg, s: te.Schedule, sums: te.Tensor, out: te.Tensor, do_parallel: bool = True, intrin=None):
     """``dense_int8_schedule``'s interface: ``sums`` the int32 sums (``dense_int8_compute``),
     ``out`` the output of the fused kernel; returns the schedule and the outer loop (parallel when
-    ``do_parallel``)."""
+    ``do_parallel``). ``intrin``: the tensor intrinsic of a block of outputs (its lanes, and the
+    inputs each sums: its reduction's extent), ``vnni.dot_uint8_int8_int32`` by default (16 and
+    4, as ``dense_int8_compute`` packs the weights); ``int16_pairs``' kernel passes its own."""
+    intrin = intrin if intrin is not None else vnni.dot_uint8_int8_int32()
+    lanes_n = int(intrin.op.output(0).shape[0])
+    group_n = int(intrin.op.reduce_axis[0].dom.extent)
     (reduction,) = sums.op.reduce_axis
     rows, columns = sums.op.axis
-    blocks = int(columns.dom.extent) // 16  # dense_int8_compute packs the weights by 16 outputs
+    blocks = int(columns.dom.extent) // lanes_n
     together = next(b for b in BLOCKS if blocks % b == 0)
-    block, lanes = s[sums].split(columns, factor=16)
+    block, lanes = s[sums].split(columns, factor=lanes_n)
     group, member = s[sums].split(block, factor=together)
-    quad, within = s[sums].split(reduction, factor=4)
+    quad, within = s[sums].split(reduction, factor=group_n)
     s[sums].reorder(group, rows, quad, member, lanes, within)
     s[sums].unroll(member)
-    s[sums].tensorize(lanes, vnni.dot_uint8_int8_int32())
+    s[sums].tensorize(lanes, intrin)
     outer = group
     if sums != out:
         out_rows, out_columns = out.op.axis
-        outer, inner = s[out].split(out_columns, factor=16 * together)
-        vectors, vector = s[out].split(inner, factor=16)
+        outer, inner = s[out].split(out_columns, factor=lanes_n * together)
+        vectors, vector = s[out].split(inner, factor=lanes_n)
         s[out].reorder(outer, out_rows, vectors, vector)
         s[out].vectorize(vector)
         s[sums].compute_at(s[out], outer)

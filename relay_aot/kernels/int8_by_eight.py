@@ -1,9 +1,8 @@
 """The kernel of int8 convolutions blocked by eight output channels (``passes/int8_by_eight.py``).
 
-TVM's ``conv2d_NCHWc_int8`` compute with TVM's int8 schedule, as ``conv_epilogue`` writes it
-for a fused convolution (its accumulators at the output's block of columns, one per column;
-TVM's own, ``topi.generic``'s ``schedule_conv_NCHWc_cpu_common_int8``, where nothing is fused),
-with :func:`~relay_aot.kernels.vnni.dot_uint8_int8_int32` of eight lanes: for each run of
+``packed_int``'s convolution (TVM's ``conv2d_NCHWc_int8`` compute and int8 schedule, the
+accumulators of a fused one as ``conv_epilogue`` writes them) with
+:func:`~relay_aot.kernels.vnni.dot_uint8_int8_int32` of eight lanes: for each run of
 output columns, eight output channels of the run in 256-bit accumulators, one ``vpdpbusd`` per
 column and four input channels. TVM's fused form computes one column at a time, every
 ``vpdpbusd`` of a column waiting for the one before: the held-out ResNet-8 network's two 3x3
@@ -17,7 +16,8 @@ unrolled.
 
 While relay_aot lowers its kernels (:func:`building`), ``conv2d_NCHWc`` strategy for ``cpu``
 targets gives this kernel to a uint8 x int8 ``NCHWc`` convolution whose output block is eight
-channels (only the layout choice of ``passes/int8_by_eight.py`` makes one), and the ``conv2d``
+channels (and ``int16_pairs``' to the int16 ones of its layout choice: TVM's strategy is one
+native generic function, so one dispatcher serves both) (only the layout choice of ``passes/int8_by_eight.py`` makes one), and the ``conv2d``
 strategy (``grouped_pointwise``'s dispatcher) to an ``NCHW`` one the pass legalized (a module
 whose layout was not changed: ``opt_level`` below 3, or the layout choice dropped), packing its
 operands in the kernel as TVM's ``conv2d_nchw_int8`` does.
@@ -27,37 +27,25 @@ from __future__ import annotations
 
 import tvm
 from tvm import te, topi
-from tvm.autotvm.task.space import OtherOptionEntity, SplitEntity
 from tvm.relay.op import op as _op
 from tvm.relay.op.strategy import generic as _generic
 from tvm.relay.op.strategy import x86 as _x86
-from tvm.topi.generic.conv2d import schedule_conv_NCHWc_cpu_common_int8
-from tvm.topi.utils import get_const_tuple, traverse_inline
+from tvm.topi.utils import get_const_tuple
 from tvm.topi.x86.conv2d_int8 import _pack_data
 
 from ..gate import Gate
 from ..passes import int8_by_eight as _pass
-from . import conv_epilogue, vnni
-from .schedule_rules import _divisors, _vector_registers
+from . import int16_pairs, packed_int, vnni
 
 #: int32 lanes of a block: eight output channels.
 LANES = 8
 
 
-def _run(width: int, target: tvm.target.Target) -> int:
-    """Output columns a block computes: the most (below the vector registers) dividing ``width``."""
-    return max(_divisors(width, _vector_registers(target)[1] - 1))
-
-
 def _config(width: int, channels: int, filters: int, target: tvm.target.Target) -> dict:
-    """The schedule's configuration (what it reads of AutoTVM's): blocks of eight filters."""
-    ic_bn, run = _pass.input_block(channels), _run(width, target)
-    return {
-        "tile_ow": SplitEntity([width // run, run]),
-        "unroll_kw": OtherOptionEntity(False),
-        "tile_ic": SplitEntity([channels // ic_bn, ic_bn]),
-        "tile_oc": SplitEntity([filters // LANES, LANES]),
-    }
+    """The schedule's configuration: blocks of eight filters."""
+    return packed_int.config(
+        width, _pass.input_block(channels), channels, filters, LANES, packed_int.run(width, target)
+    )
 
 
 def packed_applies(data: te.Tensor, kernel: te.Tensor, target: tvm.target.Target) -> bool:
@@ -77,22 +65,6 @@ def packed_applies(data: te.Tensor, kernel: te.Tensor, target: tvm.target.Target
 def nchw_applies(attrs, data: te.Tensor, kernel: te.Tensor, target: tvm.target.Target) -> bool:
     """Whether an ``NCHW`` ``conv2d`` is one the pass legalized for this kernel."""
     return _pass.legalized(attrs, data, kernel, target)
-
-
-def _compute_packed(attrs, inputs, out_type):
-    data, kernel = inputs
-    return [
-        topi.nn.conv2d_NCHWc_int8(
-            data,
-            kernel,
-            get_const_tuple(attrs.strides),
-            get_const_tuple(attrs.padding),
-            get_const_tuple(attrs.dilation),
-            attrs.data_layout,
-            attrs.out_layout,
-            out_type.dtype,
-        )
-    ]
 
 
 def _compute_nchw_for(target: tvm.target.Target):
@@ -118,33 +90,12 @@ def _compute_nchw_for(target: tvm.target.Target):
 
 def _schedule(attrs, outs, target):
     """TVM's int8 schedule with eight lanes."""
-    s = te.create_schedule([x.op for x in outs])
-
-    def callback(op):
-        if "conv2d_NCHWc_int8" not in op.tag:
-            return
-        conv_out = op.output(0)
-        data_vec, kernel_vec = conv_out.op.input_tensors
-        _, chunks, _, width, block = get_const_tuple(conv_out.shape)
-        channels = int(data_vec.shape[1]) * int(data_vec.shape[4])
-        config, intrin = _config(width, channels, chunks * block, target), vnni.dot_uint8_int8_int32(LANES)
-        with target:
-            if conv_epilogue.fused_int8(s, config, data_vec, kernel_vec, conv_out, outs[0], intrin):
-                return
-            # TVM's schedule, where the fused operators (the NCHW form's unpacking) are not
-            # inlined into the column loop: that computes one column's accumulator at a time,
-            # each vpdpbusd waiting for the one before
-            schedule_conv_NCHWc_cpu_common_int8(
-                s, config, data_vec, kernel_vec, conv_out, outs[0], LANES, intrin=intrin, inline_fused=False
-            )
-
-    traverse_inline(s, outs[0].op, callback)
-    return s
+    return packed_int.schedule(outs, target, LANES, lambda: vnni.dot_uint8_int8_int32(LANES), _config)
 
 
 def strategy(attrs, inputs, target, packed: bool) -> _op.OpStrategy:
     """The strategy of this kernel for an ``NCHWc`` (``packed``) or ``NCHW`` convolution."""
-    compute = _compute_packed if packed else _compute_nchw_for(target)
+    compute = packed_int.compute_packed if packed else _compute_nchw_for(target)
     ours = _op.OpStrategy()
     ours.add_implementation(compute, _schedule, name="conv2d_NCHWc_int8_by_eight.relay_aot", plevel=20)
     return ours
@@ -154,8 +105,12 @@ _TVM_NCHWC_STRATEGY = _x86.conv2d_NCHWc_strategy_cpu
 
 
 def _nchwc_strategy(attrs, inputs, out_type, target):
-    if _GATE.active() and packed_applies(inputs[0], inputs[1], target):
-        return strategy(attrs, inputs, target, packed=True)
+    if _GATE.active():
+        if packed_applies(inputs[0], inputs[1], target):
+            return strategy(attrs, inputs, target, packed=True)
+        # TVM's strategy is a native generic function: one dispatcher serves both kernels
+        if int16_pairs.packed_applies(inputs[0], inputs[1], target):
+            return int16_pairs.strategy(attrs, inputs, target)
     return _TVM_NCHWC_STRATEGY(attrs, inputs, out_type, target)
 
 

@@ -35,6 +35,7 @@ from . import (
     global_pools,
     int8_boundaries,
     int8_by_eight,
+    int16_pairs,
     invariants,
     pooled_pointwise,
     requantization,
@@ -623,8 +624,14 @@ def prepare_with_extents(
 
 
 def _run_sequence(sequence: list, mod: tvm.IRModule, opt_level: int, target) -> tvm.IRModule:
-    # int8_by_eight: the legalization and the layout choice of int8 convolutions of 8k filters
-    with tvm.transform.PassContext(opt_level=opt_level), target or tvm.target.Target("llvm"), int8_by_eight.building():
+    # int8_by_eight: the legalization and the layout choice of int8 convolutions of 8k filters;
+    # int16_pairs: the layout choice of int16 ones on x86 without VNNI
+    with (
+        tvm.transform.PassContext(opt_level=opt_level),
+        target or tvm.target.Target("llvm"),
+        int8_by_eight.building(),
+        int16_pairs.building(),
+    ):
         try:
             return tvm.transform.Sequential(sequence)(mod)
         except tvm.error.DiagnosticError as err:

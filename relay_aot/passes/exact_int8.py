@@ -30,7 +30,7 @@ from tvm import relay
 from tvm.target.codegen import target_has_features
 
 from ..cpu import has_vnni
-from . import int8_by_eight
+from . import int8_by_eight, int16_pairs
 from .bounds import rewrite_functions
 
 #: Operators TVM's x86 strategies compute with ``vpmaddubsw`` for uint8 data and int8 weights.
@@ -75,15 +75,17 @@ def _unblocked_convolution(call: relay.Call) -> bool:
 class _Widen(relay.ExprMutator):
     """Widens the operands of the products ``wanted(call)`` picks to int16; with ``floats``, a
     convolution whose sums float32 holds exactly (:func:`_float_exact`) is computed in float32
-    instead."""
+    instead; with ``pairs`` (for ``int16_pairs``' kernels), a matrix product's weights stay int8."""
 
-    def __init__(self, wanted, floats: bool = False) -> None:
+    def __init__(self, wanted, floats: bool = False, pairs: bool = False) -> None:
         super().__init__()
         self.wanted = wanted
         self.floats = floats
+        self.pairs = pairs
 
     def visit_call(self, call):
         wanted = self.wanted(call)
+        typed = call
         call = super().visit_call(call)
         if not wanted:
             return call
@@ -92,7 +94,15 @@ class _Widen(relay.ExprMutator):
             attrs = {key: call.attrs[key] for key in call.attrs.keys()}
             attrs["out_dtype"] = "float32"
             return relay.cast(relay.nn.conv2d(data, weight, **attrs), "int32")
-        data, weight = (relay.cast(arg, "int16") for arg in call.args[:2])
+        data, weight = call.args[:2]
+        if self.pairs and call.op.name == "nn.conv2d":
+            channels = int(typed.args[0].checked_type.shape[str(call.attrs.data_layout).index("C")])
+            data, weight = int16_pairs.even_channels(data, weight, call.attrs, channels)
+        elif self.pairs:
+            # int16_pairs' matrix products keep int8 weights (sign-extended as they are loaded)
+            data = relay.cast(data, "int16")
+        else:
+            data, weight = relay.cast(data, "int16"), relay.cast(weight, "int16")
         return relay.Call(call.op, [data, weight, *call.args[2:]], call.attrs, call.type_args, call.span)
 
 
@@ -127,6 +137,15 @@ def _small_int8_convolution(call: relay.Call) -> bool:
     return int(filters) % 16 != 0 and not int8_by_eight.applies_to_call(call)
 
 
+def _unpaired_int8_convolution(call: relay.Call) -> bool:
+    """Whether ``call`` is an int8 x int8 ``conv2d`` (one group, into int32) whose sums float32
+    holds exactly, that ``int16_pairs`` does not take (dilated, or filters not in fours)."""
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "nn.conv2d" and int(call.attrs.groups) == 1):
+        return False
+    data, weight = (arg.checked_type for arg in call.args[:2])
+    return data.dtype == weight.dtype == "int8" and str(call.attrs.out_dtype) == "int32" and _float_exact(call)
+
+
 def _float_exact(call: relay.Call) -> bool:
     """Whether every partial sum of ``call``'s int8 products is an integer of at most 2^24 (exact
     in float32): at most 1024 products per output."""
@@ -152,6 +171,17 @@ def small_int8_convolutions(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     padding them to four is cheap, and the int8 kernel then faster than the float one
     (MLPerf Tiny's ResNet-8, 5%)."""
     target = tvm.target.Target.current(allow_none=True)
-    if target is None or target.kind.name != "llvm" or not has_vnni(target):
+    if target is None or target.kind.name != "llvm":
+        return mod
+    if int16_pairs.pair_lanes(target):
+        # without VNNI: int16 where int16_pairs' kernel takes them, then float32 where exact
+        mod = rewrite_functions(
+            mod, int16_pairs.applies_to_call, lambda: _Widen(int16_pairs.applies_to_call, pairs=True)
+        )
+        mod = relay.transform.InferType()(mod)
+        return rewrite_functions(
+            mod, _unpaired_int8_convolution, lambda: _Widen(_unpaired_int8_convolution, floats=True)
+        )
+    if not has_vnni(target):
         return mod
     return rewrite_functions(mod, _small_int8_convolution, lambda: _Widen(_small_int8_convolution, floats=True))
