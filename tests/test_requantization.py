@@ -84,6 +84,28 @@ def test_the_pass_rewrites_the_importers_requantization_and_keeps_its_values():
     np.testing.assert_array_equal(relay_aot.compile(mod)(x).numpy(), expected)
 
 
+@pytest.mark.parametrize("rows", [9, 11, 40])
+@pytest.mark.parametrize("opt_level", [0, 3])
+def test_a_left_shift_wraps_in_int32_in_every_lane(rows, opt_level):
+    """A scale above one shifts x left in int32 first, wrapping as TFLite's ``x * (1 << left)``
+    does (INT32_MIN doubled is 0), in the vector lanes and in the scalar ones after them alike.
+    Written as a product by 2^left, LLVM widened x before the product in the scalar code (TVM's
+    LLVM code multiplies int32 "without signed wrap"): 127 where gemmlowp gives -125, found by
+    a hostile campaign (seed 60011, nine values)."""
+    multiplier, shift = quantize_multiplier(1.3488)
+    assert shift == 1
+    edges = np.array([1, INT32_MAX, -(2**30), 0, INT32_MIN, -1, 2**30, 1, INT32_MIN], np.int32)
+    x = np.resize(edges, (rows, 1)).astype(np.int32)
+    var = relay.var("x", shape=x.shape, dtype="int32")
+    y = _multiply_by_quantized_multiplier(var, np.array([multiplier]), np.array([shift]))
+    y = relay.cast(relay.clip(y + relay.const(-128, "int32"), -125.0, 127.0), "int8")
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([var], y)))
+    expected = np.clip(_gemmlowp(x, np.array([multiplier]), np.array([shift])).astype(np.int64) - 128, -125, 127)
+    for target in (None, "llvm -mcpu=haswell", "llvm"):
+        got = relay_aot.compile(mod, target=target, opt_level=opt_level)(x).numpy()
+        np.testing.assert_array_equal(got, expected.astype(np.int8), err_msg=str(target))
+
+
 @pytest.mark.parametrize(
     "scales,zero_point,floor",
     [

@@ -490,7 +490,9 @@ def _multiply_by_quantized_multiplier(x: relay.Expr, multipliers, shifts) -> rel
     shifts = np.atleast_1d(np.asarray(shifts, np.int64))
     left = np.maximum(shifts, 0)
     if np.any(left > 0):
-        x = x * _per_channel(np.int64(1) << left, "int32")
+        # int32, wrapping as TFLite's x * (1 << left) does: a shift (TVM's LLVM code multiplies
+        # int32 "without signed wrap", and LLVM may then widen x before the product)
+        x = relay.left_shift(x, _per_channel(left, "int32"))
     return _divide_by_pot(_high_mul(x, _per_channel(multipliers, "int64")), np.maximum(-shifts, 0))
 
 

@@ -66,7 +66,7 @@ def _power_of_two(values: np.ndarray) -> np.ndarray | None:
 
 def _high_mul(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray] | None:
     """``x``, the multipliers and the left shifts of the importer's
-    ``cast((cast(x * 2^left, int64) * M + 2^30) >> 31, int32)``."""
+    ``cast((cast(x << left, int64) * M + 2^30) >> 31, int32)`` (or ``x * 2^left``)."""
     if not _is(expr, "cast", "int32") or not _is(expr.args[0], "right_shift"):
         return None
     shifted = expr.args[0]
@@ -83,12 +83,18 @@ def _high_mul(expr: relay.Expr) -> tuple[relay.Expr, np.ndarray, np.ndarray] | N
     if multipliers is None or multipliers.min() < 0 or multipliers.max() > 2**31 - 1:
         return None
     x, left = product.args[0].args[0], np.zeros(1, np.int64)
-    factors = _constant(x.args[1]) if _is(x, "multiply") else None
-    if factors is not None:
-        found = _power_of_two(factors)
-        if found is None or found.max() > 30:
+    if _is(x, "left_shift"):  # the importer's x * 2^left
+        shifts = _constant(x.args[1])
+        if shifts is None or shifts.min() < 0 or shifts.max() > 30:
             return None
-        x, left = x.args[0], found
+        x, left = x.args[0], shifts.astype(np.int64).reshape(-1)
+    elif _is(x, "multiply"):  # the same, as a product (a program written by hand)
+        factors = _constant(x.args[1])
+        found = None if factors is None else _power_of_two(factors)
+        if factors is not None and (found is None or found.max() > 30):
+            return None
+        if found is not None:
+            x, left = x.args[0], found
     return x, multipliers.reshape(-1), left
 
 
@@ -260,7 +266,10 @@ def single_rounding_form(
     if folded:
         rounding = rounding + (np.int64(offset) << (31 + e))
     if np.any(left > 0):
-        x = x * _const(np.int64(1) << left, "int32")
+        # a shift, not a product by 2^left: TVM's LLVM code multiplies int32 with "no signed
+        # wrap", so LLVM may widen x before the product and not wrap it as TFLite's int32 does
+        # (x = -2^31 doubled: 0 in TFLite, -2^32 there); a shift it keeps as it is
+        x = relay.left_shift(x, _const(left, "int32"))
     if whole:
         x = _whole(x)
     # the multipliers as int32, widened in the kernel: a product of two sign-extended int32 is
