@@ -1312,7 +1312,8 @@ def _shuffle_unit(c: Choices) -> Built:
 def _int8_product(c: Choices) -> Built:
     """An int8 or uint8 by int8 product into int32 (dense or 1x1/3x3 convolution) with constant
     weights: the exact int8 kernels (uint8 x int8 on x86 without VNNI's saturation; eight
-    filters blocked by eight where the CPU has eight-lane VNNI)."""
+    filters blocked by eight where the CPU has eight-lane VNNI; int16 pairs on ``vpmaddwd``
+    without VNNI, which a campaign reaches with ``RELAY_AOT_TARGET="llvm -mcpu=haswell"``)."""
     kind = c.choose(["nn.dense", "nn.conv2d"])
     dtype = c.choose(["uint8", "int8"])
     rng = np.random.default_rng(c.integers(0, 2**31 - 1))
