@@ -16,9 +16,9 @@ unrolled.
 
 While relay_aot lowers its kernels (:func:`building`), ``conv2d_NCHWc`` strategy for ``cpu``
 targets gives this kernel to a uint8 x int8 ``NCHWc`` convolution whose output block is eight
-channels (and ``int16_pairs``' to the int16 ones of its layout choice: TVM's strategy is one
-native generic function, so one dispatcher serves both) (only the layout choice of ``passes/int8_by_eight.py`` makes one), and the ``conv2d``
-strategy (``grouped_pointwise``'s dispatcher) to an ``NCHW`` one the pass legalized (a module
+channels (only the layout choice of ``passes/int8_by_eight.py`` makes one; TVM's strategy is one
+native generic function, so the same dispatcher gives ``int16_pairs``' kernel the int16 ones of
+that module's layout choice), and the ``conv2d`` strategy (``grouped_pointwise``'s dispatcher) to an ``NCHW`` one the pass legalized (a module
 whose layout was not changed: ``opt_level`` below 3, or the layout choice dropped), packing its
 operands in the kernel as TVM's ``conv2d_nchw_int8`` does.
 """
