@@ -93,6 +93,20 @@ def test_the_vm_is_skipped_for_references():
     assert "vm: unavailable" in str(report)
 
 
+def test_a_dense_of_a_weight_with_a_dynamic_row_count_is_compared_exactly():
+    """TVM's executors computed nn.dense(constant, y of (?, 3)) from uninitialized memory (the
+    dynamic campaign, seed 60015): the references run it as the same matmul, and agree with
+    relay_aot and numpy."""
+    m = np.array([[0, 0, 1], [1, 0, 0]], "float32")
+    w = np.array([[0, 0, 0], [0, 0, -0.75], [2, 1, 0]], "float32")
+    y = tvm.relay.var("y", shape=(tvm.relay.Any(), 3))
+    mod = tvm.IRModule.from_expr(tvm.relay.Function([y], tvm.relay.nn.dense(tvm.relay.const(m), y)))
+    report = testing.equivalence_report(mod, (w,), expected=m @ w.T)
+    assert not report.skipped and {"interpreter", "vm"} <= set(report.ran), str(report)
+    for name in ("interpreter", "vm"):
+        np.testing.assert_array_equal(report.outcomes[name].value, m @ w.T)
+
+
 def test_all_executors_raising_agree():
     mod = parse("""
     type Opt { Some(int32), Nothing }
