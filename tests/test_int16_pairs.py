@@ -12,6 +12,7 @@ saturates) is not. The rule's limits, and TVM's layout choice outside relay_aot.
 import numpy as np
 import pytest
 import tvm
+from int8_support import conv2d_reference, extremes
 from tvm import relay
 
 import relay_aot
@@ -26,30 +27,6 @@ def _lowered(mod: tvm.IRModule, target) -> dict[str, str]:
     """Per kernel symbol, the TIR relay_aot builds."""
     _, table = Request.make(mod, target, None).lower()
     return {gvar.name_hint: str(func) for gvar, func in table.lower_all(report=False).functions.items()}
-
-
-def _extremes(rng, shape, dtype: str) -> np.ndarray:
-    info = np.iinfo(dtype)
-    values = np.where(rng.random(shape) < 0.5, info.min, info.max)
-    between = rng.integers(info.min, info.max, shape, endpoint=True)
-    return np.where(rng.random(shape) < 0.8, values, between).astype(dtype)
-
-
-def _reference(x, w, strides, padding) -> np.ndarray:
-    """NCHW x OIHW in int64, zero padding (top/left, bottom/right)."""
-    (pt, pl), (pb, pr) = padding[:2], padding[2:]
-    x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    w = w.astype(np.int64)
-    k, _, r, s = w.shape
-    oh, ow = (x.shape[2] - r) // strides[0] + 1, (x.shape[3] - s) // strides[1] + 1
-    out = np.zeros((x.shape[0], k, oh, ow), np.int64)
-    for i in range(r):
-        for j in range(s):
-            patch = x[
-                :, :, i : i + strides[0] * (oh - 1) + 1 : strides[0], j : j + strides[1] * (ow - 1) + 1 : strides[1]
-            ]
-            out += np.einsum("nchw,kc->nkhw", patch, w[:, :, i, j])
-    return out
 
 
 #: (input channels, map, kernel, strides, padding, filters): ResNet-8-like blocks, a 1x1 layer
@@ -71,9 +48,9 @@ def _model(channels, size, kernel, strides, padding, filters, layout: str, dtype
     """One convolution (``dtype`` data, int8 weights, int32 sums), then a shift into int8 (as a
     requantization would): the module, its input and the expected output."""
     rng = np.random.default_rng(seed)
-    w = _extremes(rng, (filters, channels, kernel, kernel), "int8")  # OIHW
-    xv = _extremes(rng, (1, channels, *size), dtype)  # NCHW
-    expected = np.clip(_reference(xv, w, strides, padding) >> 10, -128, 127).astype(np.int8)
+    w = extremes(rng, (filters, channels, kernel, kernel), "int8")  # OIHW
+    xv = extremes(rng, (1, channels, *size), dtype)  # NCHW
+    expected = np.clip(conv2d_reference(xv, w, strides, padding) >> 10, -128, 127).astype(np.int8)
     if layout == "NHWC":
         x = relay.var("x", shape=(1, *size, channels), dtype=dtype)
         weights, layouts = relay.const(w.transpose(2, 3, 1, 0)), {"data_layout": "NHWC", "kernel_layout": "HWIO"}
@@ -132,7 +109,7 @@ def test_first_layer_is_padded_to_four_channels():
     padded with a zero channel; exact on extreme values."""
     rng = np.random.default_rng(9)
     x = relay.var("x", shape=(1, 33, 32, 3), dtype="int8")
-    w1, w2 = _extremes(rng, (3, 3, 3, 16), "int8"), _extremes(rng, (3, 3, 16, 32), "int8")
+    w1, w2 = extremes(rng, (3, 3, 3, 16), "int8"), extremes(rng, (3, 3, 16, 32), "int8")
     y = x
     for w, strides in ((w1, (2, 2)), (w2, (1, 1))):
         y = relay.nn.conv2d(
@@ -148,10 +125,10 @@ def test_first_layer_is_padded_to_four_channels():
         )
         y = relay.cast(relay.clip(relay.right_shift(y, relay.const(9, "int32")), -128, 127), "int8")
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
-    xv = _extremes(np.random.default_rng(10), (1, 33, 32, 3), "int8")
+    xv = extremes(np.random.default_rng(10), (1, 33, 32, 3), "int8")
     expected = xv.transpose(0, 3, 1, 2)
     for w, strides in ((w1, (2, 2)), (w2, (1, 1))):
-        expected = _reference(expected, w.transpose(3, 2, 0, 1), strides, (1, 1, 1, 1))
+        expected = conv2d_reference(expected, w.transpose(3, 2, 0, 1), strides, (1, 1, 1, 1))
         expected = np.clip(expected >> 9, -128, 127)
     convolutions = [text for name, text in _lowered(mod, TARGETS[0][0]).items() if "conv2d" in name]
     assert len(convolutions) == 2 and all(int16_pairs.PMADDWD[8] in text for text in convolutions)
@@ -174,7 +151,7 @@ def test_matrix_products_without_vnni_are_exact(shape, target, lanes):
     rows, depth, outputs = shape
     dtype = "uint8" if rows == 5 else "int8"
     rng = np.random.default_rng(rows + depth)
-    w, xv = _extremes(rng, (outputs, depth), "int8"), _extremes(rng, (rows, depth), dtype)
+    w, xv = extremes(rng, (outputs, depth), "int8"), extremes(rng, (rows, depth), dtype)
     x = relay.var("x", shape=(rows, depth), dtype=dtype)
     y = relay.nn.dense(x, relay.const(w), units=outputs, out_dtype="int32")
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))

@@ -11,6 +11,7 @@ legalization outside relay_aot are TVM's.
 import numpy as np
 import pytest
 import tvm
+from int8_support import conv2d_reference, extremes
 from tvm import relay
 
 import relay_aot
@@ -27,31 +28,6 @@ def _lowered(mod: tvm.IRModule, target=None, opt_level: int = 3) -> dict[str, st
     """Per kernel symbol, the TIR relay_aot builds."""
     _, table = Request.make(mod, target, None, opt_level=opt_level).lower()
     return {gvar.name_hint: str(func) for gvar, func in table.lower_all(report=False).functions.items()}
-
-
-def _extremes(rng, shape, dtype: str = "int8") -> np.ndarray:
-    info = np.iinfo(dtype)
-    values = np.where(rng.random(shape) < 0.5, info.min, info.max)
-    between = rng.integers(info.min, info.max, shape, endpoint=True)
-    return np.where(rng.random(shape) < 0.8, values, between).astype(dtype)
-
-
-def _reference(x, w, strides, padding) -> np.ndarray:
-    """NCHW x OIHW in int64, zero padding (top/left, bottom/right)."""
-    (pt, pl), (pb, pr) = padding[:2], padding[2:]
-    x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    w = w.astype(np.int64)
-    _, _, h, width = x.shape
-    k, _, r, s = w.shape
-    oh, ow = (h - r) // strides[0] + 1, (width - s) // strides[1] + 1
-    out = np.zeros((x.shape[0], k, oh, ow), np.int64)
-    for i in range(r):
-        for j in range(s):
-            patch = x[
-                :, :, i : i + strides[0] * (oh - 1) + 1 : strides[0], j : j + strides[1] * (ow - 1) + 1 : strides[1]
-            ]
-            out += np.einsum("nchw,kc->nkhw", patch, w[:, :, i, j])
-    return out
 
 
 #: (input channels, map, kernel, strides, padding): an image's first layer, ResNet-8-like
@@ -71,9 +47,9 @@ def _model(channels, size, kernel, strides, padding, layout: str, seed: int):
     """A convolution of eight filters, int8 data and weights, int32 sums, then a shift into int8
     (as a requantization would): the module, its input and the expected output."""
     rng = np.random.default_rng(seed)
-    w = _extremes(rng, (8, channels, kernel, kernel))  # OIHW
-    xv = _extremes(rng, (1, channels, *size))  # NCHW
-    expected = np.clip(_reference(xv, w, strides, padding) >> 10, -128, 127).astype(np.int8)
+    w = extremes(rng, (8, channels, kernel, kernel))  # OIHW
+    xv = extremes(rng, (1, channels, *size))  # NCHW
+    expected = np.clip(conv2d_reference(xv, w, strides, padding) >> 10, -128, 127).astype(np.int8)
     if layout == "NHWC":
         x = relay.var("x", shape=(1, *size, channels), dtype="int8")
         weights, layouts = relay.const(w.transpose(2, 3, 1, 0)), {"data_layout": "NHWC", "kernel_layout": "HWIO"}

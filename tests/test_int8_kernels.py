@@ -15,6 +15,7 @@ import re
 import numpy as np
 import pytest
 import tvm
+from int8_support import conv2d_reference, extremes
 from tvm import relay, te, topi
 from tvm.contrib import graph_executor
 from tvm.target.x86 import get_simd_32bit_lanes
@@ -33,40 +34,6 @@ def _lowered(mod: tvm.IRModule, target=None, params=None) -> dict[str, str]:
     """Per kernel symbol, the TIR relay_aot builds (``compile``'s passes and lowering)."""
     _, table = Request.make(mod, target, params).lower()
     return {gvar.name_hint: str(func) for gvar, func in table.lower_all(report=False).functions.items()}
-
-
-def _extremes(rng, shape, dtype: str) -> np.ndarray:
-    """Mostly the dtype's extremes (where sums of products are largest), some values between."""
-    info = np.iinfo(dtype)
-    values = np.where(rng.random(shape) < 0.5, info.min, info.max)
-    between = rng.integers(info.min, info.max, shape, endpoint=True)
-    return np.where(rng.random(shape) < 0.8, values, between).astype(dtype)
-
-
-def _conv2d_reference(x, w, strides, padding, dilation, groups) -> np.ndarray:
-    """NCHW x OIHW in int64 (zero padding)."""
-    x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1])))
-    w = w.astype(np.int64)
-    n, c, h, width = x.shape
-    k, cg, r, s = w.shape
-    oh = (h - dilation[0] * (r - 1) - 1) // strides[0] + 1
-    ow = (width - dilation[1] * (s - 1) - 1) // strides[1] + 1
-    out = np.zeros((n, k, oh, ow), np.int64)
-    per_group = k // groups
-    for g in range(groups):
-        xs = x[:, g * cg : (g + 1) * cg]
-        ws = w[g * per_group : (g + 1) * per_group]
-        for i in range(r):
-            for j in range(s):
-                hi, wj = i * dilation[0], j * dilation[1]
-                patch = xs[
-                    :,
-                    :,
-                    hi : hi + strides[0] * (oh - 1) + 1 : strides[0],
-                    wj : wj + strides[1] * (ow - 1) + 1 : strides[1],
-                ]
-                out[:, g * per_group : (g + 1) * per_group] += np.einsum("nchw,kc->nkhw", patch, ws[:, :, i, j])
-    return out
 
 
 #: name: data shape, weight shape, strides, padding, dilation, groups. Channels not multiples of
@@ -97,7 +64,7 @@ def _conv2d(name: str, data_dtype: str):
         out_dtype="int32",
     )
     mod = tvm.IRModule.from_expr(relay.Function([x, w], y))
-    return mod, lambda xv, wv: _conv2d_reference(xv, wv, strides, padding, dilation, groups)
+    return mod, lambda xv, wv: conv2d_reference(xv, wv, strides, padding, dilation, groups)
 
 
 def _product(kind: str, data_dtype: str):
@@ -136,7 +103,7 @@ def _tensorized(kind: str, data_dtype: str, lanes: int) -> bool:
 def _arguments(mod: tvm.IRModule, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     params = relay.transform.InferType()(mod)["main"].params
-    return [_extremes(rng, [int(d) for d in p.checked_type.shape], p.checked_type.dtype) for p in params]
+    return [extremes(rng, [int(d) for d in p.checked_type.shape], p.checked_type.dtype) for p in params]
 
 
 @needs_vnni
@@ -211,7 +178,7 @@ def test_tvms_vpmaddubsw_kernel_builds_and_is_exact_below_saturation(mcpu):
     lanes = 16 if mcpu == "skylake-avx512" else 8
     rng = np.random.default_rng(4)
     x = rng.integers(0, 128, (1, 2, 8, 8, 4)).astype("uint8")  # NCHW4c
-    w = _extremes(rng, (2, 2, 3, 3, 1, lanes, 4), "int8")  # OIHW1i{lanes}o4i
+    w = extremes(rng, (2, 2, 3, 3, 1, lanes, 4), "int8")  # OIHW1i{lanes}o4i
     data = te.placeholder(x.shape, "uint8", name="data")
     weight = te.placeholder(w.shape, "int8", name="weight")
     with target, vnni.building():
@@ -225,7 +192,7 @@ def test_tvms_vpmaddubsw_kernel_builds_and_is_exact_below_saturation(mcpu):
     built(tvm.nd.array(x), tvm.nd.array(w), result)
     nchw = x.transpose(0, 1, 4, 2, 3).reshape(1, 8, 8, 8)
     oihw = w.transpose(0, 5, 1, 4, 6, 2, 3).reshape(2 * lanes, 8, 3, 3)
-    expected = _conv2d_reference(nchw, oihw, (1, 1), (0, 0), (1, 1), 1)
+    expected = conv2d_reference(nchw, oihw, (1, 1), (0, 0), (1, 1), 1)
     got = result.numpy().transpose(0, 1, 4, 2, 3).reshape(expected.shape)
     np.testing.assert_array_equal(got, expected)
 
@@ -316,8 +283,8 @@ def _int8_nhwc_net():
     requantization between them, NHWC as the exact TFLite import writes them."""
     rng = np.random.default_rng(7)
     x = relay.var("x", shape=(1, 12, 10, 8), dtype="int8")
-    w1 = _extremes(rng, (3, 3, 8, 32), "int8")
-    w2 = _extremes(rng, (3, 3, 32, 1), "int8")
+    w1 = extremes(rng, (3, 3, 8, 32), "int8")
+    w2 = extremes(rng, (3, 3, 32, 1), "int8")
     y = relay.nn.conv2d(
         x,
         relay.const(w1),
@@ -347,10 +314,10 @@ def _int8_nhwc_net():
 
     def reference(xv):
         nchw = xv.transpose(0, 3, 1, 2)
-        a = _conv2d_reference(nchw, w1.transpose(3, 2, 0, 1), (1, 1), (1, 1), (1, 1), 1)
+        a = conv2d_reference(nchw, w1.transpose(3, 2, 0, 1), (1, 1), (1, 1), (1, 1), 1)
         a = np.clip(a >> 10, -128, 127)
         a = a.reshape(1, 32, 6, 2, 5, 2).max(axis=(3, 5))
-        b = _conv2d_reference(a, w2.transpose(2, 3, 0, 1), (1, 1), (1, 1), (1, 1), 32)
+        b = conv2d_reference(a, w2.transpose(2, 3, 0, 1), (1, 1), (1, 1), (1, 1), 32)
         return b.transpose(0, 2, 3, 1)
 
     return mod, reference
@@ -358,7 +325,7 @@ def _int8_nhwc_net():
 
 def test_int8_nhwc_net_becomes_nchwc_kernels_and_is_exact():
     mod, reference = _int8_nhwc_net()
-    x = _extremes(np.random.default_rng(8), (1, 12, 10, 8), "int8")
+    x = extremes(np.random.default_rng(8), (1, 12, 10, 8), "int8")
     names = _nhwc_kernels(_lowered(mod))
     convolutions = [n for n in names if "conv2d" in n]
     assert len(convolutions) == 2 and all("NCHWc" in n for n in convolutions), names
@@ -397,7 +364,7 @@ def test_int8_convolution_of_eight_filters_is_not_padded_to_sixteen_and_is_exact
     values: the sums are the largest the float form must hold exactly."""
     rng = np.random.default_rng(9)
     x = relay.var("x", shape=(1, 33, 32, 3), dtype="int8")
-    w1, w2 = _extremes(rng, (3, 3, 3, 8), "int8"), _extremes(rng, (3, 3, 8, 32), "int8")
+    w1, w2 = extremes(rng, (3, 3, 3, 8), "int8"), extremes(rng, (3, 3, 8, 32), "int8")
 
     def layer(y, w, strides):
         y = relay.nn.conv2d(
@@ -419,11 +386,11 @@ def test_int8_convolution_of_eight_filters_is_not_padded_to_sixteen_and_is_exact
     def reference(xv):
         a = xv.transpose(0, 3, 1, 2)
         for w, strides in ((w1, (2, 2)), (w2, (1, 1))):
-            a = _conv2d_reference(a, w.transpose(3, 2, 0, 1), strides, (0, 0), (1, 1), 1)
+            a = conv2d_reference(a, w.transpose(3, 2, 0, 1), strides, (0, 0), (1, 1), 1)
             a = np.clip(a >> 9, -128, 127)
         return a.astype(np.int8).transpose(0, 2, 3, 1)
 
-    xv = _extremes(np.random.default_rng(10), (1, 33, 32, 3), "int8")
+    xv = extremes(np.random.default_rng(10), (1, 33, 32, 3), "int8")
     np.testing.assert_array_equal(relay_aot.compile(mod)(xv).numpy(), reference(xv))
     if HOST_VNNI:
         names = list(_lowered(mod))
@@ -437,11 +404,11 @@ def test_int8_convolution_of_eight_filters_and_many_products_is_widened_and_exac
     int16; exact on full-range values."""
     rng = np.random.default_rng(11)
     x = relay.var("x", shape=(1, 6, 6, 128), dtype="int8")
-    w = _extremes(rng, (3, 3, 128, 8), "int8")
+    w = extremes(rng, (3, 3, 128, 8), "int8")
     y = relay.nn.conv2d(
         x, relay.const(w), channels=8, kernel_size=(3, 3), data_layout="NHWC", kernel_layout="HWIO", out_dtype="int32"
     )
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
-    xv = _extremes(np.random.default_rng(12), (1, 6, 6, 128), "int8")
-    expected = _conv2d_reference(xv.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), (1, 1), (0, 0), (1, 1), 1)
+    xv = extremes(np.random.default_rng(12), (1, 6, 6, 128), "int8")
+    expected = conv2d_reference(xv.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), (1, 1), (0, 0), (1, 1), 1)
     np.testing.assert_array_equal(relay_aot.compile(mod)(xv).numpy(), expected.transpose(0, 2, 3, 1))

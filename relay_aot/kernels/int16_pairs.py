@@ -29,6 +29,7 @@ from tvm.topi.utils import get_const_tuple, traverse_inline
 from ..gate import Gate
 from ..passes import int16_pairs as _pass
 from . import dense_int8, packed_int
+from .lane_sums import lane_sums
 
 
 def dot_int16_int16_int32(lanes: int, weights: str = "int16") -> te.TensorIntrin:
@@ -38,37 +39,16 @@ def dot_int16_int16_int32(lanes: int, weights: str = "int16") -> te.TensorIntrin
     the matrix products keep them (half the bytes to stream through the caches)."""
     pmaddwd = _pass.PMADDWD[lanes]
     int32s, int16s = f"int32x{lanes}", f"int16x{lanes * 2}"
-    data = te.placeholder((2,), dtype="int16", name="data")
-    kernel = te.placeholder((lanes, 2), dtype=weights, name="kernel")
-    k = te.reduce_axis((0, 2), name="k")
-    out = te.compute(
-        (lanes,), lambda i: te.sum(data[k].astype("int32") * kernel[i, k].astype("int32"), axis=k), name="C"
-    )
-    data_buffer = tir.decl_buffer(data.shape, dtype="int16", name="a_buffer", offset_factor=1, strides=[1])
-    kernel_buffer = tir.decl_buffer(
-        kernel.shape, dtype=weights, name="b_buffer", offset_factor=1, strides=[te.var("ldw"), 1]
-    )
 
-    def body(ins, outs) -> tuple[tir.Stmt, tir.Stmt, tir.Stmt]:
-        def instruction(accumulate: bool | None) -> tir.Stmt:
-            """``accumulate`` None: zero the lanes (reset); False: the sums alone (body);
-            True: the sums added to the lanes (update)."""
-            if accumulate is None:
-                return outs[0].vstore(0, tir.const(0, int32s))
-            pair = tir.call_intrin("int32", "tir.reinterpret", ins[0].vload([0], "int16x2"))
-            broadcast = tir.call_intrin(int16s, "tir.reinterpret", pair.astype(int32s))
-            loaded = ins[1].vload([0, 0], f"{weights}x{lanes * 2}")
-            sums = tir.call_llvm_pure_intrin(int32s, pmaddwd, tir.const(2, "uint32"), loaded.astype(int16s), broadcast)
-            return outs[0].vstore(0, outs[0].vload([0], int32s) + sums if accumulate else sums)
+    def instruction(data, kernel, lanes_now):
+        # the two int16 data channels as one int32 broadcast to every lane, seen as int16 again
+        pair = tir.call_intrin("int32", "tir.reinterpret", data.vload([0], "int16x2"))
+        broadcast = tir.call_intrin(int16s, "tir.reinterpret", pair.astype(int32s))
+        loaded = kernel.vload([0, 0], f"{weights}x{lanes * 2}")
+        sums = tir.call_llvm_pure_intrin(int32s, pmaddwd, tir.const(2, "uint32"), loaded.astype(int16s), broadcast)
+        return sums if lanes_now is None else lanes_now + sums  # vpmaddwd does not accumulate
 
-        return instruction(False), instruction(None), instruction(True)
-
-    return te.decl_tensor_intrin(
-        out.op,
-        body,
-        binds={data: data_buffer, kernel: kernel_buffer},
-        default_buffer_params={"offset_factor": 1},
-    )
+    return lane_sums(lanes, 2, "int16", weights, instruction)
 
 
 def packed_applies(data: te.Tensor, kernel: te.Tensor, target: tvm.target.Target) -> bool:

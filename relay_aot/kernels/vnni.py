@@ -33,6 +33,7 @@ from tvm.topi.x86 import conv2d_avx_1x1, conv2d_avx_common, dense, tensor_intrin
 
 from ..cpu import has_vnni
 from ..gate import Gate
+from .lane_sums import lane_sums
 
 #: The modules of ``topi.x86`` that import TVM's intrinsic by name (their schedules call it).
 _USERS = (conv2d_avx_1x1, conv2d_avx_common, dense)
@@ -60,41 +61,17 @@ def dot_uint8_int8_int32(lanes: int | None = None) -> te.TensorIntrin:
             return tensor_intrin.dot_16x1x16_uint8_int8_int32_skylake()
     vpdpbusd = _VPDPBUSD[lanes]
     int32s, int8s = f"int32x{lanes}", f"int8x{lanes * 4}"
-    data = te.placeholder((4,), dtype="uint8", name="data")
-    kernel = te.placeholder((lanes, 4), dtype="int8", name="kernel")
-    k = te.reduce_axis((0, 4), name="k")
-    out = te.compute(
-        (lanes,), lambda i: te.sum(data[k].astype("int32") * kernel[i, k].astype("int32"), axis=k), name="C"
-    )
-    data_buffer = tir.decl_buffer(data.shape, dtype="uint8", name="a_buffer", offset_factor=1, strides=[1])
-    kernel_buffer = tir.decl_buffer(
-        kernel.shape, dtype="int8", name="b_buffer", offset_factor=1, strides=[te.var("ldw"), 1]
-    )
 
-    def body(ins, outs) -> tuple[tir.Stmt, tir.Stmt, tir.Stmt]:
-        def instruction(accumulate: bool | None) -> tir.Stmt:
-            """``accumulate`` None: zero the lanes (reset); False: the sums alone (body);
-            True: the sums added to the lanes (update)."""
-            zero = tir.const(0, int32s)
-            if accumulate is None:
-                return outs[0].vstore(0, zero)
-            # The four data bytes as one int32 broadcast to every lane, then seen as bytes: the
-            # operand order vpdpbusd multiplies (unsigned bytes first, then signed).
-            quad = tir.call_intrin("int32", "tir.reinterpret", ins[0].vload([0], "uint8x4"))
-            broadcast = tir.call_intrin(int8s, "tir.reinterpret", quad.astype(int32s))
-            weights = ins[1].vload([0, 0], int8s)
-            acc = outs[0].vload([0], int32s) if accumulate else zero
-            sums = tir.call_llvm_pure_intrin(int32s, vpdpbusd, tir.const(3, "uint32"), acc, broadcast, weights)
-            return outs[0].vstore(0, sums)
+    def instruction(data, kernel, lanes_now):
+        # The four data bytes as one int32 broadcast to every lane, then seen as bytes: the
+        # operand order vpdpbusd multiplies (unsigned bytes first, then signed).
+        quad = tir.call_intrin("int32", "tir.reinterpret", data.vload([0], "uint8x4"))
+        broadcast = tir.call_intrin(int8s, "tir.reinterpret", quad.astype(int32s))
+        weights = kernel.vload([0, 0], int8s)
+        acc = tir.const(0, int32s) if lanes_now is None else lanes_now
+        return tir.call_llvm_pure_intrin(int32s, vpdpbusd, tir.const(3, "uint32"), acc, broadcast, weights)
 
-        return instruction(False), instruction(None), instruction(True)
-
-    return te.decl_tensor_intrin(
-        out.op,
-        body,
-        binds={data: data_buffer, kernel: kernel_buffer},
-        default_buffer_params={"offset_factor": 1},
-    )
+    return lane_sums(lanes, 4, "uint8", "int8", instruction)
 
 
 def _dispatch() -> te.TensorIntrin:

@@ -31,6 +31,10 @@ from .nchw import is_x86
 #: Per int32 lanes of a vector: LLVM's ``vpmaddwd`` on such vectors.
 PMADDWD = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd", 16: "llvm.x86.avx512.pmaddw.d.512"}
 
+#: The operand dtypes (data, weights) of the products computed in int16 pairs: int8 ones
+#: before they are widened, int16 ones after.
+_OPERANDS = (("int8", "int8"), ("uint8", "int8"), ("int16", "int16"))
+
 #: The layouts (data, weights) of the convolutions made int16: TVM's x86 legalization's.
 _LAYOUTS = (("NCHW", "OIHW"), ("NHWC", "HWIO"))
 
@@ -62,8 +66,7 @@ def applies(attrs, data_dtype: str, data_shape, weight_dtype: str, weight_shape,
     ``NHWC``/``HWIO``, one group, no dilation, static shapes, filters in fours, an even number
     of input channels where they are int16 already (:func:`even_channels` pads the others), on a
     target with :func:`pair_lanes`."""
-    dtypes = (data_dtype, weight_dtype)
-    if dtypes not in (("int8", "int8"), ("uint8", "int8"), ("int16", "int16")) or str(attrs.out_dtype) != "int32":
+    if (data_dtype, weight_dtype) not in _OPERANDS or str(attrs.out_dtype) != "int32":
         return False
     layouts = (str(attrs.data_layout), str(attrs.kernel_layout))
     if layouts not in _LAYOUTS or int(attrs.groups) != 1 or any(int(d) != 1 for d in attrs.dilation):
@@ -94,8 +97,7 @@ def even_channels(data: relay.Expr, weight: relay.Expr, attrs, channels: int) ->
 def dense_applies(data_dtype: str, data_shape, weight_dtype: str, weight_shape, out_dtype: str, target=None) -> bool:
     """Whether an ``nn.dense`` of these operands is computed with ``vpmaddwd``: :func:`applies`'
     dtypes, static 2-d operands, an even depth, outputs in fours."""
-    dtypes = (data_dtype, weight_dtype)
-    if dtypes not in (("int8", "int8"), ("uint8", "int8"), ("int16", "int16")) or out_dtype != "int32":
+    if (data_dtype, weight_dtype) not in _OPERANDS or out_dtype != "int32":
         return False
     data, weight = static_extents(data_shape), static_extents(weight_shape)
     if data is None or weight is None or len(data) != 2 or len(weight) != 2:
