@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from test_int8_by_eight import _extremes, _reference
+from int8_support import conv2d_reference as _reference
+from int8_support import extremes as _extremes
 from test_requantization import _gemmlowp, _values
 from tvm import relay
 
