@@ -203,28 +203,39 @@ def test_any_name_reaches_the_isolated_oracle():
 
 
 def test_a_reference_outcome_is_remembered_for_the_same_module_and_arguments(monkeypatch):
-    """Each backend's test of a program compares with the same reference run: it runs once."""
-    made = []
+    """Each backend's test of a program compares with the same reference run: it runs once; on
+    other arguments it runs again, on the executor made for the first."""
+    made, ran = [], []
     executor = oracle._executor
-    monkeypatch.setattr(oracle, "_executor", lambda mod, kind: (made.append(kind), executor(mod, kind))[1])
+
+    def counted(mod, kind):
+        made.append(kind)
+        func = executor(mod, kind)
+        return lambda *args: (ran.append(kind), func(*args))[1]
+
+    monkeypatch.setattr(oracle, "_executor", counted)
     monkeypatch.setattr(oracle, "_remembered", type(oracle._remembered)())
+    monkeypatch.setattr(oracle, "_runners", type(oracle._runners)())
     text = 'def @main(%x: Tensor[(3), float32], %n: int32) { multiply(%x, cast(%n, dtype="float32")) }'
     mod = parse(text)
     x = np.array([1, 2, 3], "float32")
     first = testing.check_equivalence(mod, (x, 2), backends=["cpp"])
     again = testing.check_equivalence(parse(text), (x.copy(), 2), backends=["python"])  # parsed again
-    assert made == ["interpreter", "vm"]
+    assert made == ran == ["interpreter", "vm"]
     np.testing.assert_array_equal(first, again)
-    # other arguments (another value, another type), another module: run again
+    # other arguments (another value, another type): run again; another module: made again
     testing.check_equivalence(mod, (x, 3), references=("interpreter",), backends=[])
     testing.check_equivalence(mod, (x.astype("float64"), 2), references=("interpreter",), backends=[])
+    assert made == ["interpreter", "vm"] and ran == ["interpreter", "vm", "interpreter", "interpreter"]
     other = parse(text.replace("multiply", "add"))
-    testing.check_equivalence(other, (x, 2), references=("interpreter",), backends=[])
-    assert made == ["interpreter", "vm", "interpreter", "interpreter", "interpreter"]
+    np.testing.assert_array_equal(
+        testing.check_equivalence(other, (x, 2), references=("interpreter",), backends=[]), x + 2
+    )
+    assert made == ["interpreter", "vm", "interpreter"] and len(ran) == 5
     # what a caller does to a returned value does not change the remembered one
     first[...] = 0
     np.testing.assert_array_equal(testing.check_equivalence(mod, (x, 2), backends=[]), x * 2)
-    assert len(made) == 5
+    assert len(ran) == 5
 
 
 def test_a_long_list_from_a_reference_is_compared_not_remembered():

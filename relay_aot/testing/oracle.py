@@ -63,6 +63,11 @@ REMEMBERED_OUTCOMES = 64
 REMEMBERED_BYTES = 4 << 20
 _remembered: collections.OrderedDict[tuple, tuple[tvm.IRModule, Outcome]] = collections.OrderedDict()
 
+#: Reference runners :func:`evaluate` keeps (the newest), so that a program checked on several
+#: argument sets is compiled once per executor in this process too (as in the child's cache).
+REMEMBERED_RUNNERS = 8
+_runners: collections.OrderedDict[tuple, tuple[tvm.IRModule, Any]] = collections.OrderedDict()
+
 
 def run_reference(mod: tvm.IRModule, args: Sequence[Any], executor: str = "interpreter") -> Any:
     """Run ``mod["main"]`` on TVM's Relay ``interpreter`` or ``vm``, in this process."""
@@ -177,14 +182,18 @@ def evaluate(mod: tvm.IRModule, args: Sequence[Any], executor: str, runner=None)
 
     A reference's outcome on a structurally equal module and the same arguments (their bytes)
     is the one remembered from an earlier call, if one of the last :data:`REMEMBERED_OUTCOMES`:
-    TVM's executors are deterministic, and a test runs each backend against the same reference."""
+    TVM's executors are deterministic, and a test runs each backend against the same reference.
+    A reference's executor is compiled once for structurally equal modules among the last
+    :data:`REMEMBERED_RUNNERS`."""
     key = _outcome_key(mod, args, executor) if runner is None and executor in REFERENCES else None
     if key is not None and key in _remembered and tvm.ir.structural_equal(_remembered[key][0], mod):
         _remembered.move_to_end(key)
         remembered = _copy(_remembered[key][1])
         if remembered is not None:
             return remembered
-    outcome = _evaluate(mod, args, executor, runner)
+    if runner is None and executor in REFERENCES:
+        runner = _remembered_runner(mod, executor)
+    outcome = runner if isinstance(runner, Outcome) else _evaluate(mod, args, executor, runner)
     if key is not None and _nbytes(outcome.value) <= REMEMBERED_BYTES:
         remembered = _copy(outcome)
         if remembered is not None:
@@ -192,6 +201,23 @@ def evaluate(mod: tvm.IRModule, args: Sequence[Any], executor: str, runner=None)
             while len(_remembered) > REMEMBERED_OUTCOMES:
                 _remembered.popitem(last=False)
     return outcome
+
+
+def _remembered_runner(mod: tvm.IRModule, executor: str):
+    """``_runner(mod, executor)``, or the Outcome of its rejection, made once for structurally
+    equal modules among the last :data:`REMEMBERED_RUNNERS`."""
+    key = (tvm.ir.structural_hash(mod), executor)
+    if key in _runners and tvm.ir.structural_equal(_runners[key][0], mod):
+        _runners.move_to_end(key)
+        return _runners[key][1]
+    try:
+        runner = _runner(mod, executor)
+    except Exception as err:  # noqa: BLE001 - as in _evaluate: any rejection means "cannot run"
+        runner = _rejected(executor, err)
+    _runners[key] = (mod, runner)
+    while len(_runners) > REMEMBERED_RUNNERS:
+        _runners.popitem(last=False)
+    return runner
 
 
 def _copy(outcome: Outcome) -> Outcome | None:
