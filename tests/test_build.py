@@ -245,6 +245,7 @@ def test_compiler_errors_surface_with_their_message(env):
     assert not compile_salted(7.0).build_result.cached
 
 
+@pytest.mark.slow  # CI time; a build reliability check -m slow runs
 def test_waiting_for_a_lock_times_out_naming_the_lock_file(env, monkeypatch):
     key = compile_salted(8.0).build_result.key
     relay_aot.clear_cache()
@@ -425,7 +426,8 @@ def _damage(library: Path, how: str) -> None:
     library.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("how", ["truncated", "zeroed page"])
+# a truncated library is also test_new_process_hits_the_cache_without_compiling's (-m slow: CI time)
+@pytest.mark.parametrize("how", [pytest.param("truncated", marks=pytest.mark.slow), "zeroed page"])
 def test_a_damaged_library_is_evicted_and_rebuilt(env, how):
     first = env.run(16.0)
     library = Path(first["library"])
@@ -457,6 +459,7 @@ def test_an_index_record_cannot_name_a_library_outside_the_cache(env, tmp_path):
         assert not marker.exists(), f"an index record naming {library} was loaded"
 
 
+@pytest.mark.slow  # CI time; a build reliability check -m slow runs
 def test_every_cache_directory_is_private_whatever_the_umask(env):
     child = "import os; os.umask(0)\n" + CHILD
     proc = subprocess.run(

@@ -22,7 +22,8 @@ HOST = tvm.target.Target("llvm")
 
 
 @needs_litert
-@pytest.mark.parametrize("family", ["kws", "resnet", "vww"])
+# ResNet's first layer is of three channels, as VWW's: in -m slow (CI time)
+@pytest.mark.parametrize("family", ["kws", pytest.param("resnet", marks=pytest.mark.slow), "vww"])
 def test_held_out_networks_are_exact_with_their_input_layout_rewritten(family, tmp_path):
     """The held-out networks whose first convolution is NCHWc: one input channel padded 4 and 1
     (keyword spotting), three padded 1 all round (ResNet-8), three padded below and right only

@@ -127,7 +127,8 @@ def test_int8_products_are_exact_with_vnni(kind, data_dtype):
 @pytest.mark.parametrize(
     "mcpu,intrinsic",
     [
-        ("cascadelake", "llvm.x86.avx512.vpdpbusd.512"),  # AVX-512 VNNI
+        # AVX-512 VNNI, as znver4 (-m slow: CI time)
+        pytest.param("cascadelake", "llvm.x86.avx512.vpdpbusd.512", marks=pytest.mark.slow),
         ("znver4", "llvm.x86.avx512.vpdpbusd.512"),
         ("alderlake", "llvm.x86.avx512.vpdpbusd.256"),  # AVX-VNNI, no AVX-512: 8 lanes
     ],

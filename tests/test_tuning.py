@@ -292,19 +292,23 @@ def test_graph_tuner_chooses_the_convolutions_layouts_together(tmp_path, monkeyp
     )
 
 
+# -m slow (CI time): test_graph_tuner_chooses_the_convolutions_layouts_together runs the graph
+# tuner in CI, without the network check
+@pytest.mark.slow
 @pytest.mark.parametrize("times, kept_untuned", [((2.0, 1.0), True), ((1.0, 2.0), False)])
 def test_the_graph_tuners_choice_is_checked_in_the_network(times, kept_untuned, tmp_path, monkeypatch):
     """tune times the module built with the graph tuner's choice against the untuned build; where
     the untuned one is faster, the choice becomes the convolutions' untuned configurations."""
     mod = _conv_module()
     log = tmp_path / "records.json"
-    timed = relay_aot.tuner._network_times(mod, None, None, 3, _write_no_records(tmp_path))
-    assert timed is not None and all(t > 0 for t in timed)
-    # weights given as params are bound by the compile, not drawn as inputs
-    x, w = relay.var("x", shape=(1, 16, 10, 10)), relay.var("w", shape=(32, 16, 3, 3))
-    with_params = tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.conv2d(x, w, padding=(1, 1))))
-    weights = {"w": np.random.default_rng(3).standard_normal((32, 16, 3, 3)).astype("float32")}
-    assert relay_aot.tuner._network_times(with_params, weights, None, 3, _write_no_records(tmp_path)) is not None
+    if kept_untuned:  # the real timing, once: the other case reads the same times swapped
+        timed = relay_aot.tuner._network_times(mod, None, None, 3, _write_no_records(tmp_path))
+        assert timed is not None and all(t > 0 for t in timed)
+        # weights given as params are bound by the compile, not drawn as inputs
+        x, w = relay.var("x", shape=(1, 16, 10, 10)), relay.var("w", shape=(32, 16, 3, 3))
+        with_params = tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.conv2d(x, w, padding=(1, 1))))
+        weights = {"w": np.random.default_rng(3).standard_normal((32, 16, 3, 3)).astype("float32")}
+        assert relay_aot.tuner._network_times(with_params, weights, None, 3, _write_no_records(tmp_path)) is not None
     monkeypatch.setattr(relay_aot.tuner, "_network_times", lambda *args: times)
     result = relay_aot.tune(mod, log, trials=2, tuner="random", measurements=1)
     assert result.network == times and result.kept_untuned == kept_untuned

@@ -33,7 +33,8 @@ def @main(%n: int64, %l: List[int64]) -> (List[int64], int64) { (@build(%n, Nil)
 """
 
 
-@pytest.mark.parametrize("backend", ["cpp", "python"])
+# the Python backend's conversions of long lists: test_python_backend's (-m slow: CI time)
+@pytest.mark.parametrize("backend", ["cpp", pytest.param("python", marks=pytest.mark.slow)])
 def test_long_lists_made_in_python_are_freed_without_recursion(backend):
     """Returned by the program, passed back in, passed in as the interpreter's values: each list
     of 100,000 cells is dropped without overflowing a 2 MiB C stack (TVM's recursive deleters
