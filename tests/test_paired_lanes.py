@@ -8,8 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from int8_support import conv2d_reference as _reference
-from int8_support import extremes as _extremes
+from int8_support import conv2d_reference, extremes
 from test_requantization import _gemmlowp, _values
 from tvm import relay
 
@@ -98,9 +97,9 @@ def test_int8_register_blocks_take_two_channel_blocks_and_are_exact(side):
     columns of one block would issue a broadcast load per vpdpbusd)."""
     rng = np.random.default_rng(11)
     channels, filters = 32, 32
-    w = _extremes(rng, (filters, channels, 3, 3))
-    xv = _extremes(rng, (1, channels, side, side))
-    expected = np.clip(_reference(xv, w, (1, 1), (1, 1, 1, 1)) >> 12, -128, 127).astype(np.int8)
+    w = extremes(rng, (filters, channels, 3, 3))
+    xv = extremes(rng, (1, channels, side, side))
+    expected = np.clip(conv2d_reference(xv, w, (1, 1), (1, 1, 1, 1)) >> 12, -128, 127).astype(np.int8)
     x = relay.var("x", shape=xv.shape, dtype="int8")
     y = relay.nn.conv2d(x, relay.const(w), padding=(1, 1), channels=filters, kernel_size=3, out_dtype="int32")
     y = relay.cast(relay.clip(relay.right_shift(y, relay.const(12, "int32")), -128, 127), "int8")
